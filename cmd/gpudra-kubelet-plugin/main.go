@@ -1,0 +1,125 @@
+// Command gpudra-kubelet-plugin is gpudra's DRA kubelet plugin: it runs on each GPU
+// node, publishes the node's GPUs as ResourceSlices and prepares allocated claims.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/driver"
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "gpudra-kubelet-plugin:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	nodeName, nvml, mig, kubeconfig   string
+	pluginDataDir, registrarDir       string
+	cdiRoot, checkpointDir, metricsAt string
+}
+
+func newCommand() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:           "gpudra-kubelet-plugin",
+		Short:         "gpudra's DRA kubelet plugin for NVIDIA GPUs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), f) },
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
+	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
+	fs.StringVar(&f.mig, "mig", string(driver.MIGDynamic), "MIG strategy: dynamic, static or none")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, driver.DriverName), "directory for the plugin's DRA socket")
+	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
+	fs.StringVar(&f.cdiRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
+	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
+	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	return cmd
+}
+
+func run(ctx context.Context, f flags) error {
+	if f.nodeName == "" {
+		return fmt.Errorf("--node-name is required (or set NODE_NAME)")
+	}
+	if f.checkpointDir == "" {
+		f.checkpointDir = f.pluginDataDir
+	}
+	render := driver.RenderOptions{MIG: driver.MIGStrategy(f.mig)}
+	if err := render.Validate(); err != nil {
+		return fmt.Errorf("--mig: %w", err)
+	}
+	var cfg *rest.Config
+	var err error
+	if f.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, dir := range []string{f.pluginDataDir, f.registrarDir, f.cdiRoot, f.checkpointDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+	}
+	backend, err := driver.OpenBackend(f.nvml, f.nodeName)
+	if err != nil {
+		return err
+	}
+	defer backend.Close()
+	if backend.Simulated {
+		klog.InfoS("Using a SIMULATED NVML backend: no real GPU is used", "backend", backend.Name)
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	d, err := plugin.Start(ctx, plugin.Config{
+		NodeName:      f.nodeName,
+		Client:        client,
+		Backend:       backend,
+		Render:        render,
+		PluginDataDir: f.pluginDataDir,
+		RegistrarDir:  f.registrarDir,
+		CDIRoot:       f.cdiRoot,
+		CheckpointDir: f.checkpointDir,
+	})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	d.Stop()
+	if cause := context.Cause(ctx); cause != nil && cause != context.Canceled {
+		return cause
+	}
+	return nil
+}

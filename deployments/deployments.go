@@ -1,0 +1,53 @@
+// Package deployments holds what gets installed into a cluster: DeviceClasses, and
+// (as they arrive) the Helm chart, RBAC, Kueue samples and worked examples. The Go side
+// only embeds the DeviceClasses so tools and tests use exactly the shipped objects.
+package deployments
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"fmt"
+	"io"
+
+	resourceapi "k8s.io/api/resource/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed deviceclasses/*.yaml
+var deviceClasses embed.FS
+
+// DeviceClasses returns the DeviceClasses gpudra ships.
+func DeviceClasses() ([]*resourceapi.DeviceClass, error) {
+	entries, err := deviceClasses.ReadDir("deviceclasses")
+	if err != nil {
+		return nil, err
+	}
+	var out []*resourceapi.DeviceClass
+	for _, e := range entries {
+		data, err := deviceClasses.ReadFile("deviceclasses/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+		for {
+			doc, err := r.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", e.Name(), err)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			var dc resourceapi.DeviceClass
+			if err := yaml.UnmarshalStrict(doc, &dc); err != nil {
+				return nil, fmt.Errorf("%s: %w", e.Name(), err)
+			}
+			out = append(out, &dc)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,152 @@
+package allocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// Features are the allocator features a Kubernetes 1.37 cluster has on by default that
+// gpudra's slices use (partitionable devices, consumable capacity, prioritized lists,
+// device taints, admin access).
+var Features = structured.Features{
+	AdminAccess:          true,
+	ConsumableCapacity:   true,
+	DeviceTaints:         true,
+	PartitionableDevices: true,
+	PrioritizedList:      true,
+}
+
+// ErrUnsatisfiable is returned when the claims do not fit on the node.
+var ErrUnsatisfiable = errors.New("claims cannot be allocated on this node")
+
+// State is a cluster's DRA view: slices, classes and what is already allocated.
+// It is not safe for concurrent mutation.
+type State struct {
+	slices    []*resourceapi.ResourceSlice
+	classes   classLister
+	allocated structured.AllocatedState
+	celCache  *cel.Cache
+}
+
+// New builds a state with nothing allocated.
+func New(classes []*resourceapi.DeviceClass, slices []*resourceapi.ResourceSlice) *State {
+	cl := classLister{}
+	for _, c := range classes {
+		cl[c.Name] = c
+	}
+	return &State{
+		slices:   slices,
+		classes:  cl,
+		celCache: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true}),
+		allocated: structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		},
+	}
+}
+
+// Slices returns the state's slices.
+func (s *State) Slices() []*resourceapi.ResourceSlice { return s.slices }
+
+// Allocate asks the real allocator to allocate the claims together on the node, as
+// kube-scheduler would. It returns one result per claim, or ErrUnsatisfiable. Nothing is
+// recorded: call Commit to mark the devices as used.
+func (s *State) Allocate(ctx context.Context, nodeName string, claims ...*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	alloc, err := structured.NewAllocator(ctx, Features, s.allocated, s.classes, s.slices, s.celCache)
+	if err != nil {
+		return nil, fmt.Errorf("creating allocator: %w", err)
+	}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}}}
+	results, err := alloc.Allocate(ctx, node, claims)
+	if err != nil {
+		return nil, err
+	}
+	if results == nil {
+		return nil, ErrUnsatisfiable
+	}
+	return results, nil
+}
+
+// AllocateAndCommit allocates and, when it fits, records the result.
+func (s *State) AllocateAndCommit(ctx context.Context, nodeName string, claims ...*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	results, err := s.Allocate(ctx, nodeName, claims...)
+	if err != nil {
+		return nil, err
+	}
+	for k := range results {
+		s.Commit(&results[k])
+	}
+	return results, nil
+}
+
+// Commit records an allocation result as in use, the way the scheduler's view of
+// allocated claims does: exclusive devices by id, shares by share id plus the capacity
+// they consume.
+func (s *State) Commit(r *resourceapi.AllocationResult) {
+	for _, d := range r.Devices.Results {
+		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
+		if d.ShareID != nil {
+			s.allocated.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, d.ShareID))
+			s.allocated.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
+			continue
+		}
+		s.allocated.AllocatedDevices.Insert(id)
+	}
+}
+
+// Release returns an allocation result's devices.
+func (s *State) Release(r *resourceapi.AllocationResult) {
+	for _, d := range r.Devices.Results {
+		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
+		if d.ShareID != nil {
+			s.allocated.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, d.ShareID))
+			s.allocated.AggregatedCapacity.Remove(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
+			continue
+		}
+		s.allocated.AllocatedDevices.Delete(id)
+	}
+}
+
+// Devices lists the device names of an allocation result, in request order.
+func Devices(r resourceapi.AllocationResult) []string {
+	out := make([]string, 0, len(r.Devices.Results))
+	for _, d := range r.Devices.Results {
+		out = append(out, d.Device)
+	}
+	return out
+}
+
+// SortedDevices is Devices, sorted.
+func SortedDevices(r resourceapi.AllocationResult) []string {
+	out := Devices(r)
+	sort.Strings(out)
+	return out
+}
+
+type classLister map[string]*resourceapi.DeviceClass
+
+func (c classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(c))
+	for _, v := range c {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (c classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if v, ok := c[name]; ok {
+		return v, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}

@@ -1,0 +1,283 @@
+package driver
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Attribute names (in the driver's domain unless qualified).
+const (
+	AttrType                  = "type"
+	AttrIndex                 = "index"
+	AttrUUID                  = "uuid"
+	AttrProductName           = "productName"
+	AttrBrand                 = "brand"
+	AttrArchitecture          = "architecture"
+	AttrCUDAComputeCapability = "cudaComputeCapability"
+	AttrDriverVersion         = "driverVersion"
+	AttrCUDADriverVersion     = "cudaDriverVersion"
+	AttrMIGCapable            = "migCapable"
+	AttrMIGProfile            = "migProfile"
+	AttrMIGPlacementStart     = "migPlacementStart"
+	AttrMIGPlacementSize      = "migPlacementSize"
+	AttrParentIndex           = "parentIndex"
+	AttrParentUUID            = "parentUUID"
+	AttrNVLinkFabric          = "nvlinkFabric"
+	AttrNVLinkLinks           = "nvlinkLinks"
+	AttrNVLinkClique          = "nvlinkClique"
+	AttrNVLinkDomain          = "nvlinkDomain"
+	AttrNVLinkMinLinks        = "nvlinkMinLinks"
+	AttrGPUCount              = "gpuCount"
+	AttrMembers               = "members"
+
+	CapMemory          = "memory"
+	CapMultiprocessors = "multiprocessors"
+	CapCompute         = "compute"
+)
+
+type attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+
+func (a attrs) str(name, v string) {
+	if v != "" {
+		a[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{StringValue: ptr.To(v)}
+	}
+}
+func (a attrs) int(name string, v int) {
+	a[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(v))}
+}
+func (a attrs) bool(name string, v bool) {
+	a[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{BoolValue: ptr.To(v)}
+}
+func (a attrs) version(name, v string) {
+	if s := Semver(v); s != "" {
+		a[resourceapi.QualifiedName(name)] = resourceapi.DeviceAttribute{VersionValue: ptr.To(s)}
+	}
+}
+
+// Semver turns NVIDIA's dotted versions into semantic versions: "535.161.08" →
+// "535.161.8", "12.4" → "12.4.0", "9.0" → "9.0.0". It returns "" for non-numeric input.
+func Semver(v string) string {
+	parts := strings.Split(v, ".")
+	if len(parts) == 0 || len(parts) > 3 {
+		return ""
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	for k, p := range parts {
+		n, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return ""
+		}
+		parts[k] = strconv.FormatUint(n, 10)
+	}
+	return strings.Join(parts, ".")
+}
+
+// common sets the attributes every device derived from GPU g carries.
+func common(a attrs, inv *Inventory, g *GPU) {
+	a.str(AttrProductName, g.ProductName)
+	a.str(AttrBrand, g.Brand)
+	a.str(AttrArchitecture, g.Architecture)
+	a.version(AttrCUDAComputeCapability, g.CUDAComputeCapability)
+	a.version(AttrDriverVersion, inv.DriverVersion)
+	a.version(AttrCUDADriverVersion, inv.CUDADriverVersion)
+	if g.PCIeRoot != "" {
+		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), g.PCIeRoot)
+	}
+	if g.NUMANode != nil {
+		a.int(string(deviceattribute.StandardDeviceAttributeNUMANode), *g.NUMANode)
+	}
+}
+
+// topologyAttrs sets the NVLink attributes matchAttribute constraints use.
+func topologyAttrs(a attrs, inv *Inventory, index int) {
+	pos := inv.position(index)
+	a.str(AttrNVLinkFabric, inv.NVLink.Fabric())
+	links := inv.NVLink.SwitchLinks[pos]
+	for _, l := range inv.NVLink.Links[pos] {
+		links += l
+	}
+	a.int(AttrNVLinkLinks, links)
+	if c := inv.NVLink.Clique()[pos]; c != nil {
+		a.str(AttrNVLinkClique, "nvlink-"+inv.indexList(c))
+	}
+	if d := inv.NVLink.Domains()[pos]; d != nil {
+		a.str(AttrNVLinkDomain, "nvlink-"+inv.indexList(d))
+	}
+}
+
+// position maps a GPU index to its position in GPUs (and in the NVLink graph).
+func (inv *Inventory) position(index int) int {
+	for k := range inv.GPUs {
+		if inv.GPUs[k].Index == index {
+			return k
+		}
+	}
+	return -1
+}
+
+// indexList names positions by GPU index: "0-1-2-3".
+func (inv *Inventory) indexList(positions []int) string {
+	idx := make([]int, len(positions))
+	for k, p := range positions {
+		idx[k] = inv.GPUs[p].Index
+	}
+	return topology.JoinIndices(idx, "-")
+}
+
+func bytesQuantity(b uint64) resource.Quantity {
+	if b%(1<<20) == 0 {
+		return resource.MustParse(fmt.Sprintf("%dMi", b>>20))
+	}
+	return *resource.NewQuantity(int64(b), resource.BinarySI)
+}
+
+func capacity(v resource.Quantity) resourceapi.DeviceCapacity {
+	return resourceapi.DeviceCapacity{Value: v}
+}
+
+func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
+	a := attrs{}
+	a.str(AttrType, TypeGPU)
+	a.int(AttrIndex, g.Index)
+	a.str(AttrUUID, g.UUID)
+	a.bool(AttrMIGCapable, g.MIG != nil)
+	a.str(string(deviceattribute.StandardDeviceAttributePCIBusID), g.PCIBusID)
+	common(a, inv, g)
+	topologyAttrs(a, inv, g.Index)
+	return resourceapi.Device{
+		Name:       GPUDeviceName(g.Index),
+		Attributes: a,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapMemory:          capacity(bytesQuantity(g.MemoryBytes)),
+			CapMultiprocessors: capacity(*resource.NewQuantity(int64(g.Multiprocessors), resource.DecimalSI)),
+		},
+		ConsumesCounters: counters.wholeGPU(g.Index),
+	}
+}
+
+func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
+	a := attrs{}
+	a.str(AttrType, TypeShare)
+	a.int(AttrIndex, g.Index)
+	a.str(AttrUUID, g.UUID)
+	a.str(string(deviceattribute.StandardDeviceAttributePCIBusID), g.PCIBusID)
+	common(a, inv, g)
+	topologyAttrs(a, inv, g.Index)
+	mem := bytesQuantity(g.MemoryBytes)
+	return resourceapi.Device{
+		Name:                     ShareDeviceName(g.Index),
+		Attributes:               a,
+		AllowMultipleAllocations: ptr.To(true),
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			CapMemory: {
+				Value: mem,
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default:    ptr.To(ShareMemoryDefault),
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(ShareMemoryMin), Max: ptr.To(mem), Step: ptr.To(ShareMemoryStep)},
+				},
+			},
+			CapCompute: {
+				Value: ShareComputeMax,
+				RequestPolicy: &resourceapi.CapacityRequestPolicy{
+					Default:    ptr.To(ShareComputeMin),
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(ShareComputeMin), Max: ptr.To(ShareComputeMax), Step: ptr.To(ShareComputeStep)},
+				},
+			},
+		},
+		ConsumesCounters: counters.wholeGPU(g.Index),
+	}
+}
+
+func migDevices(inv *Inventory, g *GPU, counters counterPlan) []resourceapi.Device {
+	var out []resourceapi.Device
+	for _, p := range g.MIG.Profiles {
+		for _, pl := range p.Placements {
+			a := attrs{}
+			a.str(AttrType, TypeMIG)
+			a.int(AttrParentIndex, g.Index)
+			a.str(AttrParentUUID, g.UUID)
+			a.str(AttrMIGProfile, p.Name)
+			a.int(AttrMIGPlacementStart, pl.Start)
+			a.int(AttrMIGPlacementSize, pl.Size)
+			common(a, inv, g)
+			var slices []string
+			for s := pl.Start; s < pl.Start+pl.Size; s++ {
+				slices = append(slices, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
+			}
+			consume, _ := counters.consume(map[int][]string{g.Index: slices})
+			out = append(out, resourceapi.Device{
+				Name:       MIGDeviceName(g.Index, p.Name, pl.Start),
+				Attributes: a,
+				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+					CapMemory:          capacity(bytesQuantity(p.MemoryBytes)),
+					CapMultiprocessors: capacity(*resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)),
+				},
+				ConsumesCounters: consume,
+			})
+		}
+	}
+	return out
+}
+
+// groupDevice renders an NVLink group. ok is false when a member is not usable as a
+// whole GPU (static MIG) or the group spans more counter sets than a device may consume.
+func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable map[int]bool) (resourceapi.Device, bool) {
+	take := map[int][]string{}
+	first := &inv.GPUs[gr.Members[0]]
+	sameRoot, sameNUMA := true, true
+	for _, pos := range gr.Members {
+		g := &inv.GPUs[pos]
+		if !usable[g.Index] || g.ProductName != first.ProductName {
+			return resourceapi.Device{}, false
+		}
+		take[g.Index] = counters.names[g.Index]
+		sameRoot = sameRoot && g.PCIeRoot == first.PCIeRoot
+		sameNUMA = sameNUMA && g.NUMANode != nil && first.NUMANode != nil && *g.NUMANode == *first.NUMANode
+	}
+	consume, ok := counters.consume(take)
+	if !ok {
+		return resourceapi.Device{}, false
+	}
+	a := attrs{}
+	a.str(AttrType, TypeNVLinkGroup)
+	a.int(AttrGPUCount, len(gr.Members))
+	a.str(AttrMembers, inv.indexList(gr.Members))
+	a.int(AttrNVLinkMinLinks, gr.MinLinks)
+	a.str(AttrNVLinkFabric, gr.Fabric)
+	a.str(AttrProductName, first.ProductName)
+	a.str(AttrBrand, first.Brand)
+	a.str(AttrArchitecture, first.Architecture)
+	a.version(AttrCUDAComputeCapability, first.CUDAComputeCapability)
+	a.version(AttrDriverVersion, inv.DriverVersion)
+	a.version(AttrCUDADriverVersion, inv.CUDADriverVersion)
+	if sameRoot && first.PCIeRoot != "" {
+		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), first.PCIeRoot)
+	}
+	if sameNUMA {
+		a.int(string(deviceattribute.StandardDeviceAttributeNUMANode), *first.NUMANode)
+	}
+	idx := make([]int, len(gr.Members))
+	for k, pos := range gr.Members {
+		idx[k] = inv.GPUs[pos].Index
+	}
+	return resourceapi.Device{
+		Name:       GroupDeviceName(idx),
+		Attributes: a,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			// memory is per member GPU, so selectors read the same as for one GPU.
+			CapMemory:          capacity(bytesQuantity(first.MemoryBytes)),
+			CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(gr.Members)), resource.DecimalSI)),
+		},
+		ConsumesCounters: consume,
+	}, true
+}

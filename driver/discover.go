@@ -1,0 +1,368 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Discover reads the node's GPUs, MIG options and topology from the backend.
+// Errors name the GPU and the NVML call that failed.
+func Discover(b *Backend) (*Inventory, error) {
+	lib := b.NVML
+	inv := &Inventory{Backend: b.Name}
+	var ret nvml.Return
+	if inv.DriverVersion, ret = lib.SystemGetDriverVersion(); ret != nvml.SUCCESS {
+		return nil, nvmlErr("SystemGetDriverVersion", ret)
+	}
+	cuda, ret := lib.SystemGetCudaDriverVersion()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("SystemGetCudaDriverVersion", ret)
+	}
+	inv.CUDADriverVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
+	count, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("DeviceGetCount", ret)
+	}
+	handles := make([]nvml.Device, count)
+	for i := range count {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(fmt.Sprintf("DeviceGetHandleByIndex(%d)", i), ret)
+		}
+		handles[i] = dev
+		gpu, err := discoverGPU(b, dev, i)
+		if err != nil {
+			return nil, fmt.Errorf("GPU %d: %w", i, err)
+		}
+		inv.GPUs = append(inv.GPUs, *gpu)
+	}
+	var err error
+	if inv.NVLink, err = discoverNVLink(inv.GPUs, handles); err != nil {
+		return nil, err
+	}
+	if inv.PCIe, err = discoverPCIe(handles); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+func discoverGPU(b *Backend, dev nvml.Device, i int) (*GPU, error) {
+	g := &GPU{Index: i}
+	var ret nvml.Return
+	if g.Index, ret = dev.GetIndex(); ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetIndex", ret)
+	}
+	if g.Minor, ret = dev.GetMinorNumber(); ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetMinorNumber", ret)
+	}
+	if g.UUID, ret = dev.GetUUID(); ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetUUID", ret)
+	}
+	if g.ProductName, ret = dev.GetName(); ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetName", ret)
+	}
+	brand, ret := dev.GetBrand()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetBrand", ret)
+	}
+	g.Brand = brandName(brand)
+	arch, ret := dev.GetArchitecture()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetArchitecture", ret)
+	}
+	g.Architecture = archName(arch)
+	major, minor, ret := dev.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetCudaComputeCapability", ret)
+	}
+	g.CUDAComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	mem, ret := dev.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetMemoryInfo", ret)
+	}
+	g.MemoryBytes = mem.Total
+	attrs, ret := dev.GetAttributes()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetAttributes", ret)
+	}
+	g.Multiprocessors = int(attrs.MultiprocessorCount)
+	pci, ret := dev.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetPciInfo", ret)
+	}
+	busID, err := normalizeBusID(pci)
+	if err != nil {
+		return nil, err
+	}
+	g.PCIBusID = busID
+	var mods []deviceattribute.MachineModifier
+	if b.SysFS != nil {
+		mods = append(mods, deviceattribute.WithFS(b.SysFS))
+	}
+	// The PCIe root and NUMA node come from sysfs; a GPU without them is still usable,
+	// it just cannot be matched on those attributes.
+	if a, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID, mods...); err == nil && a.Value.StringValue != nil {
+		g.PCIeRoot = *a.Value.StringValue
+	}
+	if a, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(busID, deviceattribute.ScalarAttribute, mods...); err == nil && a.Value.IntValue != nil {
+		n := int(*a.Value.IntValue)
+		g.NUMANode = &n
+	}
+	if g.MIG, err = discoverMIG(dev, g.MemoryBytes); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// normalizeBusID turns NVML's "00000000:1A:00.0" into sysfs' "0000:1a:00.0".
+func normalizeBusID(pci nvml.PciInfo) (string, error) {
+	raw := int8String(pci.BusId[:])
+	if raw == "" {
+		raw = int8String(pci.BusIdLegacy[:])
+	}
+	parts := strings.SplitN(raw, ":", 2)
+	if len(parts) != 2 {
+		return "", fmt.Errorf("GetPciInfo: bus id %q is not domain:bus:device.function", raw)
+	}
+	domain := strings.TrimLeft(parts[0], "0")
+	for len(domain) < 4 {
+		domain = "0" + domain
+	}
+	return strings.ToLower(domain + ":" + parts[1]), nil
+}
+
+func int8String[T int8 | uint8](b []T) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}
+
+// ciProfileForSlices maps a GPU instance's slice count to the compute-instance profile
+// that uses all of it (the one gpudra publishes).
+var ciProfileForSlices = map[int]int{
+	1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE,
+	2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+	3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE,
+	4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE,
+	6: nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE,
+	7: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE,
+	8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
+}
+
+func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
+	current, _, ret := dev.GetMigMode()
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return nil, nil
+	}
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr("GetMigMode", ret)
+	}
+	info := &MIGInfo{Enabled: current == nvml.DEVICE_MIG_ENABLE}
+	names := nvdev.New(nil)
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		p, ret := dev.GetGpuInstanceProfileInfo(id)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(fmt.Sprintf("GetGpuInstanceProfileInfo(%d)", id), ret)
+		}
+		if p.InstanceCount == 0 {
+			continue
+		}
+		ci, ok := ciProfileForSlices[int(p.SliceCount)]
+		if !ok {
+			continue
+		}
+		name, err := names.NewMigProfile(id, ci, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, p.MemorySizeMB, memBytes)
+		if err != nil {
+			continue // a profile go-nvlib cannot name is one we cannot ask users for
+		}
+		placements, ret := dev.GetGpuInstancePossiblePlacements(&p)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(fmt.Sprintf("GetGpuInstancePossiblePlacements(%s)", name), ret)
+		}
+		prof := MIGProfile{
+			Name:            name.String(),
+			GIProfileID:     id,
+			CIProfileID:     ci,
+			ComputeSlices:   int(p.SliceCount),
+			MemoryBytes:     p.MemorySizeMB << 20,
+			Multiprocessors: int(p.MultiprocessorCount),
+		}
+		for _, pl := range placements {
+			prof.Placements = append(prof.Placements, MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
+			info.MemorySlices = max(info.MemorySlices, int(pl.Start+pl.Size))
+		}
+		sort.Slice(prof.Placements, func(a, b int) bool { return prof.Placements[a].Start < prof.Placements[b].Start })
+		if len(prof.Placements) > 0 {
+			info.Profiles = append(info.Profiles, prof)
+		}
+	}
+	if len(info.Profiles) == 0 {
+		return nil, nil
+	}
+	return info, nil
+}
+
+// discoverNVLink walks every GPU's NVLinks and counts links per peer GPU and to NVSwitches.
+func discoverNVLink(gpus []GPU, handles []nvml.Device) (topology.NVLinkGraph, error) {
+	g := topology.NewNVLinkGraph(len(gpus))
+	byBus := map[string]int{}
+	for k, gpu := range gpus {
+		byBus[gpu.PCIBusID] = k
+	}
+	for k, dev := range handles {
+		for link := range nvml.NVLINK_MAX_LINKS {
+			state, ret := dev.GetNvLinkState(link)
+			if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+				break // no (more) NVLinks on this GPU
+			}
+			if ret != nvml.SUCCESS {
+				return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkState(%d)", link), ret))
+			}
+			if state != nvml.FEATURE_ENABLED {
+				continue
+			}
+			kind, ret := dev.GetNvLinkRemoteDeviceType(link)
+			if ret != nvml.SUCCESS {
+				return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkRemoteDeviceType(%d)", link), ret))
+			}
+			switch kind {
+			case nvml.NVLINK_DEVICE_TYPE_SWITCH:
+				g.SwitchLinks[k]++
+			case nvml.NVLINK_DEVICE_TYPE_GPU:
+				remote, ret := dev.GetNvLinkRemotePciInfo(link)
+				if ret != nvml.SUCCESS {
+					return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkRemotePciInfo(%d)", link), ret))
+				}
+				bus, err := normalizeBusID(remote)
+				if err != nil {
+					return g, fmt.Errorf("GPU %d link %d: %w", gpus[k].Index, link, err)
+				}
+				if peer, ok := byBus[bus]; ok && peer != k {
+					g.Links[k][peer]++
+				}
+			}
+		}
+	}
+	if err := g.Validate(); err != nil {
+		return g, fmt.Errorf("NVLink links reported by NVML disagree between GPUs: %w", err)
+	}
+	return g, nil
+}
+
+func discoverPCIe(handles []nvml.Device) ([][]PCIeLevel, error) {
+	out := make([][]PCIeLevel, len(handles))
+	for i := range handles {
+		out[i] = make([]PCIeLevel, len(handles))
+		for j := range handles {
+			if i == j {
+				out[i][j] = PCIeSame
+				continue
+			}
+			lvl, ret := handles[i].GetTopologyCommonAncestor(handles[j])
+			if ret == nvml.ERROR_NOT_SUPPORTED {
+				out[i][j] = PCIeSystem
+				continue
+			}
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("GPU %d: %w", i, nvmlErr(fmt.Sprintf("GetTopologyCommonAncestor(GPU %d)", j), ret))
+			}
+			out[i][j] = pcieLevel(lvl)
+		}
+	}
+	return out, nil
+}
+
+func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {
+	switch l {
+	case nvml.TOPOLOGY_INTERNAL:
+		return PCIeSame
+	case nvml.TOPOLOGY_SINGLE:
+		return PCIeSwitch
+	case nvml.TOPOLOGY_MULTIPLE:
+		return PCIeSwitches
+	case nvml.TOPOLOGY_HOSTBRIDGE:
+		return PCIeHostBridge
+	case nvml.TOPOLOGY_NODE:
+		return PCIeNUMANode
+	default:
+		return PCIeSystem
+	}
+}
+
+func brandName(b nvml.BrandType) string {
+	switch b {
+	case nvml.BRAND_TESLA:
+		return "Tesla"
+	case nvml.BRAND_QUADRO:
+		return "Quadro"
+	case nvml.BRAND_GEFORCE:
+		return "GeForce"
+	case nvml.BRAND_NVIDIA:
+		return "NVIDIA"
+	case nvml.BRAND_NVIDIA_RTX:
+		return "NVIDIA RTX"
+	case nvml.BRAND_TITAN:
+		return "Titan"
+	default:
+		return fmt.Sprintf("brand-%d", b)
+	}
+}
+
+func archName(a nvml.DeviceArchitecture) string {
+	switch a {
+	case nvml.DEVICE_ARCH_KEPLER:
+		return "Kepler"
+	case nvml.DEVICE_ARCH_MAXWELL:
+		return "Maxwell"
+	case nvml.DEVICE_ARCH_PASCAL:
+		return "Pascal"
+	case nvml.DEVICE_ARCH_VOLTA:
+		return "Volta"
+	case nvml.DEVICE_ARCH_TURING:
+		return "Turing"
+	case nvml.DEVICE_ARCH_AMPERE:
+		return "Ampere"
+	case nvml.DEVICE_ARCH_ADA:
+		return "Ada"
+	case nvml.DEVICE_ARCH_HOPPER:
+		return "Hopper"
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return "Blackwell"
+	default:
+		return "Unknown"
+	}
+}
+
+// NVMLError is a failed NVML call.
+type NVMLError struct {
+	Call   string
+	Return nvml.Return
+}
+
+func (e *NVMLError) Error() string {
+	return fmt.Sprintf("NVML %s: %s", e.Call, e.Return.Error())
+}
+
+func nvmlErr(call string, ret nvml.Return) error { return &NVMLError{Call: call, Return: ret} }
+
+// IsNVMLReturn reports whether err is an NVML failure with the given return code.
+func IsNVMLReturn(err error, ret nvml.Return) bool {
+	var e *NVMLError
+	return errors.As(err, &e) && e.Return == ret
+}

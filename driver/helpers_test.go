@@ -1,0 +1,196 @@
+package driver_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+)
+
+// simNode discovers a simulated node and renders the slices its plugin publishes.
+func simNode(t testing.TB, profile, nodeName string) (*driver.Inventory, []*resourceapi.ResourceSlice) {
+	t.Helper()
+	b, err := driver.OpenBackend("sim:"+profile, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := driver.Discover(b)
+	if err != nil {
+		t.Fatalf("discover %s: %v", profile, err)
+	}
+	pool, err := driver.Render(inv, driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv, pool.ResourceSlices(nodeName, 1)
+}
+
+// newState is a cluster with the shipped DeviceClasses and the given slices.
+func newState(t testing.TB, slices ...[]*resourceapi.ResourceSlice) *allocation.State {
+	t.Helper()
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []*resourceapi.ResourceSlice
+	for _, s := range slices {
+		all = append(all, s...)
+	}
+	return allocation.New(classes, all)
+}
+
+var claimSeq atomic.Int64
+
+// claim parses a ResourceClaim spec written as a user writes it and applies the API
+// server's defaults (allocation mode ExactCount, count 1), which do not run in-process.
+func claim(t testing.TB, specYAML string) *resourceapi.ResourceClaim {
+	t.Helper()
+	var spec resourceapi.ResourceClaimSpec
+	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
+		t.Fatalf("claim spec: %v\n%s", err, specYAML)
+	}
+	for k := range spec.Devices.Requests {
+		if ex := spec.Devices.Requests[k].Exactly; ex != nil {
+			if ex.AllocationMode == "" {
+				ex.AllocationMode = resourceapi.DeviceAllocationModeExactCount
+			}
+			if ex.AllocationMode == resourceapi.DeviceAllocationModeExactCount && ex.Count == 0 {
+				ex.Count = 1
+			}
+		}
+	}
+	n := claimSeq.Add(1)
+	c := &resourceapi.ResourceClaim{Spec: spec}
+	c.Name = fmt.Sprintf("claim-%d", n)
+	c.Namespace = "default"
+	c.UID = types.UID(fmt.Sprintf("uid-%d", n))
+	return c
+}
+
+// allocate allocates one claim on the node and commits it; it returns the sorted device
+// names, or nil when the claim does not fit.
+func allocate(t testing.TB, st *allocation.State, nodeName, specYAML string) []string {
+	t.Helper()
+	res, err := st.AllocateAndCommit(context.Background(), nodeName, claim(t, specYAML))
+	if errors.Is(err, allocation.ErrUnsatisfiable) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("allocate: %v", err)
+	}
+	return allocation.SortedDevices(res[0])
+}
+
+func mustAllocate(t testing.TB, st *allocation.State, nodeName, specYAML string) []string {
+	t.Helper()
+	got := allocate(t, st, nodeName, specYAML)
+	if got == nil {
+		t.Fatalf("claim did not fit on %s:\n%s", nodeName, specYAML)
+	}
+	return got
+}
+
+func mustNotFit(t testing.TB, st *allocation.State, nodeName, why, specYAML string) {
+	t.Helper()
+	if got := allocate(t, st, nodeName, specYAML); got != nil {
+		t.Fatalf("%s: claim was allocated %v, want unsatisfiable", why, got)
+	}
+}
+
+// Claims as users write them.
+const (
+	wholeGPU = `
+devices:
+  requests:
+  - name: gpu
+    exactly:
+      deviceClassName: gpu.gpudra.dev
+`
+	fourCliqueGPUs = `
+devices:
+  requests:
+  - name: gpus
+    exactly:
+      deviceClassName: gpu.gpudra.dev
+      count: 4
+  constraints:
+  - matchAttribute: gpu.gpudra.dev/nvlinkClique
+`
+	fourGPUGroup = `
+devices:
+  requests:
+  - name: tp
+    exactly:
+      deviceClassName: nvlink-group.gpudra.dev
+      selectors:
+      - cel:
+          expression: device.attributes["gpu.gpudra.dev"].gpuCount == 4
+`
+	doubleLinkPair = `
+devices:
+  requests:
+  - name: pair
+    exactly:
+      deviceClassName: nvlink-group.gpudra.dev
+      selectors:
+      - cel:
+          expression: >-
+            device.attributes["gpu.gpudra.dev"].gpuCount == 2 &&
+            device.attributes["gpu.gpudra.dev"].nvlinkMinLinks >= 2
+`
+)
+
+func gpuByIndex(i int) string {
+	return fmt.Sprintf(`
+devices:
+  requests:
+  - name: gpu
+    exactly:
+      deviceClassName: gpu.gpudra.dev
+      selectors:
+      - cel:
+          expression: device.attributes["gpu.gpudra.dev"].index == %d
+`, i)
+}
+
+func migOn(gpu int, profile string) string {
+	return fmt.Sprintf(`
+devices:
+  requests:
+  - name: mig
+    exactly:
+      deviceClassName: mig.gpudra.dev
+      selectors:
+      - cel:
+          expression: >-
+            device.attributes["gpu.gpudra.dev"].migProfile == %q &&
+            device.attributes["gpu.gpudra.dev"].parentIndex == %d
+`, profile, gpu)
+}
+
+func shareOn(gpu int, memory, compute string) string {
+	return fmt.Sprintf(`
+devices:
+  requests:
+  - name: share
+    exactly:
+      deviceClassName: gpu-share.gpudra.dev
+      selectors:
+      - cel:
+          expression: device.attributes["gpu.gpudra.dev"].index == %d
+      capacity:
+        requests:
+          memory: %s
+          compute: %q
+`, gpu, memory, compute)
+}

@@ -1,0 +1,96 @@
+package driver
+
+import (
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Inventory is everything gpudra knows about one node's GPUs. It is plain data:
+// discovery fills it from NVML, rendering turns it into ResourceSlices.
+type Inventory struct {
+	// Backend is where it came from ("nvml" or "sim:<profile>").
+	Backend string `json:"backend"`
+	// DriverVersion is the NVIDIA kernel driver version, e.g. "550.54.15".
+	DriverVersion string `json:"driverVersion"`
+	// CUDADriverVersion is the highest CUDA version the driver supports, e.g. "12.4".
+	CUDADriverVersion string `json:"cudaDriverVersion"`
+	GPUs              []GPU  `json:"gpus"`
+	// NVLink is the NVLink wiring between the GPUs, indexed like GPUs.
+	NVLink topology.NVLinkGraph `json:"nvlink"`
+	// PCIe[i][j] is the closest PCIe ancestor shared by GPUs i and j (nvidia-smi's PIX, PXB, PHB, NODE, SYS).
+	PCIe [][]PCIeLevel `json:"pcie"`
+}
+
+// GPU is one physical GPU.
+type GPU struct {
+	Index int    `json:"index"`
+	Minor int    `json:"minor"`
+	UUID  string `json:"uuid"`
+	// ProductName is NVML's name, e.g. "NVIDIA H100 80GB HBM3".
+	ProductName  string `json:"productName"`
+	Brand        string `json:"brand"`
+	Architecture string `json:"architecture"`
+	// CUDAComputeCapability is "major.minor", e.g. "9.0".
+	CUDAComputeCapability string `json:"cudaComputeCapability"`
+	MemoryBytes           uint64 `json:"memoryBytes"`
+	Multiprocessors       int    `json:"multiprocessors"`
+	// PCIBusID is the lower-case extended BDF, e.g. "0000:1a:00.0".
+	PCIBusID string `json:"pciBusID"`
+	// PCIeRoot is the PCIe root complex, e.g. "pci0000:17" ("" when unknown).
+	PCIeRoot string `json:"pcieRoot,omitempty"`
+	// NUMANode is the GPU's NUMA node, nil when it has no NUMA affinity.
+	NUMANode *int `json:"numaNode,omitempty"`
+	// MIG is set for MIG-capable GPUs.
+	MIG *MIGInfo `json:"mig,omitempty"`
+}
+
+// MIGInfo describes a MIG-capable GPU's partitioning options.
+type MIGInfo struct {
+	// Enabled is the GPU's current MIG mode.
+	Enabled bool `json:"enabled"`
+	// MemorySlices is the number of memory slices (8 on A100/H100); placements index them.
+	MemorySlices int          `json:"memorySlices"`
+	Profiles     []MIGProfile `json:"profiles"`
+}
+
+// MIGProfile is one GPU-instance profile with a full compute instance, e.g. 1g.10gb.
+type MIGProfile struct {
+	// Name is NVIDIA's canonical name, e.g. "1g.10gb" or "1g.10gb+me".
+	Name string `json:"name"`
+	// GIProfileID and CIProfileID are NVML's profile ids.
+	GIProfileID     int    `json:"giProfileID"`
+	CIProfileID     int    `json:"ciProfileID"`
+	ComputeSlices   int    `json:"computeSlices"`
+	MemoryBytes     uint64 `json:"memoryBytes"`
+	Multiprocessors int    `json:"multiprocessors"`
+	// Placements are where an instance of this profile can sit, in memory slices.
+	Placements []MIGPlacement `json:"placements"`
+}
+
+// MIGPlacement is a GPU instance position: memory slices [Start, Start+Size).
+type MIGPlacement struct {
+	Start int `json:"start"`
+	Size  int `json:"size"`
+}
+
+// PCIeLevel is how close two GPUs are on PCIe, in nvidia-smi topo -m terms.
+type PCIeLevel string
+
+// PCIe levels, closest first.
+const (
+	PCIeSame       PCIeLevel = "X"
+	PCIeSwitch     PCIeLevel = "PIX"  // one PCIe switch
+	PCIeSwitches   PCIeLevel = "PXB"  // several PCIe switches, no host bridge
+	PCIeHostBridge PCIeLevel = "PHB"  // same PCIe host bridge (root complex)
+	PCIeNUMANode   PCIeLevel = "NODE" // host bridges of one NUMA node
+	PCIeSystem     PCIeLevel = "SYS"  // across NUMA nodes (SMP interconnect)
+)
+
+// GPU returns the GPU with the given index, or nil.
+func (inv *Inventory) GPU(index int) *GPU {
+	for k := range inv.GPUs {
+		if inv.GPUs[k].Index == index {
+			return &inv.GPUs[k]
+		}
+	}
+	return nil
+}

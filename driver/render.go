@@ -1,0 +1,253 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Device types, the value of the "type" attribute.
+const (
+	TypeGPU         = "gpu"
+	TypeShare       = "share"
+	TypeMIG         = "mig"
+	TypeNVLinkGroup = "nvlink-group"
+)
+
+// MIGStrategy says which MIG devices a node publishes.
+type MIGStrategy string
+
+const (
+	// MIGDynamic publishes whole GPUs and every MIG profile × placement of MIG-capable
+	// GPUs; counters keep them exclusive and the plugin creates instances at prepare.
+	MIGDynamic MIGStrategy = "dynamic"
+	// MIGStatic publishes MIG devices only on GPUs whose MIG mode is enabled, and whole,
+	// shared and grouped use only on GPUs whose MIG mode is disabled.
+	MIGStatic MIGStrategy = "static"
+	// MIGNone publishes no MIG devices.
+	MIGNone MIGStrategy = "none"
+)
+
+// MIGStrategies lists the accepted MIGStrategy values.
+var MIGStrategies = []MIGStrategy{MIGDynamic, MIGStatic, MIGNone}
+
+// RenderOptions controls what a node publishes. The zero value is the default.
+type RenderOptions struct {
+	// MIG is the MIG strategy; "" means MIGDynamic.
+	MIG MIGStrategy
+	// NoShares stops publishing a shareable device per GPU.
+	NoShares bool
+	// NoGroups stops publishing NVLink group devices.
+	NoGroups bool
+}
+
+// Validate checks the options, naming the accepted values.
+func (o RenderOptions) Validate() error {
+	switch o.MIG {
+	case "", MIGDynamic, MIGStatic, MIGNone:
+		return nil
+	}
+	return fmt.Errorf("mig strategy %q: accepted values are %s, %s, %s", o.MIG, MIGDynamic, MIGStatic, MIGNone)
+}
+
+// Share request policy: memory in MiB steps from 256 MiB, compute in whole percent.
+// A share that asks for no compute gets no SM cap and reserves none (time-sliced).
+var (
+	ShareMemoryMin     = resource.MustParse("256Mi")
+	ShareMemoryStep    = resource.MustParse("1Mi")
+	ShareMemoryDefault = resource.MustParse("1Gi")
+	ShareComputeMax    = resource.MustParse("100")
+	ShareComputeMin    = resource.MustParse("0")
+	ShareComputeStep   = resource.MustParse("1")
+)
+
+// maxDevicesPerSlice is the API limit for slices whose devices consume counters.
+const maxDevicesPerSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
+
+// Pool is what one node publishes: slices of devices plus slices of shared counters.
+type Pool struct {
+	Slices []resourceslice.Slice
+}
+
+// Render turns an inventory into the node's pool. Each GPU has counters (one per MIG
+// memory slice, or one for a non-MIG GPU) that every device using the GPU consumes —
+// whole GPU, share (taken once for all its shares), MIG placement (its slices), NVLink
+// group (all of each member's) — so the scheduler never hands out one GPU twice.
+func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.MIG == "" {
+		opts.MIG = MIGDynamic
+	}
+	counters := planCounters(inv, opts)
+	var whole, groups, shares, migs []resourceapi.Device
+	usable := map[int]bool{} // GPUs whose non-MIG use is published
+	for k := range inv.GPUs {
+		g := &inv.GPUs[k]
+		migMode := g.MIG != nil && g.MIG.Enabled
+		if opts.MIG != MIGStatic || !migMode {
+			usable[g.Index] = true
+			whole = append(whole, gpuDevice(inv, g, counters))
+			if !opts.NoShares {
+				shares = append(shares, shareDevice(inv, g, counters))
+			}
+		}
+		if g.MIG != nil && (opts.MIG == MIGDynamic || (opts.MIG == MIGStatic && migMode)) {
+			migs = append(migs, migDevices(inv, g, counters)...)
+		}
+	}
+	if !opts.NoGroups {
+		for _, gr := range inv.NVLink.Groups() {
+			if d, ok := groupDevice(inv, gr, counters, usable); ok {
+				groups = append(groups, d)
+			}
+		}
+	}
+	pool := &Pool{}
+	for _, sets := range chunk(counters.sets, resourceapi.ResourceSliceMaxCounterSets) {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: sets})
+	}
+	all := append(append(append(whole, groups...), shares...), migs...)
+	for _, devs := range chunk(all, maxDevicesPerSlice) {
+		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs})
+	}
+	return pool, nil
+}
+
+// DriverResources wraps the pool for the kubelet plugin library (one pool per node,
+// named after the node).
+func (p *Pool) DriverResources(nodeName string) resourceslice.DriverResources {
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{nodeName: {Slices: p.Slices}}}
+}
+
+// ResourceSlices renders the pool as the ResourceSlice objects the plugin publishes,
+// named the way inspection shows them (the API server's names carry a random suffix).
+func (p *Pool) ResourceSlices(nodeName string, generation int64) []*resourceapi.ResourceSlice {
+	out := make([]*resourceapi.ResourceSlice, 0, len(p.Slices))
+	for k, s := range p.Slices {
+		spec := resourceapi.ResourceSliceSpec{
+			Driver: DriverName,
+			Pool: resourceapi.ResourcePool{
+				Name:               nodeName,
+				Generation:         generation,
+				ResourceSliceCount: int64(len(p.Slices)),
+			},
+			NodeName:       ptr.To(nodeName),
+			SharedCounters: s.SharedCounters,
+			Devices:        s.Devices,
+		}
+		out = append(out, &resourceapi.ResourceSlice{
+			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", nodeName, strings.ReplaceAll(DriverName, ".", "-"), k)},
+			Spec:       spec,
+		})
+	}
+	return out
+}
+
+func chunk[T any](items []T, n int) [][]T {
+	var out [][]T
+	for len(items) > 0 {
+		k := min(n, len(items))
+		out = append(out, items[:k])
+		items = items[k:]
+	}
+	return out
+}
+
+// counterPlan places each GPU's counters in a counter set.
+type counterPlan struct {
+	sets  []resourceapi.CounterSet
+	setOf map[int]string   // GPU index → counter set name
+	names map[int][]string // GPU index → its counter names
+}
+
+// planCounters gives every GPU one counter per MIG memory slice (one counter for a GPU
+// that publishes no MIG devices) and packs consecutive GPUs into sets of at most 32
+// counters, so an NVLink group of up to 8 MIG-capable GPUs spans at most two sets.
+func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
+	plan := counterPlan{setOf: map[int]string{}, names: map[int][]string{}}
+	per := 1
+	for _, g := range inv.GPUs {
+		if g.MIG != nil && opts.MIG != MIGNone {
+			per = max(per, g.MIG.MemorySlices)
+		}
+	}
+	perSet := max(1, resourceapi.ResourceSliceMaxCountersPerCounterSet/per)
+	for start := 0; start < len(inv.GPUs); start += perSet {
+		members := inv.GPUs[start:min(start+perSet, len(inv.GPUs))]
+		set := resourceapi.CounterSet{
+			Name:     fmt.Sprintf("gpus-%d-%d", members[0].Index, members[len(members)-1].Index),
+			Counters: map[string]resourceapi.Counter{},
+		}
+		for _, g := range members {
+			var names []string
+			if g.MIG != nil && opts.MIG != MIGNone {
+				for s := range g.MIG.MemorySlices {
+					names = append(names, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
+				}
+			} else {
+				names = []string{fmt.Sprintf("gpu%d", g.Index)}
+			}
+			for _, n := range names {
+				set.Counters[n] = resourceapi.Counter{Value: resource.MustParse("1")}
+			}
+			plan.names[g.Index] = names
+			plan.setOf[g.Index] = set.Name
+		}
+		plan.sets = append(plan.sets, set)
+	}
+	return plan
+}
+
+// consume builds consumesCounters entries taking the named counters of the given GPUs.
+// ok is false when they span more counter sets than a device may consume from.
+func (p counterPlan) consume(take map[int][]string) ([]resourceapi.DeviceCounterConsumption, bool) {
+	bySet := map[string]map[string]resourceapi.Counter{}
+	var order []string
+	for _, set := range p.sets { // deterministic order
+		for gpu, names := range take {
+			if p.setOf[gpu] != set.Name {
+				continue
+			}
+			if bySet[set.Name] == nil {
+				bySet[set.Name] = map[string]resourceapi.Counter{}
+				order = append(order, set.Name)
+			}
+			for _, n := range names {
+				bySet[set.Name][n] = resourceapi.Counter{Value: resource.MustParse("1")}
+			}
+		}
+	}
+	if len(order) > resourceapi.ResourceSliceMaxDeviceCounterConsumptionsPerDevice {
+		return nil, false
+	}
+	out := make([]resourceapi.DeviceCounterConsumption, 0, len(order))
+	for _, s := range order {
+		out = append(out, resourceapi.DeviceCounterConsumption{CounterSet: s, Counters: bySet[s]})
+	}
+	return out, true
+}
+
+func (p counterPlan) wholeGPU(index int) []resourceapi.DeviceCounterConsumption {
+	c, _ := p.consume(map[int][]string{index: p.names[index]})
+	return c
+}
+
+// GPUDeviceName, ShareDeviceName, MIGDeviceName and GroupDeviceName are the published
+// device names (DNS labels).
+func GPUDeviceName(index int) string   { return fmt.Sprintf("gpu-%d", index) }
+func ShareDeviceName(index int) string { return fmt.Sprintf("gpu-%d-share", index) }
+func MIGDeviceName(index int, profile string, start int) string {
+	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
+	return fmt.Sprintf("gpu-%d-mig-%s-%d", index, p, start)
+}
+func GroupDeviceName(members []int) string { return "nvlink-" + topology.JoinIndices(members, "-") }

@@ -1,0 +1,127 @@
+package driver
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTopology prints the GPU topology matrix the way `nvidia-smi topo -m` does:
+// NV<n> for n NVLinks (direct or through NVSwitch), else the closest PCIe level,
+// followed by each GPU's NUMA node and PCIe root.
+func WriteTopology(w io.Writer, inv *Inventory) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := []string{""}
+	for _, g := range inv.GPUs {
+		header = append(header, fmt.Sprintf("GPU%d", g.Index))
+	}
+	header = append(header, "NUMA", "PCIe root")
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for i, g := range inv.GPUs {
+		row := []string{fmt.Sprintf("GPU%d", g.Index)}
+		for j := range inv.GPUs {
+			switch {
+			case i == j:
+				row = append(row, "X")
+			case inv.NVLink.PairLinks(i, j) > 0:
+				row = append(row, fmt.Sprintf("NV%d", inv.NVLink.PairLinks(i, j)))
+			case inv.PCIe != nil:
+				row = append(row, string(inv.PCIe[i][j]))
+			default:
+				row = append(row, "SYS")
+			}
+		}
+		numa := "N/A"
+		if g.NUMANode != nil {
+			numa = strconv.Itoa(*g.NUMANode)
+		}
+		row = append(row, numa, orNA(g.PCIeRoot))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nLegend: X = self, NV# = # NVLinks (%s fabric), PIX = one PCIe switch, PXB = several PCIe switches,\n        PHB = PCIe host bridge, NODE = within a NUMA node, SYS = across NUMA nodes\n", inv.NVLink.Fabric())
+	return err
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "N/A"
+	}
+	return s
+}
+
+// WriteInventory prints the GPUs, their MIG options and what the node publishes.
+func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
+	fmt.Fprintf(w, "Backend %s, driver %s, CUDA %s\n\n", inv.Backend, inv.DriverVersion, inv.CUDADriverVersion)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tPRODUCT\tARCH\tCC\tMEMORY\tSMs\tBUS ID\tMIG\tUUID")
+	for _, g := range inv.GPUs {
+		mig := "-"
+		if g.MIG != nil {
+			mig = "capable"
+			if g.MIG.Enabled {
+				mig = "enabled"
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%dMiB\t%d\t%s\t%s\t%s\n", g.Index, g.ProductName, g.Architecture, g.CUDAComputeCapability,
+			g.MemoryBytes>>20, g.Multiprocessors, g.PCIBusID, mig, g.UUID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if g := firstMIG(inv); g != nil {
+		fmt.Fprintf(w, "\nMIG profiles (GPU %d, %d memory slices):\n", g.Index, g.MIG.MemorySlices)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  PROFILE\tMEMORY\tSMs\tPLACEMENTS (start:size)")
+		for _, p := range g.MIG.Profiles {
+			var pl []string
+			for _, x := range p.Placements {
+				pl = append(pl, fmt.Sprintf("%d:%d", x.Start, x.Size))
+			}
+			fmt.Fprintf(tw, "  %s\t%dMiB\t%d\t%s\n", p.Name, p.MemoryBytes>>20, p.Multiprocessors, strings.Join(pl, " "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if groups := inv.NVLink.Groups(); len(groups) > 0 {
+		fmt.Fprintf(w, "\nNVLink groups (%s):", inv.NVLink.Fabric())
+		for _, gr := range groups {
+			fmt.Fprintf(w, " {%s}x%d", strings.Join(strings.Split(gr.Name(), "-"), ","), gr.MinLinks)
+		}
+		fmt.Fprintln(w)
+	}
+	counts := map[string]int{}
+	devices, counterSets := 0, 0
+	for _, s := range pool.Slices {
+		counterSets += len(s.SharedCounters)
+		for _, d := range s.Devices {
+			devices++
+			if a, ok := d.Attributes[AttrType]; ok && a.StringValue != nil {
+				counts[*a.StringValue]++
+			}
+		}
+	}
+	kinds := make([]string, 0, len(counts))
+	for k, n := range counts {
+		kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+	}
+	sort.Strings(kinds)
+	_, err := fmt.Fprintf(w, "\nPublishes %d devices (%s) in %d ResourceSlices; %d counter set(s) keep them exclusive.\n",
+		devices, strings.Join(kinds, ", "), len(pool.Slices), counterSets)
+	return err
+}
+
+func firstMIG(inv *Inventory) *GPU {
+	for k := range inv.GPUs {
+		if inv.GPUs[k].MIG != nil {
+			return &inv.GPUs[k]
+		}
+	}
+	return nil
+}
