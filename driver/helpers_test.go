@@ -16,8 +16,8 @@ import (
 	"github.com/gpudra/gpudra/driver/allocation"
 )
 
-// simNode discovers a simulated node and renders the slices its plugin publishes.
-func simNode(t testing.TB, profile, nodeName string) (*driver.Inventory, []*resourceapi.ResourceSlice) {
+// simInventory discovers a simulated node.
+func simInventory(t testing.TB, profile, nodeName string) *driver.Inventory {
 	t.Helper()
 	b, err := driver.OpenBackend("sim:"+profile, nodeName)
 	if err != nil {
@@ -28,11 +28,27 @@ func simNode(t testing.TB, profile, nodeName string) (*driver.Inventory, []*reso
 	if err != nil {
 		t.Fatalf("discover %s: %v", profile, err)
 	}
-	pool, err := driver.Render(inv, driver.RenderOptions{})
+	return inv
+}
+
+// render renders an inventory's slices for a node.
+func render(t testing.TB, inv *driver.Inventory, nodeName string, opts driver.RenderOptions) []*resourceapi.ResourceSlice {
+	t.Helper()
+	pool, err := driver.Render(inv, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return inv, pool.ResourceSlices(nodeName, 1)
+	return pool.ResourceSlices(nodeName, 1)
+}
+
+// simNode discovers a simulated node and renders the slices its plugin publishes with
+// dynamic MIG.
+func simNode(t testing.TB, profile, nodeName string) (*driver.Inventory, []*resourceapi.ResourceSlice) {
+	t.Helper()
+	inv := simInventory(t, profile, nodeName)
+	// Dynamic MIG publishes every kind of device at once, so one node can prove that
+	// whole, shared, MIG and grouped use of a GPU exclude each other.
+	return inv, render(t, inv, nodeName, driver.RenderOptions{MIG: driver.MIGDynamic})
 }
 
 // newState is a cluster with the shipped DeviceClasses and the given slices.

@@ -25,22 +25,24 @@ const (
 type MIGStrategy string
 
 const (
-	// MIGDynamic publishes whole GPUs and every MIG profile × placement of MIG-capable
-	// GPUs; counters keep them exclusive and the plugin creates instances at prepare.
-	MIGDynamic MIGStrategy = "dynamic"
-	// MIGStatic publishes MIG devices only on GPUs whose MIG mode is enabled, and whole,
-	// shared and grouped use only on GPUs whose MIG mode is disabled.
+	// MIGStatic (the default) follows each GPU's MIG mode as the operator set it: MIG
+	// devices on GPUs whose MIG mode is enabled, whole, shared and grouped use on the others.
 	MIGStatic MIGStrategy = "static"
+	// MIGDynamic publishes whole GPUs and every MIG profile × placement of MIG-capable
+	// GPUs; counters keep them exclusive and the plugin switches MIG mode and creates
+	// instances at prepare. It multiplies the devices a node publishes (8 × H100: 247
+	// instead of 23), which every scheduling decision on that node pays for.
+	MIGDynamic MIGStrategy = "dynamic"
 	// MIGNone publishes no MIG devices.
 	MIGNone MIGStrategy = "none"
 )
 
 // MIGStrategies lists the accepted MIGStrategy values.
-var MIGStrategies = []MIGStrategy{MIGDynamic, MIGStatic, MIGNone}
+var MIGStrategies = []MIGStrategy{MIGStatic, MIGDynamic, MIGNone}
 
 // RenderOptions controls what a node publishes. The zero value is the default.
 type RenderOptions struct {
-	// MIG is the MIG strategy; "" means MIGDynamic.
+	// MIG is the MIG strategy; "" means MIGStatic.
 	MIG MIGStrategy
 	// NoShares stops publishing a shareable device per GPU.
 	NoShares bool
@@ -54,7 +56,7 @@ func (o RenderOptions) Validate() error {
 	case "", MIGDynamic, MIGStatic, MIGNone:
 		return nil
 	}
-	return fmt.Errorf("mig strategy %q: accepted values are %s, %s, %s", o.MIG, MIGDynamic, MIGStatic, MIGNone)
+	return fmt.Errorf("mig strategy %q: accepted values are %s, %s, %s", o.MIG, MIGStatic, MIGDynamic, MIGNone)
 }
 
 // Share request policy: memory in MiB steps from 256 MiB, compute in whole percent.
@@ -85,7 +87,7 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 		return nil, err
 	}
 	if opts.MIG == "" {
-		opts.MIG = MIGDynamic
+		opts.MIG = MIGStatic
 	}
 	counters := planCounters(inv, opts)
 	var whole, groups, shares, migs []resourceapi.Device
@@ -115,7 +117,9 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 	for _, sets := range chunk(counters.sets, resourceapi.ResourceSliceMaxCounterSets) {
 		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: sets})
 	}
-	all := append(append(append(whole, groups...), shares...), migs...)
+	// Order matters for scheduling cost: the allocator walks devices in order and takes
+	// the first that fits, so the most common requests find their devices first.
+	all := append(append(append(whole, shares...), groups...), migs...)
 	for _, devs := range chunk(all, maxDevicesPerSlice) {
 		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: devs})
 	}

@@ -114,11 +114,7 @@ func TestSlicesStayWithinAPILimits(t *testing.T) {
 			big.NVLink.Links[k] = make([]int, 16)
 			big.NVLink.SwitchLinks[k] = 18
 		}
-		pool, err := driver.Render(&big, driver.RenderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rs := pool.ResourceSlices("big", 1)
+		rs := render(t, &big, "big", driver.RenderOptions{MIG: driver.MIGDynamic})
 		checkLimits(t, rs)
 		st := newState(t, rs)
 		if got := mustAllocate(t, st, "big", `
@@ -174,7 +170,6 @@ func TestMIGStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv.GPUs[0].MIG.Enabled = true // an operator enabled MIG mode on GPU 0 only
 	count := func(opts driver.RenderOptions) map[string]int {
 		pool, err := driver.Render(inv, opts)
 		if err != nil {
@@ -188,6 +183,10 @@ func TestMIGStrategies(t *testing.T) {
 		}
 		return out
 	}
+	if c := count(driver.RenderOptions{}); c[driver.TypeGPU] != 8 || c[driver.TypeShare] != 8 || c[driver.TypeMIG] != 0 || c[driver.TypeNVLinkGroup] != 7 {
+		t.Errorf("default with MIG mode off everywhere: %v (want 8 whole GPUs, 8 shares, 7 groups, no MIG)", c)
+	}
+	inv.GPUs[0].MIG.Enabled = true // an operator enabled MIG mode on GPU 0 only
 	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[driver.TypeGPU] != 7 || c[driver.TypeMIG] != 28 || c[driver.TypeNVLinkGroup] != 4 {
 		t.Errorf("static: %v (want 7 whole GPUs, GPU 0's 28 MIG devices, groups without GPU 0)", c)
 	}

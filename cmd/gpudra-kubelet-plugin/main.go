@@ -47,7 +47,7 @@ func newCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
 	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
-	fs.StringVar(&f.mig, "mig", string(driver.MIGDynamic), "MIG strategy: dynamic, static or none")
+	fs.StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, driver.DriverName), "directory for the plugin's DRA socket")
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")

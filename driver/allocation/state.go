@@ -63,10 +63,26 @@ func (s *State) Slices() []*resourceapi.ResourceSlice { return s.slices }
 // kube-scheduler would. It returns one result per claim, or ErrUnsatisfiable. Nothing is
 // recorded: call Commit to mark the devices as used.
 func (s *State) Allocate(ctx context.Context, nodeName string, claims ...*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
+	alloc, err := s.Allocator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return AllocateOn(ctx, alloc, nodeName, claims...)
+}
+
+// Allocator returns the real allocator over the current state, the way kube-scheduler
+// builds one per pod in PreFilter and then asks it once per candidate node in Filter.
+// It sees later Commits only if built after them.
+func (s *State) Allocator(ctx context.Context) (structured.Allocator, error) {
 	alloc, err := structured.NewAllocator(ctx, Features, s.allocated, s.classes, s.slices, s.celCache)
 	if err != nil {
 		return nil, fmt.Errorf("creating allocator: %w", err)
 	}
+	return alloc, nil
+}
+
+// AllocateOn asks an allocator to place the claims on one node; see State.Allocate.
+func AllocateOn(ctx context.Context, alloc structured.Allocator, nodeName string, claims ...*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}}}
 	results, err := alloc.Allocate(ctx, node, claims)
 	if err != nil {

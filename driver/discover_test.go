@@ -1,0 +1,55 @@
+package driver_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpudra/gpudra/driver"
+)
+
+func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
+	// Simulated nodes are go-nvml mock servers: override single calls to make them fail.
+	cases := []struct {
+		name string
+		set  func(s *server.Server, gpu0 *server.Device)
+		want []string
+	}{
+		{"no devices can be counted", func(s *server.Server, _ *server.Device) {
+			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		}, []string{"DeviceGetCount", "ERROR_UNKNOWN"}},
+		{"GPU memory cannot be read", func(_ *server.Server, d *server.Device) {
+			d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+		}, []string{"GPU 0", "GetMemoryInfo", "ERROR_GPU_IS_LOST"}},
+		{"an NVLink cannot be read", func(_ *server.Server, d *server.Device) {
+			d.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		}, []string{"GPU 0", "GetNvLinkState(0)"}},
+		{"a bus id is malformed", func(_ *server.Server, d *server.Device) {
+			d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
+		}, []string{"GPU 0", "bus id", "domain:bus:device.function"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := driver.OpenBackend("sim:dgx-v100", "n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, ok := b.NVML.(*server.Server)
+			if !ok {
+				t.Fatalf("simulated NVML is a %T, want go-nvml's mock server", b.NVML)
+			}
+			tc.set(srv, srv.Devices[0].(*server.Device))
+			_, err = driver.Discover(b)
+			if err == nil {
+				t.Fatal("discovery succeeded on a failing NVML")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
