@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/nvmlsim"
 )
 
 // nodeFlags are the flags every command that discovers a node shares with the plugin.
@@ -19,7 +21,7 @@ type nodeFlags struct {
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), "sim:<profile>" (built-in: dgx-a100, dgx-h100, dgx-v100, l40s-pcie) or "sim:<profile.yaml>"`)
+	cmd.Flags().StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), "sim:<profile>" (built-in: `+strings.Join(nvmlsim.BuiltinNames(), ", ")+`) or "sim:<profile.yaml>"`)
 	cmd.Flags().StringVar(&f.nodeName, "node-name", defaultNodeName(), "node (and pool) name the slices are published for")
 	cmd.Flags().StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
 }
