@@ -9,7 +9,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
@@ -67,23 +66,13 @@ func newState(t testing.TB, slices ...[]*resourceapi.ResourceSlice) *allocation.
 
 var claimSeq atomic.Int64
 
-// claim parses a ResourceClaim spec written as a user writes it and applies the API
-// server's defaults (allocation mode ExactCount, count 1), which do not run in-process.
+// claim parses a ResourceClaim spec written as a user writes it, with the API server's
+// defaults applied.
 func claim(t testing.TB, specYAML string) *resourceapi.ResourceClaim {
 	t.Helper()
-	var spec resourceapi.ResourceClaimSpec
-	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
-		t.Fatalf("claim spec: %v\n%s", err, specYAML)
-	}
-	for k := range spec.Devices.Requests {
-		if ex := spec.Devices.Requests[k].Exactly; ex != nil {
-			if ex.AllocationMode == "" {
-				ex.AllocationMode = resourceapi.DeviceAllocationModeExactCount
-			}
-			if ex.AllocationMode == resourceapi.DeviceAllocationModeExactCount && ex.Count == 0 {
-				ex.Count = 1
-			}
-		}
+	spec, err := allocation.ParseClaimSpec([]byte(specYAML))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, specYAML)
 	}
 	n := claimSeq.Add(1)
 	c := &resourceapi.ResourceClaim{Spec: spec}

@@ -166,3 +166,15 @@ func (c classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	}
 	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
 }
+
+// Clone returns an independent copy: allocating on it leaves s unchanged. Slices and
+// classes are shared (they are read-only).
+func (s *State) Clone() *State {
+	c := *s
+	c.allocated = structured.AllocatedState{
+		AllocatedDevices:         s.allocated.AllocatedDevices.Clone(),
+		AllocatedSharedDeviceIDs: s.allocated.AllocatedSharedDeviceIDs.Clone(),
+		AggregatedCapacity:       s.allocated.AggregatedCapacity.Clone(),
+	}
+	return &c
+}

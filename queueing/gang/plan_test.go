@@ -1,0 +1,178 @@
+package gang_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/queueing/gang"
+	"github.com/gpudra/gpudra/topology"
+)
+
+// cluster is one block of racks, each with nodes of 4 fully NVLinked H100s.
+func cluster(t *testing.T, racks, nodesPerRack int) (*allocation.State, *topology.Network) {
+	t.Helper()
+	var slices []*resourceapi.ResourceSlice
+	labels := map[string]map[string]string{}
+	for r := range racks {
+		for n := range nodesPerRack {
+			name := fmt.Sprintf("r%d-n%d", r+1, n+1)
+			b, err := driver.OpenBackend("sim:hgx-h100-4gpu", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := driver.Discover(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := driver.Render(inv, driver.RenderOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices = append(slices, pool.ResourceSlices(name, 1)...)
+			labels[name] = map[string]string{topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r+1)}
+		}
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := topology.NetworkFromLabels(labels, topology.DefaultLabelKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allocation.New(classes, slices), net
+}
+
+func spec(t *testing.T, y string) resourceapi.ResourceClaimSpec {
+	t.Helper()
+	s, err := allocation.ParseClaimSpec([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// tensorParallel4 is one pod's claim: four GPUs that are all pairwise NVLinked.
+const tensorParallel4 = `
+devices:
+  requests:
+  - name: tp
+    exactly: {deviceClassName: gpu.gpudra.dev, count: 4}
+  constraints:
+  - matchAttribute: gpu.gpudra.dev/nvlinkClique
+`
+
+func pipeline(t *testing.T, name string) gang.PodSet {
+	return gang.PodSet{Name: name, Count: 4, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)}, Required: topology.LevelRack}
+}
+
+func checkJob(t *testing.T, p *gang.Placement, net *topology.Network, sets ...string) {
+	t.Helper()
+	used := map[string]bool{}
+	for _, s := range sets {
+		racks := map[string]bool{}
+		for i, node := range p.Nodes[s] {
+			if used[node] {
+				t.Errorf("%s pod %d shares node %s with another tensor-parallel group", s, i, node)
+			}
+			used[node] = true
+			racks[net.DomainOf(node, topology.LevelRack)] = true
+			if got := len(p.Allocations[s][i][0].Devices.Results); got != 4 {
+				t.Errorf("%s pod %d got %d GPUs", s, i, got)
+			}
+		}
+		if len(racks) != 1 {
+			t.Errorf("pipeline %s spans racks %v", s, racks)
+		}
+	}
+}
+
+func TestThreeDParallelJob(t *testing.T) {
+	ctx := context.Background()
+	t.Run("two pipelines of four 4-GPU stages land one per rack", func(t *testing.T) {
+		st, net := cluster(t, 2, 4)
+		p, after, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkJob(t, p, net, "dp0", "dp1")
+		if p.Domains["dp0"] == p.Domains["dp1"] {
+			t.Errorf("both pipelines in %s", p.Domains["dp0"])
+		}
+		// The plan holds all 32 GPUs: a second job does not fit, but did before on st.
+		if _, _, err := gang.Plan(ctx, after, net, []gang.PodSet{pipeline(t, "again")}); !gang.IsUnplaceable(err) {
+			t.Errorf("second pipeline after the job: err = %v, want unplaceable", err)
+		}
+		if _, _, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "again")}); err != nil {
+			t.Errorf("planning modified the input state: %v", err)
+		}
+	})
+	t.Run("one pod set sliced into pipelines per rack", func(t *testing.T) {
+		st, net := cluster(t, 2, 4)
+		set := gang.PodSet{Name: "workers", Count: 8, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)},
+			Required: topology.LevelBlock, SliceSize: 4, SliceRequired: topology.LevelRack}
+		p, _, err := gang.Plan(ctx, st, net, []gang.PodSet{set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for slice := range 2 {
+			racks := map[string]bool{}
+			for _, n := range p.Nodes["workers"][slice*4 : slice*4+4] {
+				racks[net.DomainOf(n, topology.LevelRack)] = true
+			}
+			if len(racks) != 1 {
+				t.Errorf("pipeline %d spans racks %v", slice, racks)
+			}
+		}
+	})
+	t.Run("a busy GPU in one rack leaves the job unplaceable, and says why", func(t *testing.T) {
+		st, net := cluster(t, 2, 4)
+		if _, err := st.AllocateAndCommit(ctx, "r2-n3", claimOf(t, `
+devices:
+  requests:
+  - name: gpu
+    exactly: {deviceClassName: gpu.gpudra.dev}
+`)); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
+		if !gang.IsUnplaceable(err) {
+			t.Fatalf("err = %v, want unplaceable", err)
+		}
+		for _, want := range []string{"podSet dp1", "any single rack", "b1/r2 fits 3 of 4"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("reason %q does not say %q", err, want)
+			}
+		}
+	})
+	t.Run("more GPUs per pod than any node has", func(t *testing.T) {
+		st, net := cluster(t, 1, 2)
+		big := strings.Replace(tensorParallel4, "count: 4", "count: 8", 1)
+		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{{Name: "big", Count: 1, Claims: []resourceapi.ResourceClaimSpec{spec(t, big)}}})
+		if !gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "the cluster fits 0 of 1") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("an unknown topology level is bad input, not a retry", func(t *testing.T) {
+		st, net := cluster(t, 1, 1)
+		set := pipeline(t, "dp0")
+		set.Required = "tor-switch"
+		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{set})
+		if err == nil || gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "accepted values are block, rack, hostname") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func claimOf(t *testing.T, y string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{Spec: spec(t, y)}
+	c.Name, c.Namespace, c.UID = "busy", "default", "busy"
+	return c
+}

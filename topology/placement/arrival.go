@@ -1,0 +1,94 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Protocol constants of the FGD paper's evaluation.
+const (
+	// InflationPercent is the arrived demand to reach, in percent of GPU capacity.
+	InflationPercent = 130
+	// clientDraws are Float64 draws the reference's client machinery consumes
+	// between tuning and the node permutation.
+	clientDraws = 10
+)
+
+// Seeds are the paper's seeds.
+var Seeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
+
+// Workload is one seed's experiment: the arrival order and the nodes' tie-break ranks.
+type Workload struct {
+	Seed     int64
+	Arrivals []Pod
+	// Ranks[k] is the tie-break rank of the k-th node of the node list.
+	Ranks []int
+	// Rand is the seed's random stream after the protocol's draws; the Random policy
+	// continues it.
+	Rand *rand.Rand
+}
+
+// NewWorkload draws a seed's arrival order and ranks exactly as the paper's simulator
+// does (math/rand v1): one Int; a shuffle of the pods sorted by name; inflation to
+// 130 % of GPU capacity (copies drawn from the sorted list) or deflation (removals from
+// the shuffled list); ten Float64; then Perm over the nodes.
+func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) Workload {
+	r := rand.New(rand.NewSource(seed))
+	r.Int()
+	sorted := append([]Pod(nil), pods...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	arrivals := append([]Pod(nil), sorted...)
+	r.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
+
+	var capacity, s int64
+	for _, n := range nodes {
+		capacity += int64(n.GPUs) * MilliPerGPU
+	}
+	for k := range pods {
+		s += pods[k].Demand()
+	}
+	target := capacity * InflationPercent / 100
+	switch {
+	case s < target:
+		for i := 0; ; i++ {
+			c := sorted[r.Intn(len(sorted))]
+			if s+c.GPUMilli > target {
+				break
+			}
+			s += c.Demand()
+			c.Name = c.Name + "-tuned-" + strconv.Itoa(i)
+			arrivals = append(arrivals, c)
+		}
+	case s > target:
+		for s > target {
+			k := r.Intn(len(arrivals))
+			s -= arrivals[k].Demand()
+			arrivals = append(arrivals[:k], arrivals[k+1:]...)
+		}
+	}
+	for range clientDraws {
+		r.Float64()
+	}
+	perm := r.Perm(len(nodes))
+	ranks := make([]int, len(nodes))
+	for k, n := range nodes {
+		idx, err := nodeNumber(n.Name)
+		if err != nil || idx >= len(perm) {
+			idx = k
+		}
+		ranks[k] = perm[idx]
+	}
+	return Workload{Seed: seed, Arrivals: arrivals, Ranks: ranks, Rand: r}
+}
+
+// nodeNumber is XXXX in openb-node-XXXX.
+func nodeNumber(name string) (int, error) {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 {
+		return 0, fmt.Errorf("node %q has no number", name)
+	}
+	return strconv.Atoi(name[i+1:])
+}
