@@ -5,7 +5,7 @@ export CGO_ENABLED := 1
 # go-nvml's C bindings use deprecated NVML declarations; keep builds readable.
 export CGO_CFLAGS := -Wno-deprecated-declarations
 
-BINARIES := gpudra gpudra-kubelet-plugin
+BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller
 PKGS := ./...
 
 .PHONY: all build test unit e2e lint bench demo lab-up lab-down lab-status toolchain clean

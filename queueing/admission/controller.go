@@ -1,0 +1,288 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/queueing/gang"
+	"github.com/gpudra/gpudra/topology"
+)
+
+// ControllerName is the AdmissionCheck spec.controllerName gpudra answers for.
+const ControllerName = "gpudra.dev/topology"
+
+// RetryAfter is how long Kueue waits before trying a gang that did not fit again.
+const RetryAfter = 15 * time.Second
+
+// reservationTTL bounds how long a placed gang's devices are held in the controller's
+// view while its pods are not yet running (after that, the live claims speak).
+const reservationTTL = 5 * time.Minute
+
+// Reconciler answers gpudra.dev/topology admission checks.
+type Reconciler struct {
+	Client client.Client
+	// Labels says which node labels hold the network location.
+	Labels topology.LabelKeys
+	// Now is the clock (tests may replace it).
+	Now func() time.Time
+
+	mu sync.Mutex
+	// reserved holds allocations of gangs this controller admitted whose pods have not
+	// yet all started, so that two gangs are never placed on the same free devices.
+	reserved map[types.UID]reservation
+}
+
+type reservation struct {
+	results []resourceapi.AllocationResult
+	expires time.Time
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return ctrl.NewControllerManagedBy(mgr).For(&kueue.Workload{}).Named("gpudra-topology").Complete(r)
+}
+
+// Reconcile decides one Workload's gpudra.dev/topology check.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	var wl kueue.Workload
+	if err := r.Client.Get(ctx, req.NamespacedName, &wl); err != nil {
+		// A deleted workload's reservation lapses after reservationTTL.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.done(&wl) {
+		r.release(wl.UID)
+		return ctrl.Result{}, nil
+	}
+	checkName, err := r.ourCheck(ctx, &wl)
+	if err != nil || checkName == "" {
+		return ctrl.Result{}, err
+	}
+	state := findCheck(&wl, checkName)
+	if state == nil || state.State != kueue.CheckStatePending || !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+		return ctrl.Result{}, nil
+	}
+
+	decision, placement, err := r.decide(ctx, &wl)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
+	decision.Name = kueue.AdmissionCheckReference(checkName)
+	decision.LastTransitionTime = metav1.NewTime(r.Now())
+	setCheck(&wl, *decision)
+	if err := r.Client.Status().Update(ctx, &wl); err != nil {
+		return ctrl.Result{}, err
+	}
+	if placement != nil {
+		r.reserve(wl.UID, placement)
+	}
+	return ctrl.Result{}, nil
+}
+
+// decide plans the gang and turns the outcome into an admission check state.
+func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.AdmissionCheckState, *gang.Placement, error) {
+	sets, err := podSets(ctx, r.Client, wl)
+	var bad badInput
+	if errors.As(err, &bad) {
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: bad.Error()}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	st, net, err := r.snapshot(ctx, wl.UID)
+	if err != nil {
+		return nil, nil, err
+	}
+	placement, _, err := gang.Plan(ctx, st, net, sets)
+	switch {
+	case gang.IsUnplaceable(err):
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil
+	case err != nil:
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+	}
+	ready := &kueue.AdmissionCheckState{State: kueue.CheckStateReady}
+	var where []string
+	for _, set := range sets {
+		domain := placement.Domains[set.Name]
+		sel := r.nodeSelector(set.Required, domain)
+		if len(sel) > 0 {
+			ready.PodSetUpdates = append(ready.PodSetUpdates, kueue.PodSetUpdate{Name: kueue.PodSetReference(set.Name), NodeSelector: sel})
+			where = append(where, fmt.Sprintf("%s in %s %s", set.Name, set.Required, domain))
+		}
+	}
+	ready.Message = "gang fits: " + strings.Join(append(where, fmt.Sprintf("%d pods placed", countPods(placement))), "; ")
+	return ready, placement, nil
+}
+
+func countPods(p *gang.Placement) int {
+	n := 0
+	for _, nodes := range p.Nodes {
+		n += len(nodes)
+	}
+	return n
+}
+
+// nodeSelector pins a pod set to its domain: "b1/r2" at rack level selects block b1 and rack r2.
+func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
+	switch level {
+	case topology.LevelBlock:
+		return map[string]string{r.Labels.Block: domain}
+	case topology.LevelRack:
+		block, rack, _ := strings.Cut(domain, "/")
+		return map[string]string{r.Labels.Block: block, r.Labels.Rack: rack}
+	case topology.LevelHostname:
+		return map[string]string{topology.LabelHostname: domain}
+	}
+	return nil
+}
+
+// snapshot reads the cluster's DRA state (slices, classes, allocated claims) plus the
+// devices of gangs admitted but not yet running, and the network.
+func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.State, *topology.Network, error) {
+	var slices resourceapi.ResourceSliceList
+	if err := r.Client.List(ctx, &slices); err != nil {
+		return nil, nil, err
+	}
+	var classes resourceapi.DeviceClassList
+	if err := r.Client.List(ctx, &classes); err != nil {
+		return nil, nil, err
+	}
+	var claims resourceapi.ResourceClaimList
+	if err := r.Client.List(ctx, &claims); err != nil {
+		return nil, nil, err
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes); err != nil {
+		return nil, nil, err
+	}
+	sp := make([]*resourceapi.ResourceSlice, len(slices.Items))
+	for k := range slices.Items {
+		sp[k] = &slices.Items[k]
+	}
+	cp := make([]*resourceapi.DeviceClass, len(classes.Items))
+	for k := range classes.Items {
+		cp[k] = &classes.Items[k]
+	}
+	st := allocation.New(cp, sp)
+	for k := range claims.Items {
+		if a := claims.Items[k].Status.Allocation; a != nil {
+			st.Commit(a)
+		}
+	}
+	r.mu.Lock()
+	now := r.Now()
+	for uid, res := range r.reserved {
+		if now.After(res.expires) {
+			delete(r.reserved, uid)
+			continue
+		}
+		if uid == self {
+			continue
+		}
+		for k := range res.results {
+			st.Commit(&res.results[k])
+		}
+	}
+	r.mu.Unlock()
+	labels := map[string]map[string]string{}
+	for _, n := range nodes.Items {
+		if _, ok := n.Labels[r.Labels.Rack]; ok {
+			labels[n.Name] = n.Labels
+		}
+	}
+	net, err := topology.NetworkFromLabels(labels, r.Labels)
+	return st, net, err
+}
+
+func (r *Reconciler) reserve(uid types.UID, p *gang.Placement) {
+	var all []resourceapi.AllocationResult
+	names := make([]string, 0, len(p.Allocations))
+	for n := range p.Allocations {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, pod := range p.Allocations[n] {
+			all = append(all, pod...)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reserved == nil {
+		r.reserved = map[types.UID]reservation{}
+	}
+	r.reserved[uid] = reservation{results: all, expires: r.Now().Add(reservationTTL)}
+}
+
+func (r *Reconciler) release(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.reserved, uid)
+}
+
+// done: once pods run (PodsReady), finished or evicted, the live claims are the truth.
+func (r *Reconciler) done(wl *kueue.Workload) bool {
+	c := wl.Status.Conditions
+	return apimeta.IsStatusConditionTrue(c, kueue.WorkloadPodsReady) ||
+		apimeta.IsStatusConditionTrue(c, kueue.WorkloadFinished) ||
+		apimeta.IsStatusConditionTrue(c, kueue.WorkloadEvicted)
+}
+
+// ourCheck finds the workload's admission check that gpudra controls.
+func (r *Reconciler) ourCheck(ctx context.Context, wl *kueue.Workload) (string, error) {
+	for _, s := range wl.Status.AdmissionChecks {
+		var ac kueue.AdmissionCheck
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: string(s.Name)}, &ac); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return "", err
+		}
+		if ac.Spec.ControllerName == ControllerName {
+			return string(s.Name), nil
+		}
+	}
+	return "", nil
+}
+
+func findCheck(wl *kueue.Workload, name string) *kueue.AdmissionCheckState {
+	for k := range wl.Status.AdmissionChecks {
+		if string(wl.Status.AdmissionChecks[k].Name) == name {
+			return &wl.Status.AdmissionChecks[k]
+		}
+	}
+	return nil
+}
+
+func setCheck(wl *kueue.Workload, s kueue.AdmissionCheckState) {
+	for k := range wl.Status.AdmissionChecks {
+		if wl.Status.AdmissionChecks[k].Name == s.Name {
+			s.RetryCount = wl.Status.AdmissionChecks[k].RetryCount
+			wl.Status.AdmissionChecks[k] = s
+			return
+		}
+	}
+	wl.Status.AdmissionChecks = append(wl.Status.AdmissionChecks, s)
+}

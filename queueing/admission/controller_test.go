@@ -1,0 +1,174 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/topology"
+)
+
+const tp4 = `
+devices:
+  requests:
+  - name: tp
+    exactly: {deviceClassName: gpu.gpudra.dev, count: 4}
+  constraints:
+  - matchAttribute: gpu.gpudra.dev/nvlinkClique
+`
+
+// lab builds a fake API server holding 2 racks x 4 nodes of 4 NVLinked H100s, the
+// shipped DeviceClasses, the AdmissionCheck and a claim template for one TP group.
+func lab(t *testing.T, extra ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := []client.Object{
+		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: ControllerName}},
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		objs = append(objs, c)
+	}
+	for r := 1; r <= 2; r++ {
+		for n := 1; n <= 4; n++ {
+			name := fmt.Sprintf("r%d-n%d", r, n)
+			objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r), topology.LabelHostname: name}}})
+			b, err := driver.OpenBackend("sim:hgx-h100-4gpu", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := driver.Discover(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := driver.Render(inv, driver.RenderOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range pool.ResourceSlices(name, 1) {
+				objs = append(objs, s)
+			}
+		}
+	}
+	spec, err := allocation.ParseClaimSpec([]byte(tp4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tp4"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}})
+	objs = append(objs, extra...)
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}).Build()
+}
+
+// job is a Workload with quota reserved and the gpudra check pending: pod sets of 4
+// pods, each with one 4-GPU tensor-parallel claim, kept in one rack.
+func job(name string, podSets ...string) *kueue.Workload {
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name)}}
+	for _, ps := range podSets {
+		wl.Spec.PodSets = append(wl.Spec.PodSets, kueue.PodSet{Name: kueue.PodSetReference(ps), Count: 4, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationRequiredTopology: "rack"}},
+			Spec: corev1.PodSpec{
+				Containers:     []corev1.Container{{Name: "worker", Image: "trainer"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}},
+			},
+		}})
+	}
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", LastTransitionTime: metav1.Now()}}
+	wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStatePending}}
+	return wl
+}
+
+func reconcile(t *testing.T, r *Reconciler, name string) kueue.AdmissionCheckState {
+	t.Helper()
+	key := types.NamespacedName{Namespace: "team-a", Name: name}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	var wl kueue.Workload
+	if err := r.Client.Get(context.Background(), key, &wl); err != nil {
+		t.Fatal(err)
+	}
+	return wl.Status.AdmissionChecks[0]
+}
+
+func newReconciler(c client.Client) *Reconciler {
+	return &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, Now: time.Now}
+}
+
+func TestAdmissionCheck(t *testing.T) {
+	t.Run("a 3D-parallel job is admitted with one pipeline pinned per rack", func(t *testing.T) {
+		r := newReconciler(lab(t, job("train", "dp0", "dp1")))
+		got := reconcile(t, r, "train")
+		if got.State != kueue.CheckStateReady {
+			t.Fatalf("state %s: %s", got.State, got.Message)
+		}
+		racks := map[string]bool{}
+		for _, u := range got.PodSetUpdates {
+			if u.NodeSelector[topology.LabelBlock] != "b1" {
+				t.Errorf("%s: node selector %v lacks the block", u.Name, u.NodeSelector)
+			}
+			racks[u.NodeSelector[topology.LabelRack]] = true
+		}
+		if len(got.PodSetUpdates) != 2 || len(racks) != 2 {
+			t.Errorf("pod set updates %+v, want both pipelines pinned to different racks", got.PodSetUpdates)
+		}
+	})
+	t.Run("a second job waits while the first holds the GPUs, with a message", func(t *testing.T) {
+		r := newReconciler(lab(t, job("train", "dp0", "dp1"), job("next", "dp0")))
+		if got := reconcile(t, r, "train"); got.State != kueue.CheckStateReady {
+			t.Fatalf("first: %s %s", got.State, got.Message)
+		}
+		got := reconcile(t, r, "next")
+		if got.State != kueue.CheckStateRetry || !strings.Contains(got.Message, "does not fit in any single rack") || got.RequeueAfterSeconds == nil {
+			t.Fatalf("second: %s %q", got.State, got.Message)
+		}
+	})
+	t.Run("a shared claim in a gang is rejected with the field path", func(t *testing.T) {
+		wl := job("bad", "dp0")
+		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0] = corev1.PodResourceClaim{Name: "tp", ResourceClaimName: ptr.To("one-claim")}
+		got := reconcile(t, newReconciler(lab(t, wl)), "bad")
+		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "spec.podSets[0] (dp0): resourceClaim tp") {
+			t.Fatalf("%s %q", got.State, got.Message)
+		}
+	})
+	t.Run("an unknown topology level is rejected", func(t *testing.T) {
+		wl := job("bad", "dp0")
+		wl.Spec.PodSets[0].Template.Annotations[AnnotationRequiredTopology] = "row"
+		got := reconcile(t, newReconciler(lab(t, wl)), "bad")
+		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "accepted values are block, rack, hostname") {
+			t.Fatalf("%s %q", got.State, got.Message)
+		}
+	})
+	t.Run("workloads without quota or without the gpudra check are left alone", func(t *testing.T) {
+		wl := job("waiting", "dp0")
+		wl.Status.Conditions = nil
+		if got := reconcile(t, newReconciler(lab(t, wl)), "waiting"); got.State != kueue.CheckStatePending {
+			t.Fatalf("state %s", got.State)
+		}
+	})
+}
