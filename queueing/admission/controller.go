@@ -126,9 +126,12 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	var where []string
 	for _, set := range sets {
 		domain := placement.Domains[set.Name]
-		sel := r.nodeSelector(set.Required, domain)
-		if len(sel) > 0 {
-			ready.PodSetUpdates = append(ready.PodSetUpdates, kueue.PodSetUpdate{Name: kueue.PodSetReference(set.Name), NodeSelector: sel})
+		update := kueue.PodSetUpdate{Name: kueue.PodSetReference(set.Name), NodeSelector: r.nodeSelector(set.Required, domain),
+			// The exact node of each pod; pods that carry the placement scheduling gate are
+			// pinned to it by the pod controller (see pods.go), others only get the domain.
+			Annotations: map[string]string{AnnotationPlacement: strings.Join(placement.Nodes[set.Name], ",")}}
+		ready.PodSetUpdates = append(ready.PodSetUpdates, update)
+		if set.Required != "" {
 			where = append(where, fmt.Sprintf("%s in %s %s", set.Name, set.Required, domain))
 		}
 	}

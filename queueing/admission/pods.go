@@ -1,0 +1,112 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+const (
+	// SchedulingGate holds a pod until gpudra pins it to the node its gang was planned on.
+	// Users add it to a pod template to get exact per-pod placement (e.g. each pipeline
+	// stage on its own node of the planned rack); without it, pods only get the domain.
+	SchedulingGate = "gpudra.dev/placement"
+	// AnnotationPlacement (set through podSetUpdates) lists the planned node of each pod of
+	// the pod set, by completion index.
+	AnnotationPlacement = "gpudra.dev/placement"
+	// annotationCompletionIndex is set by the Job controller on Indexed Job pods.
+	annotationCompletionIndex = "batch.kubernetes.io/job-completion-index"
+	// labelPinned marks pods that were pinned, for reading the remaining free slots.
+	labelPinned = "gpudra.dev/pinned-slot"
+)
+
+// PodPinner lifts the gpudra scheduling gate of pods whose gang was placed: it sets the
+// pod's node selector to its planned node (allowed while a pod is gated) and removes the gate.
+type PodPinner struct {
+	Client client.Client
+}
+
+// SetupWithManager registers the pod controller for gated pods only.
+func (p *PodPinner) SetupWithManager(mgr ctrl.Manager) error {
+	gated := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		pod, ok := o.(*corev1.Pod)
+		return ok && hasGate(pod) && pod.Annotations[AnnotationPlacement] != ""
+	})
+	return ctrl.NewControllerManagedBy(mgr).For(&corev1.Pod{}, builder.WithPredicates(gated)).Named("gpudra-pod-pinner").Complete(p)
+}
+
+func hasGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+}
+
+// Reconcile pins one gated pod.
+func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pod corev1.Pod
+	if err := p.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	plan := pod.Annotations[AnnotationPlacement]
+	if !hasGate(&pod) || plan == "" {
+		return ctrl.Result{}, nil
+	}
+	nodes := strings.Split(plan, ",")
+	slot, err := p.slot(ctx, &pod, len(nodes))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if pod.Spec.NodeSelector == nil {
+		pod.Spec.NodeSelector = map[string]string{}
+	}
+	pod.Spec.NodeSelector[topology.LabelHostname] = nodes[slot]
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[labelPinned] = strconv.Itoa(slot)
+	pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+	return ctrl.Result{}, p.Client.Update(ctx, &pod)
+}
+
+// slot is the pod's place in the plan: its Job completion index, or else the first slot
+// no sibling pod (same owner and plan) holds.
+func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, error) {
+	if v, ok := pod.Annotations[annotationCompletionIndex]; ok {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 || i >= n {
+			return 0, fmt.Errorf("pod %s/%s: completion index %q outside the plan of %d pods", pod.Namespace, pod.Name, v, n)
+		}
+		return i, nil
+	}
+	var siblings corev1.PodList
+	if err := p.Client.List(ctx, &siblings, client.InNamespace(pod.Namespace), client.HasLabels{labelPinned}); err != nil {
+		return 0, err
+	}
+	taken := map[int]bool{}
+	for _, s := range siblings.Items {
+		if s.Annotations[AnnotationPlacement] == pod.Annotations[AnnotationPlacement] && sameOwner(&s, pod) {
+			if i, err := strconv.Atoi(s.Labels[labelPinned]); err == nil {
+				taken[i] = true
+			}
+		}
+	}
+	for i := range n {
+		if !taken[i] {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("pod %s/%s: all %d planned slots are taken", pod.Namespace, pod.Name, n)
+}
+
+func sameOwner(a, b *corev1.Pod) bool {
+	oa, ob := a.OwnerReferences, b.OwnerReferences
+	return len(oa) > 0 && len(ob) > 0 && oa[0].UID == ob[0].UID
+}
