@@ -1,0 +1,68 @@
+package deployments_test
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// TestSamplesDecodeStrictly reads every sample users apply and decodes it into its real
+// API type with unknown fields rejected, so a typo in a sample fails here, not in a cluster.
+func TestSamplesDecodeStrictly(t *testing.T) {
+	kinds := map[string]func() any{
+		"AdmissionCheck":        func() any { return &kueue.AdmissionCheck{} },
+		"ResourceFlavor":        func() any { return &kueue.ResourceFlavor{} },
+		"ClusterQueue":          func() any { return &kueue.ClusterQueue{} },
+		"LocalQueue":            func() any { return &kueue.LocalQueue{} },
+		"WorkloadPriorityClass": func() any { return &kueue.WorkloadPriorityClass{} },
+		"Namespace":             func() any { return &corev1.Namespace{} },
+		"ResourceClaimTemplate": func() any { return &resourceapi.ResourceClaimTemplate{} },
+		"ResourceClaim":         func() any { return &resourceapi.ResourceClaim{} },
+		"DeviceClass":           func() any { return &resourceapi.DeviceClass{} },
+		"Job":                   func() any { return &batchv1.Job{} },
+		"Pod":                   func() any { return &corev1.Pod{} },
+	}
+	files, _ := filepath.Glob("*/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no samples found")
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := yaml.NewYAMLReader(bufioReader(data))
+		for {
+			doc, err := r.Read()
+			if err != nil {
+				break
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			var meta struct{ Kind string }
+			if err := sigsyaml.Unmarshal(doc, &meta); err != nil {
+				t.Errorf("%s: %v", f, err)
+				continue
+			}
+			newObj, ok := kinds[meta.Kind]
+			if !ok {
+				continue // kinds owned by other tools (lab files, profiles)
+			}
+			if err := sigsyaml.UnmarshalStrict(doc, newObj()); err != nil {
+				t.Errorf("%s: %s: %v", f, meta.Kind, err)
+			}
+		}
+	}
+}
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

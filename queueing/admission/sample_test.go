@@ -1,0 +1,77 @@
+package admission
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// TestShippedThreeDJob admits the sample users apply (deployments/kueue) as Kueue turns it
+// into a Workload: one pod set of 8 pods, 4 NVLinked GPUs each, pipelines of 4 per rack.
+func TestShippedThreeDJob(t *testing.T) {
+	data, err := os.ReadFile("../../deployments/kueue/20-train-3d-parallel.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tmpl resourceapi.ResourceClaimTemplate
+	var job batchv1.Job
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		switch {
+		case bytes.Contains(doc, []byte("kind: ResourceClaimTemplate")):
+			err = yaml.UnmarshalStrict(doc, &tmpl)
+		case bytes.Contains(doc, []byte("kind: Job")):
+			err = yaml.UnmarshalStrict(doc, &job)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wl := job3D(&job)
+	r := newReconciler(lab(t, []client.Object{&tmpl, wl}...))
+	got := reconcile(t, r, wl.Name)
+	if got.State != kueue.CheckStateReady {
+		t.Fatalf("state %s: %s", got.State, got.Message)
+	}
+	nodes := strings.Split(got.PodSetUpdates[0].Annotations[AnnotationPlacement], ",")
+	if len(nodes) != 8 {
+		t.Fatalf("placement %v, want 8 nodes", nodes)
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if seen[n] {
+			t.Errorf("two tensor-parallel groups on %s", n)
+		}
+		seen[n] = true
+	}
+	for p := range 2 {
+		rack := nodes[p*4][:2]
+		for _, n := range nodes[p*4 : p*4+4] {
+			if n[:2] != rack {
+				t.Errorf("pipeline %d spans racks: %v", p, nodes[p*4:p*4+4])
+			}
+		}
+	}
+	if got.PodSetUpdates[0].NodeSelector[topology.LabelBlock] != "b1" {
+		t.Errorf("node selector %v, want the block", got.PodSetUpdates[0].NodeSelector)
+	}
+}
+
+// job3D is the Workload Kueue creates for a Job: one pod set "main" of parallelism pods.
+func job3D(job *batchv1.Job) *kueue.Workload {
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: "job-" + job.Name, UID: types.UID(job.Name)}}
+	wl.Spec.PodSets = []kueue.PodSet{{Name: "main", Count: *job.Spec.Parallelism, Template: job.Spec.Template}}
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", LastTransitionTime: metav1.Now()}}
+	wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStatePending}}
+	return wl
+}
