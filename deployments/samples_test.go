@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -19,17 +21,22 @@ import (
 // API type with unknown fields rejected, so a typo in a sample fails here, not in a cluster.
 func TestSamplesDecodeStrictly(t *testing.T) {
 	kinds := map[string]func() any{
-		"AdmissionCheck":        func() any { return &kueue.AdmissionCheck{} },
-		"ResourceFlavor":        func() any { return &kueue.ResourceFlavor{} },
-		"ClusterQueue":          func() any { return &kueue.ClusterQueue{} },
-		"LocalQueue":            func() any { return &kueue.LocalQueue{} },
-		"WorkloadPriorityClass": func() any { return &kueue.WorkloadPriorityClass{} },
-		"Namespace":             func() any { return &corev1.Namespace{} },
-		"ResourceClaimTemplate": func() any { return &resourceapi.ResourceClaimTemplate{} },
-		"ResourceClaim":         func() any { return &resourceapi.ResourceClaim{} },
-		"DeviceClass":           func() any { return &resourceapi.DeviceClass{} },
-		"Job":                   func() any { return &batchv1.Job{} },
-		"Pod":                   func() any { return &corev1.Pod{} },
+		"AdmissionCheck":                   func() any { return &kueue.AdmissionCheck{} },
+		"ResourceFlavor":                   func() any { return &kueue.ResourceFlavor{} },
+		"ClusterQueue":                     func() any { return &kueue.ClusterQueue{} },
+		"LocalQueue":                       func() any { return &kueue.LocalQueue{} },
+		"WorkloadPriorityClass":            func() any { return &kueue.WorkloadPriorityClass{} },
+		"Namespace":                        func() any { return &corev1.Namespace{} },
+		"ResourceClaimTemplate":            func() any { return &resourceapi.ResourceClaimTemplate{} },
+		"ResourceClaim":                    func() any { return &resourceapi.ResourceClaim{} },
+		"DeviceClass":                      func() any { return &resourceapi.DeviceClass{} },
+		"Job":                              func() any { return &batchv1.Job{} },
+		"Pod":                              func() any { return &corev1.Pod{} },
+		"ServiceAccount":                   func() any { return &corev1.ServiceAccount{} },
+		"ClusterRole":                      func() any { return &rbacv1.ClusterRole{} },
+		"ClusterRoleBinding":               func() any { return &rbacv1.ClusterRoleBinding{} },
+		"ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
+		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")
 	if len(files) == 0 {
