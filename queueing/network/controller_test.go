@@ -1,0 +1,101 @@
+package network
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+const file = `
+blocks:
+- name: b1
+  racks:
+  - name: r1
+    tor: tor-11
+    nodes: [n1, n2]
+  - name: r2
+    nodes: [n3, not-yet-joined]
+`
+
+func fakeCluster(t *testing.T, data string) client.Client {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "gpudra", Name: "network"}, Data: map[string]string{FileKey: data}},
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"keep": "me"}}})
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+}
+
+func TestNetworkController(t *testing.T) {
+	ctx := context.Background()
+	c := fakeCluster(t, file)
+	r := &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, ConfigMap: types.NamespacedName{Namespace: "gpudra", Name: "network"}}
+	for range 2 { // idempotent
+		if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string][3]string{"n1": {"b1", "r1", "tor-11"}, "n2": {"b1", "r1", "tor-11"}, "n3": {"b1", "r2", "r2"}}
+	for n, w := range want {
+		var node corev1.Node
+		if err := c.Get(ctx, types.NamespacedName{Name: n}, &node); err != nil {
+			t.Fatal(err)
+		}
+		got := [3]string{node.Labels[topology.LabelBlock], node.Labels[topology.LabelRack], node.Labels[topology.LabelToR]}
+		if got != w || node.Labels["keep"] != "me" {
+			t.Errorf("%s labels %v", n, node.Labels)
+		}
+	}
+	var topo kueue.Topology
+	if err := c.Get(ctx, types.NamespacedName{Name: TopologyName}, &topo); err != nil {
+		t.Fatal(err)
+	}
+	if len(topo.Spec.Levels) != 3 || topo.Spec.Levels[1].NodeLabel != topology.LabelRack || topo.Spec.Levels[2].NodeLabel != topology.LabelHostname {
+		t.Errorf("levels %+v", topo.Spec.Levels)
+	}
+	var flavor kueue.ResourceFlavor
+	if err := c.Get(ctx, types.NamespacedName{Name: FlavorName}, &flavor); err != nil || flavor.Spec.TopologyName == nil || *flavor.Spec.TopologyName != TopologyName {
+		t.Errorf("flavor %+v, err %v", flavor.Spec, err)
+	}
+}
+
+func TestBadTopologyFile(t *testing.T) {
+	for data, want := range map[string]string{
+		"blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [a]\n  - name: r2\n    nodes: [a]\n": "blocks[0].racks[1].nodes[0]: node a is already in blocks[0].racks[0].nodes[0]",
+		"blocks:\n- racks: []\n":           "blocks[0].name: required",
+		"blocks:\n- name: b\n  rows: []\n": `unknown field "rows"`,
+	} {
+		if _, err := ParseFile([]byte(data)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseFile: err = %v, want %q", err, want)
+		}
+	}
+	// A bad file leaves the node labels alone.
+	c := fakeCluster(t, "blocks: [")
+	r := &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, ConfigMap: types.NamespacedName{Namespace: "gpudra", Name: "network"}}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	var node corev1.Node
+	_ = c.Get(context.Background(), types.NamespacedName{Name: "n1"}, &node)
+	if _, ok := node.Labels[topology.LabelRack]; ok {
+		t.Error("a bad file labelled a node")
+	}
+}
