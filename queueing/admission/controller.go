@@ -84,10 +84,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 
+	start := time.Now()
 	decision, placement, err := r.decide(ctx, &wl)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	decisionSeconds.Observe(time.Since(start).Seconds())
+	decisions.WithLabelValues(string(decision.State)).Inc()
 	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
 	decision.Name = kueue.AdmissionCheckReference(checkName)
 	decision.LastTransitionTime = metav1.NewTime(r.Now())

@@ -73,7 +73,11 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	pod.Labels[labelPinned] = strconv.Itoa(slot)
 	pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
-	return ctrl.Result{}, p.Client.Update(ctx, &pod)
+	if err := p.Client.Update(ctx, &pod); err != nil {
+		return ctrl.Result{}, err
+	}
+	podsPinned.Inc()
+	return ctrl.Result{}, nil
 }
 
 // slot is the pod's place in the plan: its Job completion index, or else the first slot
