@@ -27,6 +27,15 @@ type Config struct {
 	RegistrarDir  string
 	CDIRoot       string
 	CheckpointDir string
+	// DriverRoot is where the GPU device files are found ("" or "/" on a GPU node; the
+	// lab's fake root with a simulated backend).
+	DriverRoot string
+	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
+	VGPULibrary string
+	// BootIDPath overrides /proc/sys/kernel/random/boot_id (tests).
+	BootIDPath string
+	// Hook, when set, is called at each named point of prepare and unprepare (tests).
+	Hook Hook
 }
 
 // Driver is the running plugin for one node.
@@ -34,15 +43,16 @@ type Driver struct {
 	cfg       Config
 	inventory *driver.Inventory
 	pool      *driver.Pool
+	state     *state
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-// Start discovers the node's GPUs, registers with the kubelet and publishes the
-// node's ResourceSlices. Fatal background errors cancel ctx's child; Wait returns them.
-func Start(ctx context.Context, cfg Config) (*Driver, error) {
+// New discovers the node's GPUs and recovers the prepared claims from the checkpoint,
+// CDI specs and MIG instances left by an earlier run, without talking to the kubelet.
+func New(ctx context.Context, cfg Config) (*Driver, error) {
 	inv, err := driver.Discover(cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -51,8 +61,26 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	st, err := newStateFor(cfg, inv, pool, klog.FromContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if err := st.recover(); err != nil {
+		return nil, fmt.Errorf("recovering prepared claims: %w", err)
+	}
+	return &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {}}, nil
+}
+
+// Start discovers the node's GPUs, recovers prepared claims, registers with the kubelet
+// and publishes the node's ResourceSlices. Fatal background errors cancel ctx's child.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	d, err := New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	inv, pool := d.inventory, d.pool
 	ctx, cancel := context.WithCancelCause(ctx)
-	d := &Driver{cfg: cfg, inventory: inv, pool: pool, cancel: cancel}
+	d.cancel = cancel
 
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(driver.DriverName),
@@ -87,24 +115,38 @@ func (d *Driver) Inventory() *driver.Inventory { return d.inventory }
 
 // Stop unregisters and stops publishing (published slices stay until the node goes).
 func (d *Driver) Stop() {
-	d.helper.Stop()
+	if d.helper != nil {
+		d.helper.Stop()
+	}
 	d.cancel(nil)
 }
 
-// PrepareResourceClaims prepares allocated claims. Not yet implemented: every claim
-// gets an error, so the kubelet retries and no container starts without its devices.
+// PrepareResourceClaims prepares allocated claims: MIG instances, CDI specs, enforced
+// sharing. Each claim succeeds or fails on its own; a failed claim leaves nothing behind.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		out[c.UID] = kubeletplugin.PrepareResult{Err: errors.New("gpudra: preparing claims is not implemented yet")}
+		devs, err := d.state.prepare(c)
+		if err != nil {
+			logger.Error(err, "Preparing claim failed", "claim", klog.KObj(c))
+			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("gpudra: preparing claim %s/%s: %w", c.Namespace, c.Name, err)}
+			continue
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
 	}
 	return out, nil
 }
 
-// UnprepareResourceClaims undoes PrepareResourceClaims; nothing is prepared yet.
+// UnprepareResourceClaims undoes PrepareResourceClaims; unknown claims are already done.
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		if err := d.state.unprepare(c.UID); err != nil {
+			klog.FromContext(ctx).Error(err, "Unpreparing claim failed", "claim", c.NamespacedName)
+			out[c.UID] = fmt.Errorf("gpudra: unpreparing claim %s: %w", c.NamespacedName, err)
+			continue
+		}
 		out[c.UID] = nil
 	}
 	return out, nil

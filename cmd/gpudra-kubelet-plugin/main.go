@@ -33,6 +33,7 @@ type flags struct {
 	nodeName, nvml, mig, kubeconfig   string
 	pluginDataDir, registrarDir       string
 	cdiRoot, checkpointDir, metricsAt string
+	driverRoot, vgpuLibrary           string
 }
 
 func newCommand() *cobra.Command {
@@ -53,6 +54,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
 	fs.StringVar(&f.cdiRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
+	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory under which the GPU device files (/dev/nvidia*) are found; a fake root prepared by the lab with --nvml=sim:<profile>")
+	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -112,6 +115,8 @@ func run(ctx context.Context, f flags) error {
 		RegistrarDir:  f.registrarDir,
 		CDIRoot:       f.cdiRoot,
 		CheckpointDir: f.checkpointDir,
+		DriverRoot:    f.driverRoot,
+		VGPULibrary:   f.vgpuLibrary,
 	})
 	if err != nil {
 		return err

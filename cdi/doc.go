@@ -1,0 +1,7 @@
+// Package cdi writes the Container Device Interface specs through which the container
+// runtime gives a pod what gpudra prepared: one spec per claim (kind gpudra.dev/gpu),
+// one CDI device per allocated device or share, with its device nodes, the environment
+// telling the workload what it got, and the edits that enforce a share's limits
+// (HAMi-core environment and preload, or MPS). Building the edits is a pure function
+// of plain data; only Specs touches the file system.
+package cdi

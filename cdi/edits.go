@@ -1,0 +1,198 @@
+package cdi
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Container paths gpudra mounts into workloads.
+const (
+	VGPULibraryPath = "/usr/local/vgpu/libvgpu.so"
+	VGPUCacheDir    = "/tmp/vgpu"
+	MPSPipeDir      = "/tmp/nvidia-mps"
+	MPSLogDir       = "/var/log/nvidia-mps"
+)
+
+// Node says where this node's GPU device files and enforcement helpers are.
+type Node struct {
+	// DriverRoot is the host directory under which /dev/nvidia* and /proc/driver/nvidia*
+	// are found: "/" on a GPU node, a directory the lab prepares with a simulated backend.
+	DriverRoot string
+	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
+	VGPULibrary string
+}
+
+// GPU is one physical GPU as the container sees it.
+type GPU struct {
+	Index int
+	Minor int
+	UUID  string
+}
+
+// MIG is a MIG device: a GPU instance with one compute instance on Parent.
+type MIG struct {
+	Parent GPU
+	GI, CI int
+	// UUID is the MIG device's identifier for NVIDIA_VISIBLE_DEVICES.
+	UUID string
+	// GICapMinor and CICapMinor are the minors of /dev/nvidia-caps/nvidia-cap<N>.
+	GICapMinor, CICapMinor int
+}
+
+// Limits is a share's enforced capacity, with the HAMi-core or MPS mechanism.
+type Limits struct {
+	MemoryMiB int64
+	// ComputePercent caps SMs; 0 means no cap.
+	ComputePercent int
+	// HAMi selects HAMi-core (libvgpu.so preloaded); false selects MPS limits.
+	HAMi bool
+}
+
+// MPS is a per-claim MPS control daemon's directories and client limits.
+type MPS struct {
+	// PipeDir and LogDir are host directories for this claim's daemon.
+	PipeDir, LogDir string
+	// ActiveThreadPercent caps each client's SMs; 0 means no cap.
+	ActiveThreadPercent int
+	// PinnedMemoryMiB caps each client's device memory; 0 means no cap.
+	PinnedMemoryMiB int64
+}
+
+// Device is one CDI device of a claim.
+type Device struct {
+	// Name is unique in the claim's spec: "<claimUID>-<device>[-<shareID>]".
+	Name string
+	// Device is the published device name (gpu-0, gpu-0-share, gpu-0-mig-1g10gb-0, nvlink-0-1).
+	Device string
+	// GPUs are the whole GPUs (one for a GPU or share, the members of an NVLink group).
+	GPUs []GPU
+	// MIG is set for MIG devices (then GPUs is empty).
+	MIG *MIG
+	// MemoryBytes is the memory the workload may use; ComputePercent its share of SMs.
+	MemoryBytes    int64
+	ComputePercent int
+	// Limits is set for shares; MPS when the claim runs under MPS.
+	Limits *Limits
+	MPS    *MPS
+	// CacheDir is the host directory for HAMi-core's shared cache (shares under HAMi).
+	CacheDir string
+	// TimeSlice is the time-slicing interval, reported to the workload ("" under MPS).
+	TimeSlice string
+}
+
+// uuids is what NVIDIA_VISIBLE_DEVICES lists for the device.
+func (d Device) uuids() []string {
+	if d.MIG != nil {
+		return []string{d.MIG.UUID}
+	}
+	out := make([]string, len(d.GPUs))
+	for k, g := range d.GPUs {
+		out[k] = g.UUID
+	}
+	return out
+}
+
+// ControlNodes are the device nodes every GPU container needs.
+func (n Node) ControlNodes() []*cdispec.DeviceNode {
+	return []*cdispec.DeviceNode{n.node("/dev/nvidiactl"), n.node("/dev/nvidia-uvm"), n.node("/dev/nvidia-uvm-tools")}
+}
+
+func (n Node) node(path string) *cdispec.DeviceNode {
+	return &cdispec.DeviceNode{Path: path, HostPath: filepath.Join(n.root(), path)}
+}
+
+func (n Node) root() string {
+	if n.DriverRoot == "" {
+		return "/"
+	}
+	return n.DriverRoot
+}
+
+// ClaimEdits computes the container edits of each device of one claim. Variables that
+// describe the whole claim (NVIDIA_VISIBLE_DEVICES, GPUDRA_DEVICES) carry the same value
+// on every device, so a container given several of the claim's devices sees no conflict;
+// per-GPU variables are suffixed with the GPU's position k in NVIDIA_VISIBLE_DEVICES,
+// as HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<k> is.
+func (n Node) ClaimEdits(devs []Device) []cdispec.ContainerEdits {
+	var all, names []string
+	first := make([]int, len(devs)) // position of each device's first GPU
+	for i, d := range devs {
+		first[i] = len(all)
+		all = append(all, d.uuids()...)
+		names = append(names, d.Device)
+	}
+	out := make([]cdispec.ContainerEdits, len(devs))
+	for i, d := range devs {
+		e := &out[i]
+		e.Env = []string{
+			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(all, ","),
+			"GPUDRA_DEVICES=" + strings.Join(names, ","),
+		}
+		for k := range d.uuids() {
+			pos := strconv.Itoa(first[i] + k)
+			e.Env = append(e.Env,
+				"GPUDRA_MEMORY_MIB_"+pos+"="+strconv.FormatInt(d.MemoryBytes>>20, 10),
+				"GPUDRA_COMPUTE_PERCENT_"+pos+"="+strconv.Itoa(d.ComputePercent))
+		}
+		if d.TimeSlice != "" {
+			e.Env = append(e.Env, "GPUDRA_TIMESLICE="+d.TimeSlice)
+		}
+		for _, g := range d.GPUs {
+			e.DeviceNodes = append(e.DeviceNodes, n.node(fmt.Sprintf("/dev/nvidia%d", g.Minor)))
+		}
+		if m := d.MIG; m != nil {
+			e.DeviceNodes = append(e.DeviceNodes,
+				n.node(fmt.Sprintf("/dev/nvidia%d", m.Parent.Minor)),
+				n.node(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", m.GICapMinor)),
+				n.node(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", m.CICapMinor)))
+		}
+		if l := d.Limits; l != nil && l.HAMi {
+			n.hamiEdits(e, d, first[i])
+		}
+		if d.MPS != nil {
+			mpsEdits(e, d, first[i])
+		}
+	}
+	return out
+}
+
+// hamiEdits enforce a share with HAMi-core: memory and SM caps, the shared cache, and
+// libvgpu.so mounted and preloaded.
+func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, pos int) {
+	l := d.Limits
+	e.Env = append(e.Env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", pos, l.MemoryMiB))
+	if l.ComputePercent > 0 {
+		e.Env = append(e.Env, "CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(l.ComputePercent))
+	}
+	if d.CacheDir != "" {
+		e.Env = append(e.Env, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+VGPUCacheDir+"/"+d.Name+".cache")
+		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: d.CacheDir, ContainerPath: VGPUCacheDir, Options: []string{"rbind", "rw"}})
+	}
+	if n.VGPULibrary != "" {
+		e.Env = append(e.Env, "LD_PRELOAD="+VGPULibraryPath)
+		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: n.VGPULibrary, ContainerPath: VGPULibraryPath, Options: []string{"ro", "nosuid", "nodev", "rbind"}})
+	}
+}
+
+// mpsEdits connect the container to the claim's MPS daemon and set its client limits.
+func mpsEdits(e *cdispec.ContainerEdits, d Device, pos int) {
+	m := d.MPS
+	e.Env = append(e.Env, "CUDA_MPS_PIPE_DIRECTORY="+MPSPipeDir, "CUDA_MPS_LOG_DIRECTORY="+MPSLogDir)
+	if m.ActiveThreadPercent > 0 {
+		e.Env = append(e.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.Itoa(m.ActiveThreadPercent))
+	}
+	if m.PinnedMemoryMiB > 0 {
+		var limits []string
+		for k := range d.uuids() {
+			limits = append(limits, fmt.Sprintf("%d=%dM", pos+k, m.PinnedMemoryMiB))
+		}
+		e.Env = append(e.Env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="+strings.Join(limits, ","))
+	}
+	e.Mounts = append(e.Mounts,
+		&cdispec.Mount{HostPath: m.PipeDir, ContainerPath: MPSPipeDir, Options: []string{"rbind", "rw"}},
+		&cdispec.Mount{HostPath: m.LogDir, ContainerPath: MPSLogDir, Options: []string{"rbind", "rw"}})
+}

@@ -1,0 +1,202 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/driver/config"
+)
+
+const driverName = "gpu.gpudra.dev"
+
+func TestValidateOpaque(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		// wantErr lists substrings the error must contain; empty means valid.
+		wantErr []string
+	}{
+		{name: "empty GpuConfig is valid", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig"},
+		{name: "time-slicing with an interval", yaml: `
+apiVersion: gpu.gpudra.dev/v1alpha1
+kind: GpuConfig
+sharing: {strategy: TimeSlicing, timeSlicing: {interval: Long}}`},
+		{name: "MPS with limits", yaml: `
+apiVersion: gpu.gpudra.dev/v1alpha1
+kind: MigConfig
+sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedDeviceMemoryLimit: 5Gi}}`},
+		{name: "wrong apiVersion names the field and the accepted value", yaml: "apiVersion: gpu.gpudra.dev/v1\nkind: GpuConfig",
+			wantErr: []string{"spec.config[0].opaque.parameters.apiVersion", `"gpu.gpudra.dev/v1alpha1"`}},
+		{name: "unknown kind names the accepted kinds", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: TpuConfig",
+			wantErr: []string{"parameters.kind", `"GpuConfig"`, `"MigConfig"`}},
+		{name: "unknown strategy lists the strategies", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: Magic}",
+			wantErr: []string{"parameters.sharing.strategy", `"TimeSlicing"`, `"MPS"`}},
+		{name: "150% compute is out of range", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 150}}",
+			wantErr: []string{"parameters.sharing.mps.defaultActiveThreadPercentage", "between 1 and 100"}},
+		{name: "unknown field is rejected with its path", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {threads: 3}}",
+			wantErr: []string{"parameters.sharing.mps.threads", "unknown field"}},
+		{name: "unknown top-level field", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nlimits: {enforcement: HAMi}",
+			wantErr: []string{"parameters.limits", "unknown field"}},
+		{name: "bad interval", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Forever}}",
+			wantErr: []string{"parameters.sharing.timeSlicing.interval", `"Short"`}},
+		{name: "mps block with time-slicing strategy", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: TimeSlicing, mps: {}}",
+			wantErr: []string{"parameters.sharing.mps", "strategy is MPS"}},
+		{name: "negative pinned memory", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: -1Gi}}",
+			wantErr: []string{"defaultPinnedDeviceMemoryLimit", "positive"}},
+		{name: "bad enforcement", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {enforcement: Trust}",
+			wantErr: []string{"parameters.limits.enforcement", `"HAMi"`}},
+		{name: "duplicate field", yaml: `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{},"sharing":{}}`,
+			wantErr: []string{"parameters.sharing", "duplicate"}},
+		{name: "not an object", yaml: `[1,2]`, wantErr: []string{"parameters"}},
+		{name: "empty", yaml: ``, wantErr: []string{"parameters", "Required"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := config.ValidateOpaque([]byte(tc.yaml), field.NewPath("spec", "config").Index(0).Child("opaque", "parameters"))
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("want an error containing %q, got none", tc.wantErr)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestNormalizeDefaults(t *testing.T) {
+	obj, err := config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Normalize()
+	c := obj.(*config.GpuConfig)
+	if c.Sharing.Strategy != config.TimeSlicing || c.Sharing.TimeSlicing.Interval != config.IntervalDefault || c.Limits.Enforcement != config.EnforceAuto {
+		t.Errorf("defaults: got %+v %+v %+v", c.Sharing, c.Sharing.TimeSlicing, c.Limits)
+	}
+	obj, _ = config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: MPS}"))
+	obj.Normalize()
+	if m := obj.(*config.MigConfig); m.Sharing.MPS == nil || m.Sharing.TimeSlicing != nil {
+		t.Errorf("MPS defaults: got %+v", m.Sharing)
+	}
+}
+
+func opaque(t *testing.T, src resourceapi.AllocationConfigSource, requests []string, y string) resourceapi.DeviceAllocationConfiguration {
+	t.Helper()
+	js, err := yaml.YAMLToJSON([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resourceapi.DeviceAllocationConfiguration{
+		Source:   src,
+		Requests: requests,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: driverName, Parameters: runtime.RawExtension{Raw: js},
+		}},
+	}
+}
+
+func TestResolvePrecedence(t *testing.T) {
+	const (
+		classMPS   = "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 30}}\nlimits: {enforcement: MPS}"
+		claimShort = "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Short}}"
+		claimLong  = "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"
+		migMPS     = "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: MPS}"
+	)
+	class, claim := resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim
+	tests := []struct {
+		name         string
+		configs      []resourceapi.DeviceAllocationConfiguration
+		request      string
+		wantStrategy config.SharingStrategy
+		wantInterval config.TimeSliceInterval
+		wantEnforce  config.Enforcement
+		wantMIG      config.SharingStrategy
+	}{
+		{name: "no config gives defaults", request: "gpu", wantStrategy: config.TimeSlicing, wantInterval: config.IntervalDefault, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+		{name: "class config applies", request: "gpu", configs: []resourceapi.DeviceAllocationConfiguration{opaque(t, class, nil, classMPS)},
+			wantStrategy: config.MPS, wantEnforce: config.EnforceMPS, wantMIG: config.TimeSlicing},
+		{name: "claim overrides class sharing but keeps class limits", request: "gpu",
+			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, nil, claimShort), opaque(t, class, nil, classMPS)},
+			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalShort, wantEnforce: config.EnforceMPS, wantMIG: config.TimeSlicing},
+		{name: "later claim config wins", request: "gpu",
+			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, nil, claimShort), opaque(t, claim, nil, claimLong)},
+			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalLong, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+		{name: "config for another request is ignored", request: "gpu",
+			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, []string{"other"}, claimLong)},
+			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalDefault, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+		{name: "config naming the parent request applies to its subrequest", request: "gpu/big",
+			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, []string{"gpu"}, claimLong), opaque(t, claim, []string{"gpu"}, migMPS)},
+			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalLong, wantEnforce: config.EnforceAuto, wantMIG: config.MPS},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := config.Resolve(tc.configs, driverName, tc.request)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.GPU.Sharing.Strategy != tc.wantStrategy || got.GPU.Limits.Enforcement != tc.wantEnforce || got.MIG.Sharing.Strategy != tc.wantMIG {
+				t.Errorf("got strategy %s enforcement %s mig %s", got.GPU.Sharing.Strategy, got.GPU.Limits.Enforcement, got.MIG.Sharing.Strategy)
+			}
+			if tc.wantInterval != "" && got.GPU.Sharing.TimeSlicing.Interval != tc.wantInterval {
+				t.Errorf("interval %s, want %s", got.GPU.Sharing.TimeSlicing.Interval, tc.wantInterval)
+			}
+		})
+	}
+}
+
+func TestResolveReportsTheConfigIndex(t *testing.T) {
+	bad := opaque(t, resourceapi.AllocationConfigSourceClaim, nil, "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 150}}")
+	other := bad
+	other.Opaque = &resourceapi.OpaqueDeviceConfiguration{Driver: "other.example.com", Parameters: runtime.RawExtension{Raw: []byte("garbage")}}
+	_, err := config.Resolve([]resourceapi.DeviceAllocationConfiguration{other, bad}, driverName, "gpu")
+	if err == nil || !strings.Contains(err.Error(), "status.allocation.devices.config[1].opaque.parameters.sharing.mps.defaultActiveThreadPercentage") {
+		t.Fatalf("want an error at config[1]...defaultActiveThreadPercentage, got %v", err)
+	}
+}
+
+func TestValidateForDeviceMemory(t *testing.T) {
+	obj, err := config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 100Gi}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.Normalize()
+	s := obj.(*config.GpuConfig).Sharing
+	if errs := s.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: 80 << 30}); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "sharing.mps.defaultPinnedDeviceMemoryLimit") {
+		t.Errorf("100Gi on an 80Gi GPU: got %v", errs)
+	}
+	if errs := s.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: 141 << 30}); len(errs) != 0 {
+		t.Errorf("100Gi on a 141Gi GPU: got %v", errs)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":50,"defaultPinnedDeviceMemoryLimit":"1Gi"}}}`,
+		`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"MigConfig","sharing":{"timeSlicing":{"interval":"Long"}}}`,
+		"apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {enforcement: HAMi}",
+		`{"kind":1}`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		obj, err := config.Decode(data)
+		if err != nil {
+			return
+		}
+		obj.Normalize()
+		_ = obj.Validate()
+	})
+}

@@ -1,0 +1,128 @@
+package config
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The API group, version and kinds of gpudra's opaque device configuration.
+const (
+	Group      = "gpu.gpudra.dev"
+	Version    = "v1alpha1"
+	APIVersion = Group + "/" + Version
+
+	GpuConfigKind = "GpuConfig"
+	MigConfigKind = "MigConfig"
+)
+
+// Kinds lists the accepted kinds.
+var Kinds = []string{GpuConfigKind, MigConfigKind}
+
+// Config is a decoded configuration object: a *GpuConfig or a *MigConfig.
+type Config interface {
+	// Kind is the object's kind.
+	Kind() string
+	// Normalize fills in defaults.
+	Normalize()
+	// Validate checks a normalized object; errors carry field paths and accepted values.
+	Validate() error
+}
+
+// GpuConfig configures whole GPUs, NVLink groups and GPU shares.
+//
+//	apiVersion: gpu.gpudra.dev/v1alpha1
+//	kind: GpuConfig
+//	sharing:
+//	  strategy: MPS
+//	  mps:
+//	    defaultActiveThreadPercentage: 50
+//	    defaultPinnedDeviceMemoryLimit: 10Gi
+type GpuConfig struct {
+	metav1.TypeMeta `json:",inline"`
+	// Sharing says how the processes of the pods sharing the claim share each GPU.
+	Sharing *Sharing `json:"sharing,omitempty"`
+	// Limits says how a share's consumed capacity (memory, compute) is enforced.
+	Limits *ShareLimits `json:"limits,omitempty"`
+}
+
+// MigConfig configures MIG devices.
+type MigConfig struct {
+	metav1.TypeMeta `json:",inline"`
+	// Sharing says how the processes of the pods sharing the claim share each MIG device.
+	Sharing *Sharing `json:"sharing,omitempty"`
+}
+
+// SharingStrategy is how processes share one device.
+type SharingStrategy string
+
+// Sharing strategies.
+const (
+	// TimeSlicing lets CUDA contexts take turns on the whole device (the default).
+	TimeSlicing SharingStrategy = "TimeSlicing"
+	// MPS runs the processes under one MPS control daemon per claim, with limits.
+	MPS SharingStrategy = "MPS"
+)
+
+// SharingStrategies lists the accepted strategies.
+var SharingStrategies = []SharingStrategy{TimeSlicing, MPS}
+
+// Sharing selects a strategy and its settings; only the chosen strategy's block may be set.
+type Sharing struct {
+	Strategy    SharingStrategy    `json:"strategy,omitempty"`
+	TimeSlicing *TimeSlicingConfig `json:"timeSlicing,omitempty"`
+	MPS         *MPSConfig         `json:"mps,omitempty"`
+}
+
+// TimeSliceInterval is the length of a time slice, as nvidia-smi compute-policy names it.
+type TimeSliceInterval string
+
+// Time-slice intervals.
+const (
+	IntervalDefault TimeSliceInterval = "Default"
+	IntervalShort   TimeSliceInterval = "Short"
+	IntervalMedium  TimeSliceInterval = "Medium"
+	IntervalLong    TimeSliceInterval = "Long"
+)
+
+// Intervals lists the accepted time-slice intervals.
+var Intervals = []TimeSliceInterval{IntervalDefault, IntervalShort, IntervalMedium, IntervalLong}
+
+// TimeSlicingConfig configures time-slicing.
+type TimeSlicingConfig struct {
+	Interval TimeSliceInterval `json:"interval,omitempty"`
+}
+
+// MPSConfig configures the claim's MPS control daemon.
+type MPSConfig struct {
+	// DefaultActiveThreadPercentage caps each client's share of the SMs, 1..100.
+	DefaultActiveThreadPercentage *int `json:"defaultActiveThreadPercentage,omitempty"`
+	// DefaultPinnedDeviceMemoryLimit caps each client's device memory.
+	DefaultPinnedDeviceMemoryLimit *resource.Quantity `json:"defaultPinnedDeviceMemoryLimit,omitempty"`
+}
+
+// Enforcement is how a GPU share's capacity becomes limits inside the container.
+type Enforcement string
+
+// Enforcement modes.
+const (
+	// EnforceAuto uses HAMi-core when the node has libvgpu.so configured, else MPS limits.
+	EnforceAuto Enforcement = "Auto"
+	// EnforceHAMi requires HAMi-core (libvgpu.so preloaded); prepare fails without it.
+	EnforceHAMi Enforcement = "HAMi"
+	// EnforceMPS turns the share into MPS active-thread and pinned-memory limits.
+	EnforceMPS Enforcement = "MPS"
+)
+
+// Enforcements lists the accepted enforcement modes.
+var Enforcements = []Enforcement{EnforceAuto, EnforceHAMi, EnforceMPS}
+
+// ShareLimits configures the enforcement of a share's consumed capacity.
+type ShareLimits struct {
+	Enforcement Enforcement `json:"enforcement,omitempty"`
+}
+
+// Kind implements Config.
+func (*GpuConfig) Kind() string { return GpuConfigKind }
+
+// Kind implements Config.
+func (*MigConfig) Kind() string { return MigConfigKind }

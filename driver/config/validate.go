@@ -1,0 +1,116 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Normalize fills in defaults: time-slicing with the default interval, Auto enforcement.
+func (c *GpuConfig) Normalize() {
+	if c.Sharing == nil {
+		c.Sharing = &Sharing{}
+	}
+	c.Sharing.normalize()
+	if c.Limits == nil {
+		c.Limits = &ShareLimits{}
+	}
+	if c.Limits.Enforcement == "" {
+		c.Limits.Enforcement = EnforceAuto
+	}
+}
+
+// Normalize fills in defaults: time-slicing with the default interval.
+func (c *MigConfig) Normalize() {
+	if c.Sharing == nil {
+		c.Sharing = &Sharing{}
+	}
+	c.Sharing.normalize()
+}
+
+func (s *Sharing) normalize() {
+	if s.Strategy == "" {
+		s.Strategy = TimeSlicing
+	}
+	switch s.Strategy {
+	case TimeSlicing:
+		if s.TimeSlicing == nil {
+			s.TimeSlicing = &TimeSlicingConfig{}
+		}
+		if s.TimeSlicing.Interval == "" {
+			s.TimeSlicing.Interval = IntervalDefault
+		}
+	case MPS:
+		if s.MPS == nil {
+			s.MPS = &MPSConfig{}
+		}
+	}
+}
+
+// Validate checks a normalized GpuConfig.
+func (c *GpuConfig) Validate() error { return c.validate(nil).ToAggregate() }
+
+// Validate checks a normalized MigConfig.
+func (c *MigConfig) Validate() error { return c.validate(nil).ToAggregate() }
+
+func (c *GpuConfig) validate(path *field.Path) field.ErrorList {
+	errs := c.Sharing.validate(path.Child("sharing"))
+	if c.Limits != nil && !slices.Contains(Enforcements, c.Limits.Enforcement) {
+		errs = append(errs, field.NotSupported(path.Child("limits", "enforcement"), c.Limits.Enforcement, Enforcements))
+	}
+	return errs
+}
+
+func (c *MigConfig) validate(path *field.Path) field.ErrorList {
+	return c.Sharing.validate(path.Child("sharing"))
+}
+
+func (s *Sharing) validate(path *field.Path) field.ErrorList {
+	if s == nil {
+		return field.ErrorList{field.Required(path, "call Normalize before Validate")}
+	}
+	var errs field.ErrorList
+	if !slices.Contains(SharingStrategies, s.Strategy) {
+		return append(errs, field.NotSupported(path.Child("strategy"), s.Strategy, SharingStrategies))
+	}
+	if s.Strategy != TimeSlicing && s.TimeSlicing != nil {
+		errs = append(errs, field.Forbidden(path.Child("timeSlicing"), fmt.Sprintf("may only be set when strategy is %s", TimeSlicing)))
+	}
+	if s.Strategy != MPS && s.MPS != nil {
+		errs = append(errs, field.Forbidden(path.Child("mps"), fmt.Sprintf("may only be set when strategy is %s", MPS)))
+	}
+	if ts := s.TimeSlicing; ts != nil && !slices.Contains(Intervals, ts.Interval) {
+		errs = append(errs, field.NotSupported(path.Child("timeSlicing", "interval"), ts.Interval, Intervals))
+	}
+	if m := s.MPS; m != nil {
+		if p := m.DefaultActiveThreadPercentage; p != nil && (*p < 1 || *p > 100) {
+			errs = append(errs, field.Invalid(path.Child("mps", "defaultActiveThreadPercentage"), *p, "must be between 1 and 100 (percent of the device's SMs)"))
+		}
+		if q := m.DefaultPinnedDeviceMemoryLimit; q != nil && q.Sign() <= 0 {
+			errs = append(errs, field.Invalid(path.Child("mps", "defaultPinnedDeviceMemoryLimit"), q.String(), "must be a positive quantity of memory, e.g. 10Gi"))
+		}
+	}
+	return errs
+}
+
+// Device is what a config is checked against at prepare: the memory the device has
+// (a whole GPU's, a MIG device's, or a share's consumed memory).
+type Device struct {
+	MemoryBytes int64
+}
+
+// ValidateFor checks limits that depend on the device: an MPS pinned memory limit
+// must fit in its memory.
+func (s *Sharing) ValidateFor(path *field.Path, d Device) field.ErrorList {
+	if s == nil || s.MPS == nil || s.MPS.DefaultPinnedDeviceMemoryLimit == nil || d.MemoryBytes <= 0 {
+		return nil
+	}
+	q := s.MPS.DefaultPinnedDeviceMemoryLimit
+	if q.Value() > d.MemoryBytes {
+		return field.ErrorList{field.Invalid(path.Child("mps", "defaultPinnedDeviceMemoryLimit"), q.String(),
+			fmt.Sprintf("exceeds the device's memory (%s)", resource.NewQuantity(d.MemoryBytes, resource.BinarySI)))}
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package kubeletplugin_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"sigs.k8s.io/yaml"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+const nodeName = "node-a"
+
+// node is one simulated GPU node whose GPUs outlive plugin restarts: each newDriver
+// starts a fresh plugin on the same directories and the same simulated GPUs.
+type node struct {
+	t       *testing.T
+	backend *driver.Backend
+	cfg     plugin.Config
+	alloc   *allocation.State
+	pool    *driver.Pool
+}
+
+func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node {
+	t.Helper()
+	b, err := driver.OpenBackend("sim:"+profile, nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver-root")
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bootID := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(bootID, []byte("boot-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := plugin.Config{
+		NodeName:      nodeName,
+		Backend:       b,
+		CDIRoot:       filepath.Join(dir, "cdi"),
+		CheckpointDir: filepath.Join(dir, "checkpoint"),
+		DriverRoot:    root,
+		BootIDPath:    bootID,
+		Render:        driver.RenderOptions{MIG: driver.MIGDynamic},
+	}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	inv, err := driver.Discover(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := driver.Render(inv, cfg.Render)
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1))}
+}
+
+// newDriver starts a plugin (as after a restart) with an optional hook.
+func (n *node) newDriver(hook plugin.Hook) *plugin.Driver {
+	n.t.Helper()
+	cfg := n.cfg
+	cfg.Hook = hook
+	d, err := plugin.New(context.Background(), cfg)
+	if err != nil {
+		n.t.Fatalf("starting the plugin: %v", err)
+	}
+	return d
+}
+
+var claimSeq atomic.Int64
+
+// allocate parses a claim spec as a user writes it and allocates it with the real
+// allocator, returning the claim as the kubelet hands it to the plugin.
+func (n *node) allocate(specYAML string) *resourceapi.ResourceClaim {
+	n.t.Helper()
+	var spec resourceapi.ResourceClaimSpec
+	if err := yaml.UnmarshalStrict([]byte(specYAML), &spec); err != nil {
+		n.t.Fatalf("claim spec: %v\n%s", err, specYAML)
+	}
+	for k := range spec.Devices.Requests {
+		if ex := spec.Devices.Requests[k].Exactly; ex != nil {
+			if ex.AllocationMode == "" {
+				ex.AllocationMode = resourceapi.DeviceAllocationModeExactCount
+			}
+			if ex.Count == 0 {
+				ex.Count = 1
+			}
+		}
+	}
+	seq := claimSeq.Add(1)
+	c := &resourceapi.ResourceClaim{Spec: spec}
+	c.Name, c.Namespace, c.UID = fmt.Sprintf("claim-%d", seq), "default", types.UID(fmt.Sprintf("uid-%d", seq))
+	res, err := n.alloc.AllocateAndCommit(context.Background(), nodeName, c)
+	if err != nil {
+		n.t.Fatalf("allocating %s: %v", c.Name, err)
+	}
+	c.Status.Allocation = &res[0]
+	return c
+}
+
+func prepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	t.Helper()
+	out, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[c.UID].Devices, out[c.UID].Err
+}
+
+func mustPrepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) []kubeletplugin.Device {
+	t.Helper()
+	devs, err := prepare(t, d, c)
+	if err != nil {
+		t.Fatalf("prepare %s: %v", c.Name, err)
+	}
+	return devs
+}
+
+func unprepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) error {
+	t.Helper()
+	out, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out[c.UID]
+}
+
+// spec reads the claim's CDI spec from disk; nil when there is none.
+func (n *node) spec(c *resourceapi.ResourceClaim) *cdispec.Spec {
+	n.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(c.UID)+".json"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var s cdispec.Spec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		n.t.Fatal(err)
+	}
+	return &s
+}
+
+// specCount counts gpudra CDI specs on disk.
+func (n *node) specCount() int {
+	n.t.Helper()
+	specs, err := cdi.NewSpecs(n.cfg.CDIRoot)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	claims, err := specs.Claims()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return len(claims)
+}
+
+// placement is a MIG GPU instance's position on a GPU.
+type placement struct{ gpu, start, size int }
+
+// migInstances lists the MIG GPU instances on the simulated GPUs.
+func (n *node) migInstances() []placement {
+	n.t.Helper()
+	var out []placement
+	count, _ := n.backend.NVML.DeviceGetCount()
+	for i := range count {
+		dev, _ := n.backend.NVML.DeviceGetHandleByIndex(i)
+		for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+			info, ret := dev.GetGpuInstanceProfileInfo(id)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			gis, ret := dev.GetGpuInstances(&info)
+			if ret != nvml.SUCCESS {
+				continue
+			}
+			for _, gi := range gis {
+				gd, _ := gi.GetInfo()
+				out = append(out, placement{i, int(gd.Placement.Start), int(gd.Placement.Size)})
+			}
+		}
+	}
+	return out
+}
+
+// allocatedPlacement is where the allocator put a MIG claim's device.
+func (n *node) allocatedPlacement(c *resourceapi.ResourceClaim) placement {
+	n.t.Helper()
+	name := c.Status.Allocation.Devices.Results[0].Device
+	for _, s := range n.pool.Slices {
+		for _, d := range s.Devices {
+			if d.Name == name {
+				a := d.Attributes
+				return placement{int(*a[driver.AttrParentIndex].IntValue), int(*a[driver.AttrMIGPlacementStart].IntValue), int(*a[driver.AttrMIGPlacementSize].IntValue)}
+			}
+		}
+	}
+	n.t.Fatalf("device %s is not published", name)
+	return placement{}
+}
+
+func env(e cdispec.ContainerEdits) map[string]string {
+	out := map[string]string{}
+	for _, kv := range e.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+const (
+	wholeGPU = `
+devices:
+  requests:
+  - name: gpu
+    exactly:
+      deviceClassName: gpu.gpudra.dev
+      selectors:
+      - cel:
+          expression: device.attributes["gpu.gpudra.dev"].index == 2
+`
+	migClaim = `
+devices:
+  requests:
+  - name: mig
+    exactly:
+      deviceClassName: mig.gpudra.dev
+      selectors:
+      - cel:
+          expression: device.attributes["gpu.gpudra.dev"].migProfile == "1g.10gb"
+`
+)
+
+func shareClaim(memory, compute, configYAML string) string {
+	s := fmt.Sprintf(`
+devices:
+  requests:
+  - name: share
+    exactly:
+      deviceClassName: gpu-share.gpudra.dev
+      capacity:
+        requests:
+          memory: %s
+          compute: %q
+`, memory, compute)
+	if configYAML != "" {
+		s += withConfig("share", configYAML)
+	}
+	return s
+}
+
+// withConfig is a claim's config section with one opaque gpudra config.
+func withConfig(request, parametersYAML string) string {
+	out := "  config:\n  - requests: [" + request + "]\n    opaque:\n      driver: gpu.gpudra.dev\n      parameters:\n"
+	for _, line := range strings.Split(strings.TrimSpace(parametersYAML), "\n") {
+		out += "        " + line + "\n"
+	}
+	return out
+}
+
+func giHandles(t *testing.T, n *node, gpu int) []nvml.GpuInstance {
+	t.Helper()
+	dev, _ := n.backend.NVML.DeviceGetHandleByIndex(gpu)
+	var out []nvml.GpuInstance
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := dev.GetGpuInstanceProfileInfo(id)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gis, _ := dev.GetGpuInstances(&info)
+		out = append(out, gis...)
+	}
+	return out
+}

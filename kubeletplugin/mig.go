@@ -1,0 +1,211 @@
+package kubeletplugin
+
+import (
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpudra/gpudra/driver"
+)
+
+// migInstances creates and destroys MIG instances through NVML. Instances are found by
+// GPU, profile and placement, never by remembered ids, so that a plugin that died
+// between creating an instance and recording it still finds the instance.
+type migInstances struct {
+	backend *driver.Backend
+	inv     *driver.Inventory
+	hook    Hook
+}
+
+// created is a GPU instance with its compute instance.
+type created struct {
+	GI, CI int
+	UUID   string
+}
+
+func (m migInstances) device(index int) (nvml.Device, error) {
+	dev, ret := m.backend.NVML.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU %d: DeviceGetHandleByIndex: %v", index, ret)
+	}
+	return dev, nil
+}
+
+// setMode switches a MIG-capable GPU's MIG mode; it refuses while instances exist.
+func (m migInstances) setMode(index int, enabled bool) error {
+	g := m.inv.GPU(index)
+	if g == nil || g.MIG == nil {
+		return nil
+	}
+	dev, err := m.device(index)
+	if err != nil {
+		return err
+	}
+	current, _, ret := dev.GetMigMode()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: GetMigMode: %v", index, ret)
+	}
+	want := nvml.DEVICE_MIG_DISABLE
+	if enabled {
+		want = nvml.DEVICE_MIG_ENABLE
+	}
+	if current == want {
+		return nil
+	}
+	if list, err := m.list(index); err != nil {
+		return err
+	} else if len(list) > 0 {
+		return fmt.Errorf("GPU %d: cannot change MIG mode while %d MIG instances exist", index, len(list))
+	}
+	if ret, _ := dev.SetMigMode(want); ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: SetMigMode(%d): %v", index, want, ret)
+	}
+	return nil
+}
+
+// create makes the GPU instance of mi at its placement and a full compute instance.
+func (m migInstances) create(mi *MIGInstance) (created, error) {
+	dev, err := m.device(mi.Parent)
+	if err != nil {
+		return created{}, err
+	}
+	where := fmt.Sprintf("GPU %d: MIG %s at %d", mi.Parent, mi.Profile, mi.Start)
+	info, ret := dev.GetGpuInstanceProfileInfo(mi.GIProfileID)
+	if ret != nvml.SUCCESS {
+		return created{}, fmt.Errorf("%s: GetGpuInstanceProfileInfo: %v", where, ret)
+	}
+	gi, ret := dev.CreateGpuInstanceWithPlacement(&info, &nvml.GpuInstancePlacement{Start: uint32(mi.Start), Size: uint32(mi.Size)})
+	if ret != nvml.SUCCESS {
+		return created{}, fmt.Errorf("%s: CreateGpuInstanceWithPlacement: %v", where, ret)
+	}
+	fail := func(step string, ret nvml.Return) (created, error) {
+		_ = gi.Destroy()
+		return created{}, fmt.Errorf("%s: %s: %v", where, step, ret)
+	}
+	if err := m.hook.at(PointMIGInstanceCreated); err != nil {
+		_ = gi.Destroy()
+		return created{}, err
+	}
+	ciInfo, ret := gi.GetComputeInstanceProfileInfo(mi.CIProfileID, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret != nvml.SUCCESS {
+		return fail("GetComputeInstanceProfileInfo", ret)
+	}
+	ci, ret := gi.CreateComputeInstance(&ciInfo)
+	if ret != nvml.SUCCESS {
+		return fail("CreateComputeInstance", ret)
+	}
+	giData, ret := gi.GetInfo()
+	if ret != nvml.SUCCESS {
+		return fail("GpuInstance.GetInfo", ret)
+	}
+	ciData, ret := ci.GetInfo()
+	if ret != nvml.SUCCESS {
+		return fail("ComputeInstance.GetInfo", ret)
+	}
+	out := created{GI: int(giData.Id), CI: int(ciData.Id)}
+	out.UUID = m.migUUID(dev, mi.Parent, out)
+	return out, nil
+}
+
+// migUUID is the MIG device's UUID from NVML, or the "MIG-<GPU UUID>/<gi>/<ci>" form
+// NVIDIA_VISIBLE_DEVICES also accepts (simulated servers have no MIG device handles).
+func (m migInstances) migUUID(dev nvml.Device, parent int, c created) string {
+	legacy := fmt.Sprintf("MIG-%s/%d/%d", m.inv.GPU(parent).UUID, c.GI, c.CI)
+	if m.backend.Simulated {
+		return legacy
+	}
+	count, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return legacy
+	}
+	for k := range count {
+		md, ret := dev.GetMigDeviceHandleByIndex(k)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gi, r1 := md.GetGpuInstanceId()
+		ci, r2 := md.GetComputeInstanceId()
+		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS && gi == c.GI && ci == c.CI {
+			if id, ret := md.GetUUID(); ret == nvml.SUCCESS {
+				return id
+			}
+		}
+	}
+	return legacy
+}
+
+// existing is a GPU instance found on a GPU.
+type existing struct {
+	gi          nvml.GpuInstance
+	giProfileID int
+	start, size int
+}
+
+// list returns the GPU instances of every profile the GPU offers.
+func (m migInstances) list(index int) ([]existing, error) {
+	g := m.inv.GPU(index)
+	if g == nil || g.MIG == nil {
+		return nil, nil
+	}
+	dev, err := m.device(index)
+	if err != nil {
+		return nil, err
+	}
+	var out []existing
+	for _, p := range g.MIG.Profiles {
+		info, ret := dev.GetGpuInstanceProfileInfo(p.GIProfileID)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gis, ret := dev.GetGpuInstances(&info)
+		if ret == nvml.ERROR_NOT_SUPPORTED { // MIG mode off
+			return nil, nil
+		}
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("GPU %d: GetGpuInstances(%s): %v", index, p.Name, ret)
+		}
+		for _, gi := range gis {
+			d, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, fmt.Errorf("GPU %d: GpuInstance.GetInfo: %v", index, ret)
+			}
+			out = append(out, existing{gi: gi, giProfileID: p.GIProfileID, start: int(d.Placement.Start), size: int(d.Placement.Size)})
+		}
+	}
+	return out, nil
+}
+
+// destroy removes mi's GPU instance (and its compute instances) if it exists.
+func (m migInstances) destroy(mi *MIGInstance) error {
+	list, err := m.list(mi.Parent)
+	if err != nil {
+		return err
+	}
+	for _, e := range list {
+		if e.giProfileID == mi.GIProfileID && e.start == mi.Start {
+			return m.destroyInstance(mi.Parent, e)
+		}
+	}
+	return nil
+}
+
+func (m migInstances) destroyInstance(index int, e existing) error {
+	g := m.inv.GPU(index)
+	for _, p := range g.MIG.Profiles {
+		if p.GIProfileID != e.giProfileID {
+			continue
+		}
+		if ciInfo, ret := e.gi.GetComputeInstanceProfileInfo(p.CIProfileID, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED); ret == nvml.SUCCESS {
+			cis, _ := e.gi.GetComputeInstances(&ciInfo)
+			for _, ci := range cis {
+				if ret := ci.Destroy(); ret != nvml.SUCCESS {
+					return fmt.Errorf("GPU %d: destroying compute instance at %d: %v", index, e.start, ret)
+				}
+			}
+		}
+	}
+	if ret := e.gi.Destroy(); ret != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: destroying GPU instance at %d: %v", index, e.start, ret)
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package kubeletplugin
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/config"
+)
+
+// planner decides, from plain data, what preparing a claim means on this node: which
+// GPUs and MIG placements each allocated device uses and which CDI edits it gets.
+type planner struct {
+	nodeName string
+	inv      *driver.Inventory
+	devices  map[string]resourceapi.Device // published devices by name
+	node     cdi.Node
+	// stateDir holds per-claim MPS and HAMi cache directories.
+	stateDir string
+}
+
+func newPlanner(nodeName string, inv *driver.Inventory, pool *driver.Pool, node cdi.Node, stateDir string) *planner {
+	p := &planner{nodeName: nodeName, inv: inv, devices: map[string]resourceapi.Device{}, node: node, stateDir: stateDir}
+	for _, s := range pool.Slices {
+		for _, d := range s.Devices {
+			p.devices[d.Name] = d
+		}
+	}
+	return p
+}
+
+func attrString(d resourceapi.Device, name string) string {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
+func attrInt(d resourceapi.Device, name string) (int, bool) {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.IntValue != nil {
+		return int(*a.IntValue), true
+	}
+	return 0, false
+}
+
+// mpsDir and cacheDir are the claim's host directories for MPS and HAMi-core.
+func (p *planner) mpsDir(claimUID string) string { return filepath.Join(p.stateDir, "mps", claimUID) }
+func (p *planner) cacheDir(claimUID string) string {
+	return filepath.Join(p.stateDir, "vgpu", claimUID)
+}
+
+// plan resolves the claim's results for this driver on this node. Configuration errors
+// name the field (status.allocation.devices.config[i].opaque.parameters...).
+func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	alloc := claim.Status.Allocation.Devices
+	var out []PreparedDevice
+	for k, r := range alloc.Results {
+		if r.Driver != driver.DriverName {
+			continue
+		}
+		if r.Pool != p.nodeName {
+			return nil, fmt.Errorf("status.allocation.devices.results[%d]: device %s/%s is in pool %q, this node is %q", k, r.Pool, r.Device, r.Pool, p.nodeName)
+		}
+		conf, err := config.Resolve(alloc.Config, driver.DriverName, r.Request)
+		if err != nil {
+			return nil, fmt.Errorf("request %q: invalid device configuration: %w", r.Request, err)
+		}
+		d, err := p.device(string(claim.UID), r, conf)
+		if err != nil {
+			return nil, fmt.Errorf("status.allocation.devices.results[%d] (%s): %w", k, r.Device, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf config.Resolved) (PreparedDevice, error) {
+	pub, ok := p.devices[r.Device]
+	if !ok {
+		return PreparedDevice{}, fmt.Errorf("device %q is not published by this node", r.Device)
+	}
+	pd := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, driver.AttrType)}
+	name := claimUID + "-" + r.Device
+	if r.ShareID != nil {
+		pd.ShareID = string(*r.ShareID)
+		name += "-" + pd.ShareID
+	}
+	pd.CDI = cdi.Device{Name: name, Device: r.Device}
+	sharing := conf.GPU.Sharing
+	switch pd.Type {
+	case driver.TypeGPU, driver.TypeShare:
+		idx, _ := attrInt(pub, driver.AttrIndex)
+		g := p.inv.GPU(idx)
+		if g == nil {
+			return PreparedDevice{}, fmt.Errorf("GPU %d is not in the inventory", idx)
+		}
+		pd.GPUs = []int{idx}
+		pd.CDI.GPUs = []cdi.GPU{{Index: g.Index, Minor: g.Minor, UUID: g.UUID}}
+		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = int64(g.MemoryBytes), 100
+	case driver.TypeNVLinkGroup:
+		for _, s := range strings.Split(attrString(pub, driver.AttrMembers), "-") {
+			idx, err := strconv.Atoi(s)
+			g := p.inv.GPU(idx)
+			if err != nil || g == nil {
+				return PreparedDevice{}, fmt.Errorf("group member %q is not a GPU of this node", s)
+			}
+			pd.GPUs = append(pd.GPUs, idx)
+			pd.CDI.GPUs = append(pd.CDI.GPUs, cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
+			pd.CDI.MemoryBytes = int64(g.MemoryBytes)
+		}
+		pd.CDI.ComputePercent = 100
+	case driver.TypeMIG:
+		mi, err := p.migInstance(pub)
+		if err != nil {
+			return PreparedDevice{}, err
+		}
+		pd.MIG, pd.GPUs = mi, []int{mi.Parent}
+		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = p.migCapacity(mi)
+		sharing = conf.MIG.Sharing
+	default:
+		return PreparedDevice{}, fmt.Errorf("device %q has unknown type %q", r.Device, pd.Type)
+	}
+
+	mem := pd.CDI.MemoryBytes
+	if pd.Type == driver.TypeShare {
+		memQ, compQ := driver.ShareMemoryDefault, driver.ShareComputeMin
+		if q, ok := r.ConsumedCapacity[driver.CapMemory]; ok {
+			memQ = q
+		}
+		if q, ok := r.ConsumedCapacity[driver.CapCompute]; ok {
+			compQ = q
+		}
+		mem = memQ.Value()
+		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, int(compQ.Value())
+		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: int(compQ.Value())}
+		switch conf.GPU.Limits.Enforcement {
+		case config.EnforceHAMi:
+			if p.node.VGPULibrary == "" {
+				return PreparedDevice{}, field.Invalid(field.NewPath("limits", "enforcement"), config.EnforceHAMi,
+					"this node has no HAMi-core libvgpu.so configured (--vgpu-library); use Auto or MPS")
+			}
+			limits.HAMi = true
+		case config.EnforceAuto:
+			limits.HAMi = p.node.VGPULibrary != ""
+		}
+		pd.CDI.Limits = limits
+		if limits.HAMi {
+			pd.CDI.CacheDir = p.cacheDir(claimUID)
+		}
+	}
+	if errs := sharing.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: mem}); len(errs) > 0 {
+		return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
+	}
+	useMPS := sharing.Strategy == config.MPS || (pd.CDI.Limits != nil && !pd.CDI.Limits.HAMi)
+	if useMPS {
+		dir := p.mpsDir(claimUID)
+		m := &cdi.MPS{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
+		if c := sharing.MPS; c != nil {
+			if c.DefaultActiveThreadPercentage != nil {
+				m.ActiveThreadPercent = *c.DefaultActiveThreadPercentage
+			}
+			if c.DefaultPinnedDeviceMemoryLimit != nil {
+				m.PinnedMemoryMiB = c.DefaultPinnedDeviceMemoryLimit.Value() >> 20
+			}
+		}
+		if l := pd.CDI.Limits; l != nil { // a share's capacity caps whatever the config asks
+			if l.ComputePercent > 0 && (m.ActiveThreadPercent == 0 || m.ActiveThreadPercent > l.ComputePercent) {
+				m.ActiveThreadPercent = l.ComputePercent
+			}
+			if m.PinnedMemoryMiB == 0 || m.PinnedMemoryMiB > l.MemoryMiB {
+				m.PinnedMemoryMiB = l.MemoryMiB
+			}
+		}
+		pd.CDI.MPS = m
+	} else if sharing.TimeSlicing != nil {
+		pd.CDI.TimeSlice = string(sharing.TimeSlicing.Interval)
+	}
+	return pd, nil
+}
+
+func (p *planner) migInstance(pub resourceapi.Device) (*MIGInstance, error) {
+	parent, _ := attrInt(pub, driver.AttrParentIndex)
+	start, _ := attrInt(pub, driver.AttrMIGPlacementStart)
+	size, _ := attrInt(pub, driver.AttrMIGPlacementSize)
+	profile := attrString(pub, driver.AttrMIGProfile)
+	g := p.inv.GPU(parent)
+	if g == nil || g.MIG == nil {
+		return nil, fmt.Errorf("MIG parent GPU %d is not MIG-capable on this node", parent)
+	}
+	for _, prof := range g.MIG.Profiles {
+		if prof.Name == profile {
+			return &MIGInstance{Parent: parent, Profile: profile, GIProfileID: prof.GIProfileID, CIProfileID: prof.CIProfileID, Start: start, Size: size}, nil
+		}
+	}
+	return nil, fmt.Errorf("GPU %d has no MIG profile %q", parent, profile)
+}
+
+// migCapacity returns the MIG profile's memory and share of the GPU's SMs.
+func (p *planner) migCapacity(mi *MIGInstance) (int64, int) {
+	g := p.inv.GPU(mi.Parent)
+	for _, prof := range g.MIG.Profiles {
+		if prof.Name == mi.Profile && g.Multiprocessors > 0 {
+			return int64(prof.MemoryBytes), prof.Multiprocessors * 100 / g.Multiprocessors
+		}
+	}
+	return 0, 0
+}
+
+// conflict reports whether two prepared devices of different claims may not coexist:
+// shares of a GPU coexist, MIG instances coexist when their placements are disjoint,
+// anything else on the same GPU excludes the other.
+func conflict(a, b PreparedDevice) bool {
+	for _, ga := range a.GPUs {
+		for _, gb := range b.GPUs {
+			if ga != gb {
+				continue
+			}
+			switch {
+			case a.Type == driver.TypeShare && b.Type == driver.TypeShare:
+			case a.MIG != nil && b.MIG != nil:
+				if a.MIG.Start < b.MIG.Start+b.MIG.Size && b.MIG.Start < a.MIG.Start+a.MIG.Size {
+					return true
+				}
+			default:
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,239 @@
+package kubeletplugin_test
+
+import (
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+func TestWholeGPUClaimGetsItsDeviceNodeAndUUID(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(wholeGPU)
+	devs := mustPrepare(t, d, c)
+	if len(devs) != 1 || devs[0].DeviceName != "gpu-2" || devs[0].PoolName != nodeName || devs[0].Requests[0] != "gpu" {
+		t.Fatalf("devices %+v", devs)
+	}
+	want := "gpudra.dev/gpu=" + string(c.UID) + "-gpu-2"
+	if !reflect.DeepEqual(devs[0].CDIDeviceIDs, []string{want}) {
+		t.Fatalf("CDI ids %v, want %s", devs[0].CDIDeviceIDs, want)
+	}
+	spec := n.spec(c)
+	if spec == nil || len(spec.Devices) != 1 {
+		t.Fatalf("spec %+v", spec)
+	}
+	e := spec.Devices[0].ContainerEdits
+	if len(e.DeviceNodes) != 1 || e.DeviceNodes[0].Path != "/dev/nvidia2" || e.DeviceNodes[0].HostPath != filepath.Join(n.cfg.DriverRoot, "dev/nvidia2") {
+		t.Errorf("device nodes %+v", e.DeviceNodes)
+	}
+	uuid := d.Inventory().GPU(2).UUID
+	if got := env(e)["NVIDIA_VISIBLE_DEVICES"]; got != uuid {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%s, want %s", got, uuid)
+	}
+	if got := env(e)["GPUDRA_MEMORY_MIB_0"]; got != "81559" && got != "81920" {
+		t.Errorf("GPUDRA_MEMORY_MIB_0=%s", got)
+	}
+}
+
+func TestShareClaimCarriesItsLimits(t *testing.T) {
+	tests := []struct {
+		name    string
+		vgpu    string
+		config  string
+		wantEnv map[string]string
+		absent  []string
+	}{
+		{
+			name: "HAMi-core when the node has libvgpu.so", vgpu: "/opt/hami/libvgpu.so",
+			wantEnv: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "10240m", "CUDA_DEVICE_SM_LIMIT": "25", "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so", "GPUDRA_MEMORY_MIB_0": "10240", "GPUDRA_COMPUTE_PERCENT_0": "25"},
+			absent:  []string{"CUDA_MPS_PIPE_DIRECTORY"},
+		},
+		{
+			name:    "MPS limits when the node has no libvgpu.so",
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M", "GPUDRA_MEMORY_MIB_0": "10240"},
+			absent:  []string{"LD_PRELOAD", "CUDA_DEVICE_MEMORY_LIMIT_0"},
+		},
+		{
+			name: "MPS enforcement chosen by config on a HAMi node", vgpu: "/opt/hami/libvgpu.so",
+			config:  "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {enforcement: MPS}",
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps"},
+			absent:  []string{"LD_PRELOAD"},
+		},
+		{
+			name:    "a config's lower MPS thread cap wins over the share's",
+			config:  "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 10, defaultPinnedDeviceMemoryLimit: 4Gi}}",
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "10", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.VGPULibrary = tc.vgpu })
+			d := n.newDriver(nil)
+			c := n.allocate(shareClaim("10Gi", "25", tc.config))
+			devs := mustPrepare(t, d, c)
+			if devs[0].ShareID == nil || !strings.Contains(devs[0].CDIDeviceIDs[0], string(*devs[0].ShareID)) {
+				t.Errorf("share device %+v: CDI name must carry the share id", devs[0])
+			}
+			got := env(n.spec(c).Devices[0].ContainerEdits)
+			for k, v := range tc.wantEnv {
+				if got[k] != v {
+					t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
+				}
+			}
+			for _, k := range tc.absent {
+				if _, ok := got[k]; ok {
+					t.Errorf("env has %s", k)
+				}
+			}
+		})
+	}
+}
+
+func TestTwoSharesOfOneGPUArePreparedSideBySide(t *testing.T) {
+	n := newNode(t, "l40s-pcie")
+	d := n.newDriver(nil)
+	a := n.allocate(shareClaim("8Gi", "50", ""))
+	b := n.allocate(shareClaim("8Gi", "50", ""))
+	mustPrepare(t, d, a)
+	mustPrepare(t, d, b)
+}
+
+func TestInvalidConfigFailsPrepareNamingTheField(t *testing.T) {
+	tests := []struct {
+		name, claim string
+		vgpu        string
+		want        []string
+	}{
+		{"unknown strategy", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: Magic}"),
+			"", []string{"status.allocation.devices.config[0].opaque.parameters.sharing.strategy", `"MPS"`}},
+		{"150% compute", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 150}}"),
+			"", []string{"sharing.mps.defaultActiveThreadPercentage", "between 1 and 100"}},
+		{"memory above the GPU's", wholeGPU + withConfig("gpu", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 200Gi}}"),
+			"", []string{"sharing.mps.defaultPinnedDeviceMemoryLimit", "exceeds the device's memory"}},
+		{"pinned memory above the share's", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 2Gi}}"),
+			"", []string{"sharing.mps.defaultPinnedDeviceMemoryLimit"}},
+		{"unknown field", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {threads: 3}}"),
+			"", []string{"parameters.sharing.mps.threads", "unknown field"}},
+		{"wrong apiVersion", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v2\nkind: GpuConfig"),
+			"", []string{"parameters.apiVersion", "gpu.gpudra.dev/v1alpha1"}},
+		{"HAMi enforcement without libvgpu.so", shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {enforcement: HAMi}"),
+			"", []string{"limits.enforcement", "--vgpu-library"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100")
+			d := n.newDriver(nil)
+			c := n.allocate(tc.claim)
+			_, err := prepare(t, d, c)
+			if err == nil {
+				t.Fatal("prepare succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if n.spec(c) != nil {
+				t.Error("a failed prepare left a CDI spec")
+			}
+		})
+	}
+}
+
+func TestMIGClaimCreatesOneInstanceAtItsPlacement(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(migClaim)
+	want := n.allocatedPlacement(c)
+	devs := mustPrepare(t, d, c)
+	if got := n.migInstances(); !reflect.DeepEqual(got, []placement{want}) {
+		t.Fatalf("MIG instances %v, want exactly %v", got, want)
+	}
+	e := n.spec(c).Devices[0].ContainerEdits
+	var paths []string
+	for _, dn := range e.DeviceNodes {
+		paths = append(paths, dn.Path)
+	}
+	if len(paths) != 3 || paths[0] != "/dev/nvidia"+itoa(want.gpu) || !strings.HasPrefix(paths[1], "/dev/nvidia-caps/nvidia-cap") {
+		t.Errorf("MIG device nodes %v", paths)
+	}
+	if v := env(e)["NVIDIA_VISIBLE_DEVICES"]; !strings.HasPrefix(v, "MIG-") {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%s", v)
+	}
+	if len(devs) != 1 {
+		t.Fatalf("devices %+v", devs)
+	}
+	if err := unprepare(t, d, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.migInstances(); len(got) != 0 {
+		t.Errorf("after unprepare MIG instances %v remain", got)
+	}
+	if n.spec(c) != nil {
+		t.Error("after unprepare the CDI spec remains")
+	}
+}
+
+func TestWholeGPUOnMIGModeGPUDisablesMIGMode(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	m := n.allocate(migClaim)
+	mustPrepare(t, d, m)
+	if err := unprepare(t, d, m); err != nil {
+		t.Fatal(err)
+	}
+	n.alloc.Release(m.Status.Allocation)
+	parent := n.allocatedPlacement(m).gpu
+	c := n.allocate(strings.Replace(wholeGPU, "index == 2", "index == "+itoa(parent), 1))
+	mustPrepare(t, d, c)
+	dev, _ := n.backend.NVML.DeviceGetHandleByIndex(parent)
+	if mode, _, _ := dev.GetMigMode(); mode != 0 {
+		t.Errorf("GPU %d MIG mode %d after preparing it whole, want disabled", parent, mode)
+	}
+}
+
+func TestPrepareIsIdempotentAndUnprepareOfUnknownClaimSucceeds(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	for _, spec := range []string{wholeGPU, migClaim, shareClaim("2Gi", "10", "")} {
+		c := n.allocate(spec)
+		first := mustPrepare(t, d, c)
+		again := mustPrepare(t, d, c)
+		if !reflect.DeepEqual(first, again) {
+			t.Errorf("second prepare %+v, first %+v", again, first)
+		}
+		restarted := mustPrepare(t, n.newDriver(nil), c)
+		if !reflect.DeepEqual(first, restarted) {
+			t.Errorf("prepare after restart %+v, first %+v", restarted, first)
+		}
+		if err := unprepare(t, d, c); err != nil {
+			t.Fatal(err)
+		}
+		if err := unprepare(t, d, c); err != nil {
+			t.Fatalf("second unprepare: %v", err)
+		}
+	}
+	if len(n.migInstances()) != 0 || n.specCount() != 0 {
+		t.Errorf("leaked: MIG %v, specs %d", n.migInstances(), n.specCount())
+	}
+}
+
+func TestDeviceHeldExclusivelyIsRefused(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	a := n.allocate(wholeGPU)
+	mustPrepare(t, d, a)
+	// A second allocation of the same GPU, as a stale scheduler view might produce.
+	b := a.DeepCopy()
+	b.UID, b.Name = "uid-other", "other"
+	_, err := prepare(t, d, b)
+	if err == nil || !strings.Contains(err.Error(), "gpu-2") || !strings.Contains(err.Error(), a.Name) {
+		t.Fatalf("want a conflict naming gpu-2 and %s, got %v", a.Name, err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,166 @@
+package kubeletplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// recover brings the node to a consistent state at start-up: a corrupt checkpoint is
+// set aside and rebuilt from the CDI specs; a checkpoint from another boot is dropped;
+// interrupted prepares are rolled back and interrupted unprepares finished; completed
+// claims get back a missing MIG instance or CDI spec; CDI specs and (with the dynamic
+// MIG strategy) MIG instances that no claim accounts for are removed.
+func (s *state) recover() error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cp, err := s.store.load()
+	if errors.Is(err, ErrCorruptCheckpoint) {
+		s.corruptions++
+		aside, rerr := s.store.setAside(time.Now())
+		s.logger.Error(err, "Checkpoint is corrupt: set aside, rebuilding it from the CDI specs on disk", "setAside", aside)
+		if rerr != nil {
+			return fmt.Errorf("setting the corrupt checkpoint aside: %w", rerr)
+		}
+		cp = s.rebuild()
+	} else if err != nil {
+		return err
+	}
+	if cp.BootID != "" && cp.BootID != s.bootID {
+		s.logger.Info("Node rebooted since the checkpoint was written: dropping its claims", "checkpointBootID", cp.BootID, "bootID", s.bootID, "claims", len(cp.Claims))
+		cp.Claims = map[types.UID]*PreparedClaim{}
+	}
+	cp.BootID = s.bootID
+	s.cp = cp
+	uids := make([]types.UID, 0, len(cp.Claims))
+	for uid := range cp.Claims {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	var errs []error
+	for _, uid := range uids {
+		pc := cp.Claims[uid]
+		switch pc.State {
+		case PrepareCompleted:
+			if err := s.restore(pc); err != nil {
+				s.logger.Error(err, "Prepared claim cannot be restored: rolling it back", "claim", klog.KRef(pc.Namespace, pc.Name))
+				errs = append(errs, s.rollback(pc))
+			}
+		case UnprepareStarted:
+			s.logger.Info("Finishing an interrupted unprepare", "claim", klog.KRef(pc.Namespace, pc.Name))
+			errs = append(errs, s.teardown(pc))
+			delete(cp.Claims, uid)
+		default:
+			s.logger.Info("Rolling back an interrupted prepare", "claim", klog.KRef(pc.Namespace, pc.Name), "state", pc.State)
+			errs = append(errs, s.rollback(pc))
+		}
+	}
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMIG(), s.save())
+	return errors.Join(errs...)
+}
+
+// rebuild recovers the completed claims recorded in the CDI specs' annotations.
+func (s *state) rebuild() *checkpointData {
+	cp := &checkpointData{BootID: s.bootID, Claims: map[types.UID]*PreparedClaim{}}
+	onDisk, err := s.specs.Claims()
+	if err != nil {
+		s.logger.Error(err, "Listing CDI specs to rebuild the checkpoint")
+		return cp
+	}
+	for uid, rec := range onDisk {
+		var pc PreparedClaim
+		if rec == "" || json.Unmarshal([]byte(rec), &pc) != nil || string(pc.UID) != uid {
+			continue // removed below as a spec no claim accounts for
+		}
+		pc.State = PrepareCompleted
+		cp.Claims[pc.UID] = &pc
+	}
+	return cp
+}
+
+// restore re-creates a completed claim's missing MIG instances and CDI spec (a
+// simulated GPU does not outlive the plugin; a spec directory may be a tmpfs).
+func (s *state) restore(pc *PreparedClaim) error {
+	rewrite := !s.specs.Exists(string(pc.UID))
+	for k := range pc.Devices {
+		d := &pc.Devices[k]
+		if d.MIG == nil {
+			continue
+		}
+		list, err := s.mig.list(d.MIG.Parent)
+		if err != nil {
+			return err
+		}
+		found := slices.ContainsFunc(list, func(e existing) bool { return e.giProfileID == d.MIG.GIProfileID && e.start == d.MIG.Start })
+		if !found {
+			if err := s.createMIG(d); err != nil {
+				return err
+			}
+			rewrite = true
+		}
+	}
+	if rewrite {
+		return s.writeSpec(pc)
+	}
+	return nil
+}
+
+func (s *state) removeUnknownSpecs() error {
+	onDisk, err := s.specs.Claims()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for uid := range onDisk {
+		if s.cp.Claims[types.UID(uid)] == nil {
+			s.logger.Info("Removing a CDI spec no prepared claim accounts for", "claimUID", uid)
+			errs = append(errs, s.specs.Remove(uid))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeUnknownMIG destroys MIG instances no prepared claim accounts for; only with
+// the dynamic strategy, where every instance is the plugin's.
+func (s *state) removeUnknownMIG() error {
+	if !s.dynamic {
+		return nil
+	}
+	var errs []error
+	for _, g := range s.planner.inv.GPUs {
+		if g.MIG == nil {
+			continue
+		}
+		list, err := s.mig.list(g.Index)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range list {
+			if !s.accounted(g.Index, e) {
+				s.logger.Info("Destroying a MIG instance no prepared claim accounts for", "gpu", g.Index, "start", e.start, "size", e.size)
+				errs = append(errs, s.mig.destroyInstance(g.Index, e))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *state) accounted(gpu int, e existing) bool {
+	for _, pc := range s.cp.Claims {
+		for _, d := range pc.Devices {
+			if m := d.MIG; m != nil && m.Parent == gpu && m.GIProfileID == e.giProfileID && m.Start == e.start {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,237 @@
+package kubeletplugin_test
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+type crash struct{ point string }
+
+// crashAt is a hook that kills the plugin (a panic the test catches) the first time
+// it reaches point.
+func crashAt(point string, reached *bool) plugin.Hook {
+	return func(p string) error {
+		if p == point && !*reached {
+			*reached = true
+			panic(crash{p})
+		}
+		return nil
+	}
+}
+
+// run calls f and reports whether it crashed.
+func run(t *testing.T, f func()) (crashed bool) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(crash); !ok {
+				panic(r)
+			}
+			crashed = true
+		}
+	}()
+	f()
+	return false
+}
+
+// assertClean checks that the node holds nothing for the claim.
+func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	if got := n.migInstances(); len(got) != 0 {
+		t.Errorf("leaked MIG instances %v", got)
+	}
+	if n.spec(c) != nil {
+		t.Error("leaked CDI spec")
+	}
+}
+
+// assertPrepared checks that the claim is prepared exactly once.
+func assertPrepared(t *testing.T, n *node, c *resourceapi.ResourceClaim, mig bool) {
+	t.Helper()
+	if n.spec(c) == nil {
+		t.Error("prepared claim has no CDI spec")
+	}
+	want := 0
+	if mig {
+		want = 1
+	}
+	if got := n.migInstances(); len(got) != want {
+		t.Errorf("MIG instances %v, want %d", got, want)
+	}
+}
+
+func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
+	claims := []struct {
+		name, spec string
+		mig        bool
+	}{
+		{"mig", migClaim, true},
+		{"share", shareClaim("4Gi", "20", ""), false},
+		{"whole", wholeGPU, false},
+	}
+	exercised := 0
+	for _, cl := range claims {
+		for _, point := range plugin.PreparePoints {
+			t.Run("prepare/"+cl.name+"/"+point, func(t *testing.T) {
+				n := newNode(t, "dgx-h100")
+				c := n.allocate(cl.spec)
+				var reached bool
+				crashed := run(t, func() { _, _ = prepare(t, n.newDriver(crashAt(point, &reached)), c) })
+				if !crashed {
+					return // this claim never reaches the point
+				}
+				exercised++
+				d := n.newDriver(nil)
+				if point == plugin.PointPrepareCompleted {
+					assertPrepared(t, n, c, cl.mig)
+				} else {
+					assertClean(t, n, c)
+				}
+				// The kubelet retries the prepare, later unprepares.
+				first := mustPrepare(t, d, c)
+				assertPrepared(t, n, c, cl.mig)
+				if again := mustPrepare(t, n.newDriver(nil), c); !reflect.DeepEqual(first, again) {
+					t.Errorf("prepare after restart %+v, want %+v", again, first)
+				}
+				if err := unprepare(t, d, c); err != nil {
+					t.Fatal(err)
+				}
+				assertClean(t, n, c)
+			})
+		}
+		for _, point := range plugin.UnpreparePoints {
+			t.Run("unprepare/"+cl.name+"/"+point, func(t *testing.T) {
+				n := newNode(t, "dgx-h100")
+				c := n.allocate(cl.spec)
+				var reached bool
+				d := n.newDriver(crashAt(point, &reached))
+				mustPrepare(t, d, c)
+				if !run(t, func() { _ = unprepare(t, d, c) }) {
+					t.Fatalf("unprepare never reached %s", point)
+				}
+				exercised++
+				d = n.newDriver(nil)
+				assertClean(t, n, c)
+				if err := unprepare(t, d, c); err != nil {
+					t.Fatalf("retried unprepare: %v", err)
+				}
+				assertClean(t, n, c)
+			})
+		}
+	}
+	t.Logf("crash injection points exercised: %d", exercised)
+	if exercised < len(plugin.PreparePoints)+len(plugin.UnpreparePoints) {
+		t.Errorf("only %d crash points exercised", exercised)
+	}
+}
+
+func TestCorruptCheckpointIsSetAsideAndRebuilt(t *testing.T) {
+	for _, corruption := range []struct {
+		name  string
+		apply func(path string) error
+	}{
+		{"garbage", func(p string) error { return os.WriteFile(p, []byte("\x00\x01not json"), 0o600) }},
+		{"truncated", func(p string) error {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, raw[:len(raw)/2], 0o600)
+		}},
+		{"checksum mismatch", func(p string) error {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for k := len(raw) - 1; k > 0; k-- {
+				if raw[k] == 'b' { // flip one byte inside the data
+					raw[k] = 'c'
+					break
+				}
+			}
+			return os.WriteFile(p, raw, 0o600)
+		}},
+	} {
+		t.Run(corruption.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100")
+			d := n.newDriver(nil)
+			mig := n.allocate(migClaim)
+			whole := n.allocate(wholeGPU)
+			wantMIG := mustPrepare(t, d, mig)
+			mustPrepare(t, d, whole)
+			path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
+			if err := corruption.apply(path); err != nil {
+				t.Fatal(err)
+			}
+			d = n.newDriver(nil) // must not fail: no crash loop
+			aside, _ := filepath.Glob(path + ".corrupt-*")
+			if len(aside) != 1 {
+				t.Errorf("corrupt checkpoint set aside as %v, want one file", aside)
+			}
+			if got := mustPrepare(t, d, mig); !reflect.DeepEqual(got, wantMIG) {
+				t.Errorf("rebuilt claim prepares as %+v, want %+v", got, wantMIG)
+			}
+			for _, c := range []*resourceapi.ResourceClaim{mig, whole} {
+				if err := unprepare(t, d, c); err != nil {
+					t.Fatal(err)
+				}
+				assertClean(t, n, c)
+			}
+		})
+	}
+}
+
+func TestRebootDropsClaimsOfTheOldBoot(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(migClaim)
+	mustPrepare(t, d, c)
+	if err := os.WriteFile(n.cfg.BootIDPath, []byte("boot-2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d = n.newDriver(nil)
+	assertClean(t, n, c)
+	mustPrepare(t, d, c) // the kubelet prepares again after the reboot
+	assertPrepared(t, n, c, true)
+}
+
+func TestStartupDestroysMIGInstancesNoClaimAccountsFor(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(migClaim)
+	mustPrepare(t, d, c)
+	// Forget the claim behind the plugin's back: its instance is now unknown.
+	if err := os.Remove(filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(c.UID)+".json")); err != nil {
+		t.Fatal(err)
+	}
+	n.newDriver(nil)
+	assertClean(t, n, c)
+}
+
+func TestLostSimulatedInstanceIsRecreatedForAPreparedClaim(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(migClaim)
+	mustPrepare(t, d, c)
+	// A simulated GPU does not outlive the plugin process: destroy the instance.
+	p := n.allocatedPlacement(c)
+	dev, _ := n.backend.NVML.DeviceGetHandleByIndex(p.gpu)
+	_ = dev
+	for _, gi := range giHandles(t, n, p.gpu) {
+		gi.Destroy()
+	}
+	n.newDriver(nil)
+	assertPrepared(t, n, c, true)
+	if got := n.migInstances(); !reflect.DeepEqual(got, []placement{p}) {
+		t.Errorf("instances %v, want %v", got, p)
+	}
+}

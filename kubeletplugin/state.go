@@ -1,0 +1,382 @@
+package kubeletplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/driver"
+)
+
+// Hook is called at each named point of prepare and unprepare. Tests use it to inject
+// crashes (panic, then start a fresh plugin on the same directories) or failures.
+type Hook func(point string) error
+
+func (h Hook) at(point string) error {
+	if h == nil {
+		return nil
+	}
+	return h(point)
+}
+
+// The points at which Hook is called, in the order they are reached.
+const (
+	PointPrepareStarted     = "prepare-started"      // checkpoint says PrepareStarted
+	PointMIGInstanceCreated = "mig-instance-created" // GPU instance exists, compute instance not yet
+	PointMIGReady           = "mig-ready"            // GPU and compute instance exist
+	PointCDIWritten         = "cdi-written"          // CDI spec on disk
+	PointPrepareCompleted   = "prepare-completed"    // checkpoint says PrepareCompleted
+	PointUnprepareStarted   = "unprepare-started"    // checkpoint says UnprepareStarted
+	PointCDIRemoved         = "cdi-removed"
+	PointMIGDestroyed       = "mig-destroyed"
+	PointUnprepareCompleted = "unprepare-completed" // claim gone from the checkpoint
+)
+
+// PreparePoints and UnpreparePoints list the hook points of each operation.
+var (
+	PreparePoints   = []string{PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady, PointCDIWritten, PointPrepareCompleted}
+	UnpreparePoints = []string{PointUnprepareStarted, PointCDIRemoved, PointMIGDestroyed, PointUnprepareCompleted}
+)
+
+// state is the node's prepared claims: the checkpoint, the CDI specs and the MIG
+// instances, kept consistent under a node-wide lock (a mutex and a file lock, so that
+// two plugin instances during a rolling update never interleave).
+type state struct {
+	mu       sync.Mutex
+	lockPath string
+	store    checkpointStore
+	cp       *checkpointData
+	bootID   string
+	specs    *cdi.Specs
+	planner  *planner
+	mig      migInstances
+	dynamic  bool // MIG strategy dynamic: the plugin owns MIG mode and instances
+	hook     Hook
+	logger   klog.Logger
+	// seen is the checkpoint file as this instance last wrote or read it.
+	seen os.FileInfo
+	// Corruptions counts corrupt checkpoints set aside.
+	corruptions int
+}
+
+func (s *state) lock() (func(), error) {
+	s.mu.Lock()
+	f, err := os.OpenFile(s.lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("node lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		s.mu.Unlock()
+		return nil, fmt.Errorf("node lock: %w", err)
+	}
+	return func() {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		f.Close()
+		s.mu.Unlock()
+	}, nil
+}
+
+func (s *state) save() error {
+	if err := s.store.save(s.cp); err != nil {
+		return err
+	}
+	s.seen, _ = os.Stat(s.store.path)
+	return nil
+}
+
+// reload re-reads the checkpoint when another plugin instance (a rolling update) has
+// written it since this one last did.
+func (s *state) reload() error {
+	if now, err := os.Stat(s.store.path); err == nil && s.seen != nil && os.SameFile(now, s.seen) &&
+		now.ModTime().Equal(s.seen.ModTime()) && now.Size() == s.seen.Size() {
+		return nil
+	}
+	cp, err := s.store.load()
+	if err != nil {
+		return err
+	}
+	s.cp = cp
+	s.seen, _ = os.Stat(s.store.path)
+	return nil
+}
+
+func results(pc *PreparedClaim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(pc.Devices))
+	for _, d := range pc.Devices {
+		dev := kubeletplugin.Device{
+			Requests:     []string{d.Request},
+			PoolName:     d.Pool,
+			DeviceName:   d.Device,
+			CDIDeviceIDs: []string{cdi.DeviceID(d.CDI.Name)},
+		}
+		if d.ShareID != "" {
+			id := types.UID(d.ShareID)
+			dev.ShareID = &id
+		}
+		out = append(out, dev)
+	}
+	return out
+}
+
+// prepare makes the claim's devices usable and returns them with their CDI ids. It is
+// idempotent: a prepared claim returns the same devices.
+func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := s.reload(); err != nil {
+		return nil, err
+	}
+	uid := claim.UID
+	if pc := s.cp.Claims[uid]; pc != nil {
+		if pc.State == PrepareCompleted {
+			if !s.specs.Exists(string(uid)) {
+				if err := s.writeSpec(pc); err != nil {
+					return nil, err
+				}
+			}
+			return results(pc), nil
+		}
+		if err := s.rollback(pc); err != nil {
+			return nil, err
+		}
+	}
+	devs, err := s.planner.plan(claim)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkExclusive(uid, devs); err != nil {
+		return nil, err
+	}
+	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareStarted, Devices: devs}
+	s.cp.Claims[uid] = pc
+	if err := s.save(); err != nil {
+		delete(s.cp.Claims, uid)
+		return nil, err
+	}
+	if err := s.hook.at(PointPrepareStarted); err != nil {
+		return nil, errors.Join(err, s.rollback(pc))
+	}
+	if err := s.realize(pc); err != nil {
+		return nil, errors.Join(err, s.rollback(pc))
+	}
+	pc.State = PrepareCompleted
+	if err := s.save(); err != nil {
+		return nil, errors.Join(err, s.rollback(pc))
+	}
+	if err := s.hook.at(PointPrepareCompleted); err != nil {
+		return nil, err
+	}
+	return results(pc), nil
+}
+
+// checkExclusive refuses devices that another claim prepared on this node holds.
+func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
+	for _, other := range s.cp.Claims {
+		if other.UID == uid {
+			continue
+		}
+		for _, a := range devs {
+			for _, b := range other.Devices {
+				if conflict(a, b) {
+					return fmt.Errorf("device %s conflicts with device %s of claim %s/%s, which is prepared on this node", a.Device, b.Device, other.Namespace, other.Name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// realize creates the claim's MIG instances and directories and writes its CDI spec.
+func (s *state) realize(pc *PreparedClaim) error {
+	for k := range pc.Devices {
+		d := &pc.Devices[k]
+		if d.MIG == nil {
+			if s.dynamic {
+				for _, g := range d.GPUs {
+					if err := s.mig.setMode(g, false); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		if err := s.createMIG(d); err != nil {
+			return err
+		}
+		if err := s.hook.at(PointMIGReady); err != nil {
+			return err
+		}
+	}
+	for _, d := range pc.Devices {
+		for _, dir := range claimDirs(d.CDI) {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return fmt.Errorf("creating %s: %w", dir, err)
+			}
+		}
+	}
+	if err := s.writeSpec(pc); err != nil {
+		return err
+	}
+	return s.hook.at(PointCDIWritten)
+}
+
+func (s *state) createMIG(d *PreparedDevice) error {
+	if s.dynamic {
+		if err := s.mig.setMode(d.MIG.Parent, true); err != nil {
+			return err
+		}
+	}
+	c, err := s.mig.create(d.MIG)
+	if err != nil {
+		return err
+	}
+	g := s.planner.inv.GPU(d.MIG.Parent)
+	giMinor, ciMinor, err := s.planner.node.MIGCapMinors(g.Minor, c.GI, c.CI)
+	if err != nil {
+		return fmt.Errorf("GPU %d: MIG capability devices: %w", g.Index, err)
+	}
+	d.CDI.MIG = &cdi.MIG{Parent: cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID}, GI: c.GI, CI: c.CI, UUID: c.UUID, GICapMinor: giMinor, CICapMinor: ciMinor}
+	return nil
+}
+
+// writeSpec writes the claim's CDI spec, annotated with the completed record.
+func (s *state) writeSpec(pc *PreparedClaim) error {
+	rec := *pc
+	rec.State = PrepareCompleted
+	raw, err := json.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	devs := make([]cdi.Device, len(pc.Devices))
+	for k, d := range pc.Devices {
+		devs[k] = d.CDI
+	}
+	_, err = s.specs.Write(string(pc.UID), s.planner.node, devs, raw)
+	return err
+}
+
+func claimDirs(d cdi.Device) []string {
+	var out []string
+	if d.MPS != nil {
+		out = append(out, d.MPS.PipeDir, d.MPS.LogDir)
+	}
+	if d.CacheDir != "" {
+		out = append(out, d.CacheDir)
+	}
+	return out
+}
+
+// rollback undoes whatever part of a prepare happened and forgets the claim.
+func (s *state) rollback(pc *PreparedClaim) error {
+	if err := s.teardown(pc); err != nil {
+		return fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
+	}
+	delete(s.cp.Claims, pc.UID)
+	return s.save()
+}
+
+// teardown removes the claim's CDI spec, MIG instances and directories.
+func (s *state) teardown(pc *PreparedClaim) error {
+	if err := s.specs.Remove(string(pc.UID)); err != nil {
+		return err
+	}
+	if err := s.hook.at(PointCDIRemoved); err != nil {
+		return err
+	}
+	for _, d := range pc.Devices {
+		if d.MIG != nil {
+			if err := s.mig.destroy(d.MIG); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.hook.at(PointMIGDestroyed); err != nil {
+		return err
+	}
+	s.removeClaimDirs(pc.UID)
+	return nil
+}
+
+func (s *state) removeClaimDirs(uid types.UID) {
+	_ = os.RemoveAll(s.planner.mpsDir(string(uid)))
+	_ = os.RemoveAll(s.planner.cacheDir(string(uid)))
+}
+
+// unprepare undoes prepare; an unknown claim is already unprepared.
+func (s *state) unprepare(uid types.UID) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.reload(); err != nil {
+		return err
+	}
+	pc := s.cp.Claims[uid]
+	if pc == nil {
+		s.removeClaimDirs(uid)
+		return s.specs.Remove(string(uid))
+	}
+	pc.State = UnprepareStarted
+	if err := s.save(); err != nil {
+		return err
+	}
+	if err := s.hook.at(PointUnprepareStarted); err != nil {
+		return err
+	}
+	if err := s.teardown(pc); err != nil {
+		return err
+	}
+	delete(s.cp.Claims, uid)
+	if err := s.save(); err != nil {
+		return err
+	}
+	return s.hook.at(PointUnprepareCompleted)
+}
+
+// newStateFor builds the node state; recover must run before use.
+func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger klog.Logger) (*state, error) {
+	bootPath := cfg.BootIDPath
+	if bootPath == "" {
+		bootPath = "/proc/sys/kernel/random/boot_id"
+	}
+	bootID, err := readBootID(bootPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.CheckpointDir, 0o750); err != nil {
+		return nil, err
+	}
+	specs, err := cdi.NewSpecs(cfg.CDIRoot)
+	if err != nil {
+		return nil, err
+	}
+	node := cdi.Node{DriverRoot: cfg.DriverRoot, VGPULibrary: cfg.VGPULibrary}
+	strategy := cfg.Render.MIG
+	return &state{
+		lockPath: filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
+		store:    checkpointStore{path: filepath.Join(cfg.CheckpointDir, CheckpointFile)},
+		bootID:   bootID,
+		specs:    specs,
+		planner:  newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
+		mig:      migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook},
+		dynamic:  strategy == driver.MIGDynamic,
+		hook:     cfg.Hook,
+		logger:   logger,
+	}, nil
+}
