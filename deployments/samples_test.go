@@ -36,6 +36,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"ClusterRole":                      func() any { return &rbacv1.ClusterRole{} },
 		"ClusterRoleBinding":               func() any { return &rbacv1.ClusterRoleBinding{} },
 		"ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
+		"ValidatingWebhookConfiguration":   func() any { return &admissionv1.ValidatingWebhookConfiguration{} },
 		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")

@@ -3,23 +3,30 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	configwebhook "github.com/gpudra/gpudra/driver/config/webhook"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
@@ -34,6 +41,8 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, topologyConfigMap string
+	var webhookPort int
+	var webhookHost, webhookCertDir, webhookCertNames string
 	labels := topology.DefaultLabelKeys
 	cmd := &cobra.Command{
 		Use:           "gpudra-controller",
@@ -55,13 +64,25 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("kubernetes client config: %w", err)
 			}
-			mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+			opts := ctrl.Options{
 				Scheme:                 scheme,
 				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 				HealthProbeBindAddress: probeAddr,
-			})
+			}
+			if webhookPort > 0 {
+				if webhookCertNames != "" {
+					if err := selfSignedWebhookCert(cmd.Context(), cfg, scheme, webhookCertDir, webhookCertNames); err != nil {
+						return err
+					}
+				}
+				opts.WebhookServer = webhook.NewServer(webhook.Options{Host: webhookHost, Port: webhookPort, CertDir: webhookCertDir})
+			}
+			mgr, err := ctrl.NewManager(cfg, opts)
 			if err != nil {
 				return err
+			}
+			if webhookPort > 0 {
+				mgr.GetWebhookServer().Register(configwebhook.Path, &webhook.Admission{Handler: configwebhook.Handler{}})
 			}
 			if err := (&admission.Reconciler{Client: mgr.GetClient(), Labels: labels}).SetupWithManager(mgr); err != nil {
 				return err
@@ -94,6 +115,10 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", `address for Prometheus metrics ("0" turns them off)`)
 	fs.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "address for /healthz and /readyz")
 	fs.StringVar(&topologyConfigMap, "topology-configmap", "", "namespace/name of a ConfigMap whose topology.yaml places nodes in blocks and racks (default: nodes are already labelled)")
+	fs.IntVar(&webhookPort, "webhook-port", 0, "port of the admission webhook that validates gpu.gpudra.dev configs (0: off)")
+	fs.StringVar(&webhookHost, "webhook-host", "", "address the webhook listens on (empty: all; tests use 127.0.0.1)")
+	fs.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/gpudra-webhook-certs", "directory with the webhook's tls.crt and tls.key")
+	fs.StringVar(&webhookCertNames, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName)
 	fs.StringVar(&labels.Block, "block-label", labels.Block, "node label holding the node's block")
 	fs.StringVar(&labels.Rack, "rack-label", labels.Rack, "node label holding the node's rack")
 	fs.StringVar(&labels.ToR, "tor-label", labels.ToR, "node label holding the node's top-of-rack switch (default: the rack)")
@@ -101,4 +126,30 @@ func newCommand() *cobra.Command {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
+}
+
+// selfSignedWebhookCert makes the webhook's certificate and publishes its CA in the
+// webhook configuration, so no cert-manager is needed.
+func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, dir, names string) error {
+	var dns []string
+	var ips []net.IP
+	for _, n := range strings.Split(names, ",") {
+		if ip := net.ParseIP(strings.TrimSpace(n)); ip != nil {
+			ips = append(ips, ip)
+		} else if n = strings.TrimSpace(n); n != "" {
+			dns = append(dns, n)
+		}
+	}
+	ca, err := configwebhook.WriteSelfSignedCert(dir, dns, ips)
+	if err != nil {
+		return err
+	}
+	if err := admissionregistrationv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	return configwebhook.InjectCABundle(ctx, c, configwebhook.ConfigurationName, ca)
 }

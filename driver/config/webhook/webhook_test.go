@@ -1,0 +1,110 @@
+package webhook
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+func request(t *testing.T, kind string, obj any) admission.Request {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create,
+		Kind:      metav1.GroupVersionKind{Group: "resource.k8s.io", Version: "v1", Kind: kind},
+		Object:    runtime.RawExtension{Raw: raw},
+	}}
+}
+
+func claimWith(driver, params string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{}
+	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.gpudra.dev"}}}
+	c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
+	return c
+}
+
+func TestHandler(t *testing.T) {
+	tests := []struct {
+		name    string
+		kind    string
+		obj     any
+		allowed bool
+		want    []string
+	}{
+		{"a valid time-slicing config is admitted", "ResourceClaim",
+			claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}`), true, nil},
+		{"a typo in a field is refused with its path", "ResourceClaim",
+			claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"intervall":"Long"}}}`), false,
+			[]string{"spec.devices.config[0].opaque.parameters", "intervall"}},
+		{"an unknown interval names the accepted values", "ResourceClaim",
+			claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}}`), false,
+			[]string{"spec.devices.config[0].opaque.parameters.sharing.timeSlicing.interval", "Long"}},
+		{"another driver's config is not ours to judge", "ResourceClaim",
+			claimWith("other.example.com", `{"anything": true}`), true, nil},
+		{"a template is checked at spec.spec", "ResourceClaimTemplate",
+			&resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha2","kind":"GpuConfig"}`).Spec}}, false,
+			[]string{"spec.spec.devices.config[0].opaque.parameters.apiVersion", "gpu.gpudra.dev/v1alpha1"}},
+		{"a device class config is checked", "DeviceClass",
+			&resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Config: []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.gpudra.dev", Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"Gpu"}`)}}}}}}}, false,
+			[]string{"spec.config[0].opaque.parameters.kind", "GpuConfig"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := Handler{}.Handle(context.Background(), request(t, tc.kind, tc.obj))
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v: %s", resp.Allowed, resp.Result.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(resp.Result.Message, w) {
+					t.Errorf("message %q lacks %q", resp.Result.Message, w)
+				}
+			}
+		})
+	}
+}
+
+func TestSelfSignedCert(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := WriteSelfSignedCert(dir, []string{"gpudra-controller.gpudra.svc", "localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "tls.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("caBundle is not a PEM certificate")
+	}
+	for _, name := range []string{"gpudra-controller.gpudra.svc", "127.0.0.1"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+			t.Errorf("serving cert for %s does not verify against the caBundle: %v", name, err)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "tls.key")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("key mode %v", fi.Mode().Perm())
+	}
+}
