@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all)
+#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm
 #   test/lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -13,6 +13,7 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+HELM_VERSION=${HELM_VERSION:-v4.3.2}
 CACHE=${GPUDRA_CACHE:-$HOME/.cache/gpudra}
 TOOLS=$CACHE/toolchain
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -23,7 +24,8 @@ dir_of() { # component → cache folder
     etcd) echo "$TOOLS/etcd-$ETCD_VERSION" ;;
     kwok) echo "$TOOLS/kwok-$KWOK_VERSION" ;;
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue)" >&2; return 2 ;;
+    helm) echo "$TOOLS/helm-$HELM_VERSION" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm)" >&2; return 2 ;;
   esac
 }
 
@@ -85,9 +87,10 @@ GO
 build_etcd() {
   local out=$1
   go mod init gpudra.dev/lab-etcd >/dev/null
+  # tools.go first: `go mod tidy` drops requirements that no package of the module imports.
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-  go mod tidy -e || true
-  printf 'package main\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
+  go mod tidy -e
   go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
 }
 
@@ -105,9 +108,18 @@ build_kueue() {
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# helm (v4 is a Go module; it pins its own k8s.io versions, so `go install pkg@version` builds it
+# in a module of its own). Not a default component: the chart tests and the lab ask for it.
+build_helm() {
+  local out=$1
+  GOBIN=$out/bin go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+}
+
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue; do
+  for c in k8s etcd kwok kueue helm; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done
@@ -115,5 +127,12 @@ if [[ ${1:-} == --status ]]; then
 fi
 if [[ ${1:-} == --dir ]]; then dir_of "$2"; exit 0; fi
 comps=("$@"); (( ${#comps[@]} )) || comps=(k8s etcd kwok kueue)
-exec 9>"$TOOLS/.lock"; flock 9   # one builder at a time per cache
-for c in "${comps[@]}"; do build_in "$c" "$(dir_of "$c")"; done
+for c in "${comps[@]}"; do
+  d=$(dir_of "$c")
+  if [[ -f $d/.complete ]]; then log "$c: cached in $d"; continue; fi
+  # One builder per component and cache; a second caller waits, then finds it cached.
+  exec 9>"$TOOLS/.lock-$c"
+  if ! flock -n 9; then log "$c: another process is building it; waiting"; flock 9; fi
+  build_in "$c" "$d"
+  exec 9>&-
+done

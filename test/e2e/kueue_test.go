@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/test/lab"
+)
+
+var (
+	jobsGVR      = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	workloadsGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+)
+
+// TestKueueAdmitsGPUJobsWithinQuota gives a LocalQueue a quota of 2 GPUs (counted by Kueue
+// from the Job's ResourceClaimTemplate through the lab's deviceClassMappings). A Job of two
+// 1-GPU workers is suspended by Kueue's webhook, admitted and runs; a second one waits,
+// suspended, until the first is deleted.
+func TestKueueAdmitsGPUJobsWithinQuota(t *testing.T) {
+	if !state.Kueue {
+		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
+	}
+	const queue = "e2e-gpus"
+	ap, err := lab.NewApplier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := lab.DecodeManifests([]byte(`
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: ` + queue + `}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: ` + queue + `}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu, gpudra.dev/gpu]
+    flavors:
+    - name: ` + queue + `
+      resources:
+      - {name: cpu, nominalQuota: "8"}
+      - {name: gpudra.dev/gpu, nominalQuota: "2"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ap.Delete(context.Background(), cluster...); err != nil {
+			t.Errorf("clean up Kueue objects: %v", err)
+		}
+	})
+	ns := namespace(t, "e2e-kueue")
+	if err := ap.Apply(t.Context(), cluster...); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team-a, namespace: `+ns+`}
+spec: {clusterQueue: `+queue+`}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: `+ns+`}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
+`)
+
+	first := createQueuedJob(t, ns, "first", "team-a")
+	if !suspended(first) {
+		t.Fatal("Kueue's webhook did not suspend a new Job of its LocalQueue")
+	}
+	eventually(t, 2*time.Minute, "Kueue admits the first Job and both workers run", jobRuns(ns, "first", 2))
+	createQueuedJob(t, ns, "second", "team-a")
+	eventually(t, time.Minute, "the second Job's workload waits for quota", workloadPending(ns, "second"))
+	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "second", metav1.GetOptions{}); err != nil || !suspended(j) {
+		t.Fatalf("the second Job is not held suspended while the quota is used (err %v)", err)
+	}
+
+	bg := metav1.DeletePropagationBackground
+	if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), "first", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	// Its workers go at once instead of after their 30 s grace period.
+	if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=first"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the second Job is admitted and runs once the first is gone", jobRuns(ns, "second", 2))
+}
+
+func createQueuedJob(t *testing.T, ns, name, queue string) *unstructured.Unstructured {
+	t.Helper()
+	objs, err := lab.DecodeManifests([]byte(`
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ` + name + `
+  namespace: ` + ns + `
+  labels: {kueue.x-k8s.io/queue-name: ` + queue + `}
+spec:
+  parallelism: 2
+  completions: 2
+  template:
+    spec:
+      restartPolicy: Never
+      resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+      containers:
+      - name: worker
+        image: registry.k8s.io/pause:3.10
+        resources:
+          requests: {cpu: 100m}
+          claims: [{name: gpu}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := dyn().Resource(jobsGVR).Namespace(ns).Create(t.Context(), objs[0], metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create Job %s: %v", name, err)
+	}
+	return created
+}
+
+func suspended(job *unstructured.Unstructured) bool {
+	s, _, _ := unstructured.NestedBool(job.Object, "spec", "suspend")
+	return s
+}
+
+func jobRuns(ns, name string, workers int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + name})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		if running != workers {
+			return fmt.Errorf("job %s: %d of %d workers run", name, running, workers)
+		}
+		return nil
+	}
+}
+
+// workloadPending: the Job's Kueue Workload exists and waits for GPU quota.
+func workloadPending(ns, job string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		wls, err := dyn().Resource(workloadsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, wl := range wls.Items {
+			owned := false
+			for _, o := range wl.GetOwnerReferences() {
+				owned = owned || (o.Kind == "Job" && o.Name == job)
+			}
+			if !owned {
+				continue
+			}
+			conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == "QuotaReserved" {
+					// Pending for lack of GPU quota, not for anything else.
+					if msg := fmt.Sprint(m["message"]); m["status"] == "False" && strings.Contains(msg, "gpudra.dev/gpu") {
+						return nil
+					}
+					return fmt.Errorf("workload %s: QuotaReserved=%v: %v", wl.GetName(), m["status"], m["message"])
+				}
+			}
+			return fmt.Errorf("workload %s has no QuotaReserved condition yet", wl.GetName())
+		}
+		return fmt.Errorf("no Kueue workload for job %s yet", job)
+	}
+}

@@ -1,0 +1,206 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpudra/gpudra/deployments"
+)
+
+// DemoNamespace is where deployments/examples put their objects.
+const DemoNamespace = "gpudra-demo"
+
+// installDeviceClasses creates the DeviceClasses gpudra ships (deployments/deviceclasses).
+func installDeviceClasses(ctx context.Context, cs kubernetes.Interface) error {
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		return fmt.Errorf("gpudra's DeviceClasses: %w", err)
+	}
+	for _, dc := range classes {
+		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create DeviceClass %s: %w", dc.Name, err)
+		}
+	}
+	return nil
+}
+
+// DemoOptions configure Demo.
+type DemoOptions struct {
+	Up Options
+	// Examples is the folder of example claims; default <repo>/deployments/examples.
+	Examples string
+	// Timeout bounds the wait for every example pod to run.
+	Timeout time.Duration
+}
+
+// Demo brings the lab up (or uses the one running in the same folder), applies the worked
+// examples, waits until the scheduler allocated their claims and their pods run, and prints
+// what went where.
+func Demo(ctx context.Context, opts DemoOptions) error {
+	out := opts.Up.Progress
+	if out == nil {
+		out = os.Stderr
+		opts.Up.Progress = out
+	}
+	if opts.Up.Dir == "" {
+		// Without a folder given, show the demo on the machine's running lab, if there is one.
+		if opts.Up.Dir = ActiveDir(); opts.Up.Dir == "" {
+			opts.Up.Dir = DefaultDir()
+		}
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 2 * time.Minute
+	}
+	if opts.Examples == "" {
+		repo, err := RepoRoot(".")
+		if err != nil {
+			return err
+		}
+		opts.Examples = filepath.Join(repo, "deployments", "examples")
+	}
+	objs, err := ReadManifests(opts.Examples)
+	if err != nil {
+		return fmt.Errorf("read the examples: %w", err)
+	}
+	dir, _ := filepath.Abs(opts.Up.Dir)
+	s, err := ReadState(dir)
+	if err == nil && ActiveDir() == dir {
+		fmt.Fprintf(out, "Using the lab already running in %s.\n", dir)
+	} else {
+		fmt.Fprintln(out, "Starting the gpudra lab: a Kubernetes 1.37 control plane on 127.0.0.1, kwok nodes, Kueue and one gpudra-kubelet-plugin per simulated GPU server.")
+		if s, err = Up(ctx, opts.Up); err != nil {
+			return err
+		}
+	}
+	cfg, err := s.RESTConfig()
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ap, err := NewApplier(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nApplying the examples in %s:\n", opts.Examples)
+	for _, o := range objs {
+		fmt.Fprintf(out, "  %s %s\n", strings.ToLower(o.GetKind()), objectName(o))
+	}
+	if err := ap.Apply(ctx, objs...); err != nil {
+		return err
+	}
+	want := expectedPods(objs)
+	fmt.Fprintf(out, "\nWaiting for the scheduler to allocate devices to %d pods...\n", want)
+	start := time.Now()
+	werr := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, opts.Timeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running >= want, nil
+	})
+	claims, err := ListClaims(ctx, cs, DemoNamespace)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	WriteDemoTable(out, claims, s.Nodes)
+	if werr != nil {
+		printPending(ctx, out, cs)
+		return fmt.Errorf("not every example pod runs after %s", opts.Timeout)
+	}
+	fmt.Fprintf(out, "\nAll %d example pods run (allocated in %s).\n", want, time.Since(start).Round(100*time.Millisecond))
+	printNextSteps(out, s)
+	return nil
+}
+
+// expectedPods counts the pods the examples create: their Pods and their Jobs' parallelism.
+func expectedPods(objs []*unstructured.Unstructured) int {
+	n := 0
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Pod":
+			n++
+		case "Job":
+			p, found, _ := unstructured.NestedInt64(o.Object, "spec", "parallelism")
+			if !found {
+				p = 1
+			}
+			n += int(p)
+		}
+	}
+	return n
+}
+
+// WriteDemoTable prints claim → node (profile) → devices.
+func WriteDemoTable(w io.Writer, claims []ClaimStatus, nodes []Node) {
+	profile := map[string]string{}
+	for _, n := range nodes {
+		profile[n.Name] = n.Profile
+	}
+	for i := range claims {
+		if p := profile[claims[i].Node]; p != "" {
+			claims[i].Node += " (" + p + ")"
+		}
+	}
+	WriteClaims(w, claims)
+}
+
+func printPending(ctx context.Context, w io.Writer, cs kubernetes.Interface) {
+	pods, err := cs.CoreV1().Pods(DemoNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodRunning {
+			continue
+		}
+		why := string(p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+				why = c.Reason + ": " + c.Message
+			}
+		}
+		fmt.Fprintf(w, "  pod %s/%s not running: %s\n", p.Namespace, p.Name, why)
+	}
+}
+
+func printNextSteps(w io.Writer, s *State) {
+	kc := Layout{s.Dir}.Kubeconfig()
+	dirFlag := ""
+	if s.Dir != DefaultDir() {
+		dirFlag = " --dir " + s.Dir
+	}
+	fmt.Fprintf(w, `
+Continue with kubectl (any recent one; the lab's own is %[1]s):
+  export KUBECONFIG=%[2]s
+  kubectl get nodes -L %[3]s,%[4]s,%[5]s
+  kubectl get resourceslices
+  kubectl get resourceclaims -n %[6]s
+  kubectl describe resourceclaim -n %[7]s nvlink-quad
+  %[9]s lab status%[8]s
+
+Tear the lab down (stops every process it started and removes %[10]s):
+  %[9]s lab down%[8]s
+`, s.Kubectl, kc, LabelRack, LabelToR, LabelProfile, DemoNamespace, DemoNamespace, dirFlag, os.Args[0], s.Dir)
+}

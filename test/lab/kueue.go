@@ -1,0 +1,180 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// Kueue runs out of cluster with its own internal certificate management. The API server
+// reaches its webhooks through Service kueue-webhook-service of type ExternalName pointing at
+// localhost (no kube-proxy here); the certificate Kueue writes into its Secret is copied into
+// its certDir, which no volume mounts out of cluster.
+const (
+	kueueNamespace  = "kueue-system"
+	kueueService    = "kueue-webhook-service"
+	kueueSecret     = "kueue-webhook-server-cert"
+	kueuePrefix     = "kueue-"
+	kueueConfigKind = "config.kueue.x-k8s.io/v1beta2"
+)
+
+// KueueDeviceClassMappings are the logical resources Kueue counts for gpudra's DeviceClasses,
+// usable in ClusterQueue quotas.
+var KueueDeviceClassMappings = map[string]string{
+	"gpudra.dev/gpu":          "gpu.gpudra.dev",
+	"gpudra.dev/gpu-share":    "gpu-share.gpudra.dev",
+	"gpudra.dev/mig":          "mig.gpudra.dev",
+	"gpudra.dev/nvlink-group": "nvlink-group.gpudra.dev",
+}
+
+// kueueWebhookKept says which of Kueue's webhooks the lab serves: those of Kueue's own kinds
+// and of the integrations it enables (batch/Job). The pod webhook would intercept every Pod.
+func kueueWebhookKept(path string) bool {
+	return strings.Contains(path, "-kueue-x-k8s-io-") || strings.HasSuffix(path, "-batch-v1-job")
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+func (u *upper) startKueue(ctx context.Context) error {
+	cfg, err := u.state.RESTConfig()
+	if err != nil {
+		return err
+	}
+	ap, err := NewApplier(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	webhookPort := u.port("kueue-webhook")
+	crds, rest, err := kueueManifests(u.tc.KueueConfig, webhookPort)
+	if err != nil {
+		return &ComponentError{Component: "kueue", Err: fmt.Errorf("Kueue manifests in %s: %w", u.tc.KueueConfig, err)}
+	}
+	apiserver := *u.state.Component("kube-apiserver")
+	if err := ap.Apply(ctx, crds...); err != nil {
+		return &ComponentError{Component: "kueue", Err: err}
+	}
+	// Kueue's informers fail on kinds that are not served yet.
+	if err := waitReady(ctx, apiserver, "serving Kueue's CRDs", componentTimeout, func(ctx context.Context) error {
+		for _, c := range crds {
+			obj, err := dyn.Resource(crdGVR).Get(ctx, c.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !crdEstablished(obj) {
+				return fmt.Errorf("CRD %s not Established yet", c.GetName())
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := ap.Apply(ctx, rest...); err != nil {
+		return &ComponentError{Component: "kueue", Err: err}
+	}
+
+	dir := u.layout.ComponentDir("kueue")
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	configFile := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configFile, u.kueueConfig(certDir), 0o600); err != nil {
+		return err
+	}
+	kc, err := u.componentKubeconfig("kueue", kueueUser)
+	if err != nil {
+		return err
+	}
+	health := u.port("kueue-health")
+	c, err := u.start("kueue", []string{u.tc.Kueue, "--config=" + configFile}, []string{"KUBECONFIG=" + kc},
+		map[string]int{"health": health, "metrics": u.port("kueue-metrics"), "webhook": webhookPort})
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, c, "writing its webhook certificate", componentTimeout, func(ctx context.Context) error {
+		return copyKueueCerts(ctx, u, certDir)
+	}); err != nil {
+		return err
+	}
+	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", nil, "ok")); err != nil {
+		return err
+	}
+	// A dry-run create goes through Kueue's webhooks: the API server can reach and trust them.
+	flavor := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+		"metadata": map[string]any{"name": "gpudra-lab-webhook-probe"},
+	}}
+	rf := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
+	return waitReady(ctx, c, "answering its webhooks", componentTimeout, func(ctx context.Context) error {
+		_, err := dyn.Resource(rf).Create(ctx, flavor, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+func crdEstablished(obj *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// copyKueueCerts copies the webhook certificate Kueue keeps in its Secret into its certDir.
+func copyKueueCerts(ctx context.Context, u *upper, certDir string) error {
+	sec, err := u.client.CoreV1().Secrets(kueueNamespace).Get(ctx, kueueSecret, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 {
+		return fmt.Errorf("secret %s/%s has no certificate yet", kueueNamespace, kueueSecret)
+	}
+	for k, v := range sec.Data {
+		if err := os.WriteFile(filepath.Join(certDir, k), v, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *upper) kueueConfig(certDir string) []byte {
+	var mappings []map[string]any
+	for _, name := range sortedKeys(KueueDeviceClassMappings) {
+		mappings = append(mappings, map[string]any{"name": name, "deviceClassNames": []string{KueueDeviceClassMappings[name]}})
+	}
+	cfg := map[string]any{
+		"apiVersion": kueueConfigKind, "kind": "Configuration",
+		"namespace":      kueueNamespace,
+		"health":         map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-health"))},
+		"metrics":        map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-metrics"))},
+		"webhook":        map[string]any{"host": "127.0.0.1", "port": u.port("kueue-webhook"), "certDir": certDir},
+		"leaderElection": map[string]any{"leaderElect": false},
+		"internalCertManagement": map[string]any{"enable": true,
+			"webhookServiceName": kueueService, "webhookSecretName": kueueSecret},
+		"integrations": map[string]any{"frameworks": []string{"batch/job"}},
+		// The visibility server wants a fixed /visibility folder; DRA quota is alpha in v0.17.
+		"featureGates": map[string]bool{"VisibilityOnDemand": false, "DynamicResourceAllocation": true},
+		"resources":    map[string]any{"deviceClassMappings": mappings},
+	}
+	data, _ := yaml.Marshal(cfg)
+	return data
+}

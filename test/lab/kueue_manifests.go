@@ -1,0 +1,168 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// kueueManifests renders what Kueue's config/default kustomization would install, for the lab:
+// the CRDs (with the conversion webhooks Kueue's crd/kustomization.yaml patches in), the
+// namespace, RBAC, the webhook Secret, an ExternalName webhook Service pointing at localhost,
+// and the webhook configurations limited to what the lab serves. Names get Kueue's "kueue-"
+// prefix and namespaced objects land in kueue-system, as the kustomization does.
+func kueueManifests(configDir string, webhookPort int) (crds, rest []*unstructured.Unstructured, err error) {
+	read := func(rel string) ([]*unstructured.Unstructured, error) {
+		data, err := os.ReadFile(filepath.Join(configDir, rel))
+		if err != nil {
+			return nil, err
+		}
+		return DecodeManifests(data)
+	}
+	conversion, err := kueueConversionCRDs(configDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	bases, err := filepath.Glob(filepath.Join(configDir, "crd", "bases", "*.yaml"))
+	if err != nil || len(bases) == 0 {
+		return nil, nil, fmt.Errorf("no CRDs under crd/bases")
+	}
+	for _, b := range bases {
+		objs, err := read(strings.TrimPrefix(b, configDir+"/"))
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range objs {
+			if conversion[o.GetName()] {
+				_ = unstructured.SetNestedField(o.Object, map[string]any{
+					"strategy": "Webhook",
+					"webhook": map[string]any{
+						"conversionReviewVersions": []any{"v1"},
+						"clientConfig":             map[string]any{"service": kueueServiceRef("/convert", webhookPort)},
+					},
+				}, "spec", "conversion")
+			}
+			crds = append(crds, o)
+		}
+	}
+
+	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": kueueNamespace},
+	}})
+	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
+		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml", "internalcert/secret.yaml"} {
+		objs, err := read(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range objs {
+			rest = append(rest, kustomizeKueue(o))
+		}
+	}
+	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": kueueService, "namespace": kueueNamespace},
+		"spec": map[string]any{"type": "ExternalName", "externalName": "localhost",
+			"ports": []any{map[string]any{"name": "webhook", "port": int64(webhookPort), "protocol": "TCP"}}},
+	}})
+	hooks, err := read("webhook/manifests.yaml")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range hooks {
+		o = kustomizeKueue(o)
+		list, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		var kept []any
+		for _, w := range list {
+			m, _ := w.(map[string]any)
+			path, _, _ := unstructured.NestedString(m, "clientConfig", "service", "path")
+			if !kueueWebhookKept(path) {
+				continue
+			}
+			_ = unstructured.SetNestedField(m, kueueServiceRef(path, webhookPort), "clientConfig", "service")
+			kept = append(kept, m)
+		}
+		_ = unstructured.SetNestedSlice(o.Object, kept, "webhooks")
+		rest = append(rest, o)
+	}
+	return crds, rest, nil
+}
+
+func kueueServiceRef(path string, port int) map[string]any {
+	return map[string]any{"namespace": kueueNamespace, "name": kueueService, "path": path, "port": int64(port)}
+}
+
+// kustomizeKueue applies Kueue's namePrefix and namespace transformations to one object.
+func kustomizeKueue(o *unstructured.Unstructured) *unstructured.Unstructured {
+	o.SetName(kueuePrefix + o.GetName())
+	switch o.GetKind() {
+	case "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
+	default:
+		o.SetNamespace(kueueNamespace)
+	}
+	if ref, ok, _ := unstructured.NestedString(o.Object, "roleRef", "name"); ok {
+		_ = unstructured.SetNestedField(o.Object, kueuePrefix+ref, "roleRef", "name")
+	}
+	if subjects, ok, _ := unstructured.NestedSlice(o.Object, "subjects"); ok {
+		for _, s := range subjects {
+			m, _ := s.(map[string]any)
+			m["name"] = kueuePrefix + fmt.Sprint(m["name"])
+			if m["kind"] == "ServiceAccount" {
+				m["namespace"] = kueueNamespace
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, subjects, "subjects")
+	}
+	return o
+}
+
+// kueueConversionCRDs lists the CRDs whose conversion webhook Kueue's crd/kustomization.yaml
+// patches in (the patches it does not comment out).
+func kueueConversionCRDs(configDir string) (map[string]bool, error) {
+	data, err := os.ReadFile(filepath.Join(configDir, "crd", "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var k struct {
+		Patches []struct {
+			Path string `json:"path"`
+		} `json:"patches"`
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		return nil, fmt.Errorf("crd/kustomization.yaml: %w", err)
+	}
+	out := map[string]bool{}
+	for _, p := range k.Patches {
+		if !strings.Contains(p.Path, "webhook_in_") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(configDir, "crd", p.Path))
+		if err != nil {
+			return nil, err
+		}
+		var patch struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(data, &patch); err != nil {
+			return nil, fmt.Errorf("crd/%s: %w", p.Path, err)
+		}
+		out[patch.Metadata.Name] = true
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,84 @@
+package lab
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// kueueConfigDir finds Kueue's config/components: in the toolchain cache, else in the Go module cache.
+func kueueConfigDir(t *testing.T) string {
+	t.Helper()
+	if out, err := runToolchain(t.Context(), os.Stderr, "--dir", "kueue"); err == nil {
+		if d := filepath.Join(strings.TrimSpace(out), "config"); dirExists(d) {
+			return d
+		}
+	}
+	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
+		if d := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "kueue@v0.17.0", "config", "components"); dirExists(d) {
+			return d
+		}
+	}
+	t.Skip("Kueue v0.17.0 manifests are neither in the toolchain cache nor in the Go module cache")
+	return ""
+}
+
+func dirExists(d string) bool { st, err := os.Stat(d); return err == nil && st.IsDir() }
+
+func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
+	crds, rest, err := kueueManifests(kueueConfigDir(t), 12345)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conversion := 0
+	for _, c := range crds {
+		if s, _, _ := unstructured.NestedString(c.Object, "spec", "conversion", "webhook", "clientConfig", "service", "name"); s != "" {
+			conversion++
+			port, _, _ := unstructured.NestedInt64(c.Object, "spec", "conversion", "webhook", "clientConfig", "service", "port")
+			if s != kueueService || port != 12345 {
+				t.Errorf("CRD %s converts through %s:%d, want %s:12345", c.GetName(), s, port, kueueService)
+			}
+		}
+	}
+	if len(crds) < 10 || conversion == 0 {
+		t.Fatalf("%d CRDs, %d with conversion webhooks; want Kueue's CRDs with their conversion webhooks", len(crds), conversion)
+	}
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, o := range rest {
+		kinds[o.GetKind()+"/"+o.GetName()] = o
+	}
+	for _, want := range []string{"ClusterRole/kueue-manager-role", "ClusterRoleBinding/kueue-manager-rolebinding",
+		"ServiceAccount/kueue-controller-manager", "Secret/" + kueueSecret, "Service/" + kueueService,
+		"MutatingWebhookConfiguration/kueue-mutating-webhook-configuration",
+		"ValidatingWebhookConfiguration/kueue-validating-webhook-configuration"} {
+		if kinds[want] == nil {
+			t.Errorf("missing %s", want)
+		}
+	}
+	binding := kinds["ClusterRoleBinding/kueue-manager-rolebinding"]
+	subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+	if s := subjects[0].(map[string]any); s["name"] != "kueue-controller-manager" || s["namespace"] != kueueNamespace {
+		t.Errorf("binding subject %v, want the kueue-system/kueue-controller-manager service account (the lab's Kueue identity)", s)
+	}
+	if "system:serviceaccount:"+kueueNamespace+":kueue-controller-manager" != kueueUser {
+		t.Errorf("Kueue's client certificate user %s does not match its RBAC subject", kueueUser)
+	}
+	sawJob := false
+	for _, k := range []string{"MutatingWebhookConfiguration/kueue-mutating-webhook-configuration", "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration"} {
+		hooks, _, _ := unstructured.NestedSlice(kinds[k].Object, "webhooks")
+		for _, h := range hooks {
+			path, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "path")
+			if strings.Contains(path, "pod") || strings.Contains(path, "deployment") || strings.Contains(path, "jobset") {
+				t.Errorf("%s keeps webhook %s, which the lab does not serve", k, path)
+			}
+			sawJob = sawJob || strings.HasSuffix(path, "batch-v1-job")
+		}
+	}
+	if !sawJob {
+		t.Error("the batch/v1 Job webhooks are missing; Kueue would not suspend Jobs")
+	}
+}

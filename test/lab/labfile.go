@@ -1,0 +1,266 @@
+package lab
+
+import (
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	deploylab "github.com/gpudra/gpudra/deployments/lab"
+)
+
+// Node labels set on every lab node.
+const (
+	LabelBlock    = "topology.gpudra.dev/block"
+	LabelRack     = "topology.gpudra.dev/rack"
+	LabelToR      = "topology.gpudra.dev/tor"
+	LabelHostname = "kubernetes.io/hostname"
+	// LabelProfile names the simulated NVML profile a node runs (a lab convenience).
+	LabelProfile = "lab.gpudra.dev/profile"
+)
+
+const (
+	fileAPIVersion = "lab.gpudra.dev/v1alpha1"
+	fileKind       = "Lab"
+)
+
+// File describes the shape of a lab cluster (the lab file).
+type File struct {
+	APIVersion   string        `json:"apiVersion"`
+	Kind         string        `json:"kind"`
+	NodeDefaults NodeResources `json:"nodeDefaults,omitempty"`
+	// MIG is every plugin's MIG strategy (--mig: static, dynamic or none) unless a node
+	// says otherwise; empty leaves the plugin's default.
+	MIG    string    `json:"mig,omitempty"`
+	Kueue  KueueSpec `json:"kueue,omitempty"`
+	Blocks []Block   `json:"blocks"`
+}
+
+// KueueSpec says whether the lab runs Kueue.
+type KueueSpec struct {
+	Enabled bool `json:"enabled"`
+}
+
+// NodeResources is what a node reports as capacity and allocatable.
+type NodeResources struct {
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+	Pods   int32  `json:"pods,omitempty"`
+}
+
+// Block is a group of racks (a network block above the ToR switches).
+type Block struct {
+	Name  string `json:"name"`
+	Racks []Rack `json:"racks"`
+}
+
+// Rack is a set of nodes behind one top-of-rack switch.
+type Rack struct {
+	Name string `json:"name"`
+	// ToR names the rack's top-of-rack switch; default "tor-<rack name>".
+	ToR   string     `json:"tor,omitempty"`
+	Nodes []NodeSpec `json:"nodes"`
+}
+
+// NodeSpec is one simulated GPU server.
+type NodeSpec struct {
+	Name string `json:"name"`
+	// Profile is the simulated NVML profile, passed to the plugin as --nvml=sim:<profile>.
+	Profile string `json:"profile"`
+	// MIG overrides the lab's MIG strategy for this node's plugin.
+	MIG           string `json:"mig,omitempty"`
+	NodeResources `json:",inline"`
+}
+
+// Node is a lab node with everything it inherits from its rack, block and the defaults.
+type Node struct {
+	Name, Profile, Block, Rack, ToR string
+	MIG                             string // the plugin's --mig, "" for its default
+	Resources                       NodeResources
+}
+
+// Labels are the node's Kubernetes labels.
+func (n Node) Labels() map[string]string {
+	return map[string]string{
+		LabelBlock: n.Block, LabelRack: n.Rack, LabelToR: n.ToR,
+		LabelHostname: n.Name, LabelProfile: n.Profile,
+	}
+}
+
+// defaultNodeResources apply when neither the node nor nodeDefaults say otherwise.
+var defaultNodeResources = NodeResources{CPU: "64", Memory: "512Gi", Pods: 110}
+
+// DefaultFile returns the embedded default lab file (deployments/lab/lab.yaml).
+func DefaultFile() (*File, error) {
+	f, err := ParseFile(deploylab.DefaultFile)
+	if err != nil {
+		return nil, fmt.Errorf("embedded default lab file: %w", err)
+	}
+	return f, nil
+}
+
+// LoadFile reads a lab file; an empty path means the embedded default.
+func LoadFile(path string) (*File, error) {
+	if path == "" {
+		return DefaultFile()
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read lab file: %w", err)
+	}
+	f, err := ParseFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("lab file %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// ParseFile decodes a lab file strictly (unknown or duplicate fields are errors) and validates it.
+func ParseFile(data []byte) (*File, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	var f File
+	strictErrs, err := kjson.UnmarshalStrict(js, &f, kjson.DisallowUnknownFields, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	if len(strictErrs) > 0 {
+		return nil, fmt.Errorf("%s (see deployments/lab/lab.yaml for the accepted fields)", strictErrorText(strictErrs))
+	}
+	if errs := f.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return &f, nil
+}
+
+func strictErrorText(errs []error) string {
+	s := ""
+	for i, e := range errs {
+		if i > 0 {
+			s += "; "
+		}
+		s += e.Error()
+	}
+	return s
+}
+
+func (f *File) validate() field.ErrorList {
+	var errs field.ErrorList
+	if f.APIVersion != fileAPIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), f.APIVersion, []string{fileAPIVersion}))
+	}
+	if f.Kind != fileKind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{fileKind}))
+	}
+	errs = append(errs, f.NodeDefaults.validate(field.NewPath("nodeDefaults"))...)
+	if len(f.Blocks) == 0 {
+		errs = append(errs, field.Required(field.NewPath("blocks"), "a lab needs at least one block with one rack and one node"))
+	}
+	names := sets.New[string]()
+	racks := sets.New[string]()
+	for i, b := range f.Blocks {
+		bp := field.NewPath("blocks").Index(i)
+		errs = append(errs, dnsLabel(bp.Child("name"), b.Name)...)
+		if len(b.Racks) == 0 {
+			errs = append(errs, field.Required(bp.Child("racks"), "a block needs at least one rack"))
+		}
+		for j, r := range b.Racks {
+			rp := bp.Child("racks").Index(j)
+			errs = append(errs, dnsLabel(rp.Child("name"), r.Name)...)
+			if racks.Has(r.Name) {
+				errs = append(errs, field.Duplicate(rp.Child("name"), r.Name))
+			}
+			racks.Insert(r.Name)
+			if r.ToR != "" {
+				errs = append(errs, dnsLabel(rp.Child("tor"), r.ToR)...)
+			}
+			if len(r.Nodes) == 0 {
+				errs = append(errs, field.Required(rp.Child("nodes"), "a rack needs at least one node"))
+			}
+			for k, n := range r.Nodes {
+				np := rp.Child("nodes").Index(k)
+				errs = append(errs, dnsLabel(np.Child("name"), n.Name)...)
+				if names.Has(n.Name) {
+					errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
+				}
+				names.Insert(n.Name)
+				if n.Profile == "" {
+					errs = append(errs, field.Required(np.Child("profile"), "a simulated NVML profile such as dgx-h100, dgx-v100 or l40s-pcie"))
+				}
+				errs = append(errs, n.NodeResources.validate(np)...)
+			}
+		}
+	}
+	return errs
+}
+
+func (r NodeResources) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for name, q := range map[string]string{"cpu": r.CPU, "memory": r.Memory} {
+		if q == "" {
+			continue
+		}
+		if _, err := resource.ParseQuantity(q); err != nil {
+			errs = append(errs, field.Invalid(p.Child(name), q, "not a Kubernetes quantity (e.g. \"64\", \"512Gi\")"))
+		}
+	}
+	if r.Pods < 0 {
+		errs = append(errs, field.Invalid(p.Child("pods"), r.Pods, "must not be negative"))
+	}
+	return errs
+}
+
+func dnsLabel(p *field.Path, v string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(v) {
+		errs = append(errs, field.Invalid(p, v, msg))
+	}
+	return errs
+}
+
+// Nodes lists the lab's nodes in file order with inherited topology and resources.
+func (f *File) Nodes() []Node {
+	var out []Node
+	for _, b := range f.Blocks {
+		for _, r := range b.Racks {
+			tor := r.ToR
+			if tor == "" {
+				tor = "tor-" + r.Name
+			}
+			for _, n := range r.Nodes {
+				mig := n.MIG
+				if mig == "" {
+					mig = f.MIG
+				}
+				out = append(out, Node{
+					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: tor, MIG: mig,
+					Resources: mergeResources(n.NodeResources, f.NodeDefaults, defaultNodeResources),
+				})
+			}
+		}
+	}
+	return out
+}
+
+func mergeResources(layers ...NodeResources) NodeResources {
+	var out NodeResources
+	for _, l := range layers {
+		if out.CPU == "" {
+			out.CPU = l.CPU
+		}
+		if out.Memory == "" {
+			out.Memory = l.Memory
+		}
+		if out.Pods == 0 {
+			out.Pods = l.Pods
+		}
+	}
+	return out
+}

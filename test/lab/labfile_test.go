@@ -1,0 +1,87 @@
+package lab
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultFileHasMixedProfilesAndTopology(t *testing.T) {
+	f, err := DefaultFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := f.Nodes()
+	if len(nodes) != 8 {
+		t.Fatalf("default lab has %d nodes, want 8", len(nodes))
+	}
+	perProfile := map[string]int{}
+	for _, n := range nodes {
+		perProfile[n.Profile]++
+		l := n.Labels()
+		for _, k := range []string{LabelBlock, LabelRack, LabelToR, LabelHostname} {
+			if l[k] == "" {
+				t.Errorf("node %s lacks label %s", n.Name, k)
+			}
+		}
+		if n.Resources.CPU == "" || n.Resources.Memory == "" || n.Resources.Pods == 0 {
+			t.Errorf("node %s has incomplete resources %+v", n.Name, n.Resources)
+		}
+	}
+	for _, p := range []string{"dgx-h100", "dgx-v100", "l40s-pcie"} {
+		if perProfile[p] < 2 {
+			t.Errorf("profile %s appears %d times, want at least 2", p, perProfile[p])
+		}
+	}
+	if !f.Kueue.Enabled {
+		t.Error("default lab should run Kueue")
+	}
+}
+
+func TestParseFileRejects(t *testing.T) {
+	const head = "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\n"
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"unknown field with its path", head + "blocks:\n- name: a\n  racks:\n  - name: r\n    nodez: []\n", `unknown field "blocks[0].racks[0].nodez"`},
+		{"duplicate field", head + "kind: Lab\nblocks: []\n", `key "kind" already set`},
+		{"wrong kind", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Cluster\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `kind: Unsupported value: "Cluster"`},
+		{"no blocks", head, "blocks: Required value"},
+		{"missing profile", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1}]}]}]\n", "blocks[0].racks[0].nodes[0].profile: Required value"},
+		{"duplicate node", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}, {name: n1, profile: p}]}]}]\n", `blocks[0].racks[0].nodes[1].name: Duplicate value: "n1"`},
+		{"bad name", head + "blocks: [{name: A_1, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", `blocks[0].name: Invalid value: "A_1"`},
+		{"bad quantity", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p, memory: lots}]}]}]\n", `blocks[0].racks[0].nodes[0].memory: Invalid value: "lots"`},
+		{"wrong type", head + "nodeDefaults: {pods: many}\nblocks: []\n", "pods"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseFile([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted, want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodesInheritDefaults(t *testing.T) {
+	f, err := ParseFile([]byte(`apiVersion: lab.gpudra.dev/v1alpha1
+kind: Lab
+nodeDefaults: {cpu: "8"}
+blocks:
+- name: b
+  racks:
+  - name: r
+    nodes: [{name: n1, profile: dgx-h100, memory: 1Gi}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.Nodes()[0]
+	want := Node{Name: "n1", Profile: "dgx-h100", Block: "b", Rack: "r", ToR: "tor-r",
+		Resources: NodeResources{CPU: "8", Memory: "1Gi", Pods: 110}}
+	if n != want {
+		t.Fatalf("got %+v, want %+v", n, want)
+	}
+}

@@ -1,0 +1,93 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestStopProcessesStopsOnlyMatchingCommandLines(t *testing.T) {
+	l := Layout{Root: t.TempDir()}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep binary")
+	}
+	c, err := startProcess(l, "sleeper", []string{sleep, "300"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !alive(c) {
+		t.Fatal("a started process does not count as running")
+	}
+	other := exec.Command(sleep, "301")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill() //nolint:errcheck
+	// A record whose PID now runs something else must never be signalled.
+	impostor := Component{Name: "impostor", PID: other.Process.Pid, Argv: []string{sleep, "300"}}
+	if running(impostor) {
+		t.Fatal("a PID running another command line counts as running")
+	}
+	if err := stopProcesses([]Component{c, impostor}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if alive(c) {
+		t.Fatal("still running after stopProcesses")
+	}
+	gone, why := exitedEarly(c)
+	if !gone || why == nil {
+		t.Fatalf("exitedEarly = %v, %v; want exited with a reason", gone, why)
+	}
+	if other.ProcessState != nil {
+		t.Fatal("the impostor's process was touched")
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the unrelated process is gone: %v", err)
+	}
+}
+
+func TestComponentErrorNamesComponentAndLog(t *testing.T) {
+	l := Layout{Root: t.TempDir()}
+	c, err := startProcess(l, "failing", []string{"/bin/sh", "-c", "echo boom: bad flag --x >&2; exit 3"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = waitReady(t.Context(), c, "ready", 10*time.Second, func(context.Context) error { return errors.New("not yet") })
+	var ce *ComponentError
+	if !errors.As(err, &ce) {
+		t.Fatalf("got %v, want a ComponentError", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"failing failed", "exited", l.Log("failing"), "boom: bad flag --x"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+}
+
+func TestSecondLabIsRefused(t *testing.T) {
+	t.Setenv("GPUDRA_CACHE", t.TempDir())
+	a, b := t.TempDir(), t.TempDir()
+	if err := claimActive(a); err != nil {
+		t.Fatal(err)
+	}
+	err := claimActive(b)
+	var running *RunningLabError
+	if !errors.As(err, &running) || running.Dir != a {
+		t.Fatalf("second lab: got %v, want a RunningLabError naming %s", err, a)
+	}
+	if !strings.Contains(err.Error(), "gpudra lab down --dir "+a) {
+		t.Errorf("refusal %q does not say how to stop the running lab", err)
+	}
+	if err := releaseActive(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimActive(b); err != nil {
+		t.Fatalf("after the first lab is gone: %v", err)
+	}
+}

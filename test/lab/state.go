@@ -1,0 +1,121 @@
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Layout names the files in a lab's state folder.
+type Layout struct{ Root string }
+
+func (l Layout) PKIDir() string              { return filepath.Join(l.Root, "pki") }
+func (l Layout) Kubeconfig() string          { return filepath.Join(l.Root, "kubeconfig") }
+func (l Layout) StateFile() string           { return filepath.Join(l.Root, "lab.json") }
+func (l Layout) LogDir() string              { return filepath.Join(l.Root, "logs") }
+func (l Layout) Log(component string) string { return filepath.Join(l.Root, "logs", component+".log") }
+func (l Layout) PIDFile(component string) string {
+	return filepath.Join(l.Root, "run", component+".pid")
+}
+func (l Layout) BinDir() string               { return filepath.Join(l.Root, "bin") }
+func (l Layout) NodeDir(node string) string   { return filepath.Join(l.Root, "nodes", node) }
+func (l Layout) ComponentDir(c string) string { return filepath.Join(l.Root, "components", c) }
+func (l Layout) ComponentKubeconfig(c string) string {
+	return filepath.Join(l.Root, "components", c, "kubeconfig")
+}
+
+// State is what a running lab records in <dir>/lab.json: enough for another process to find
+// its API server, report its status and stop exactly the processes it started.
+type State struct {
+	Dir        string      `json:"dir"`
+	StartedAt  time.Time   `json:"startedAt"`
+	Server     string      `json:"server"`  // the API server URL
+	Kubectl    string      `json:"kubectl"` // the toolchain's kubectl, matching the API server
+	Nodes      []Node      `json:"nodes"`
+	Kueue      bool        `json:"kueue"`
+	Components []Component `json:"components"` // in start order
+}
+
+// Component is one process the lab started.
+type Component struct {
+	Name  string         `json:"name"` // etcd, kube-apiserver, ..., plugin-<node>
+	PID   int            `json:"pid"`
+	Argv  []string       `json:"argv"`
+	Env   []string       `json:"env,omitempty"` // extra environment, for restarts
+	Ports map[string]int `json:"ports,omitempty"`
+	Log   string         `json:"log"`
+}
+
+// PluginComponent is the component name of a node's kubelet plugin.
+func PluginComponent(node string) string { return "plugin-" + node }
+
+// Component returns the named component, or nil.
+func (s *State) Component(name string) *Component {
+	for i := range s.Components {
+		if s.Components[i].Name == name {
+			return &s.Components[i]
+		}
+	}
+	return nil
+}
+
+// ErrNoLab says that a folder holds no lab.
+var ErrNoLab = errors.New("no lab")
+
+// ReadState loads the state of the lab in dir.
+func ReadState(dir string) (*State, error) {
+	data, err := os.ReadFile(Layout{dir}.StateFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s (start one with `gpudra lab up`)", ErrNoLab, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("lab state %s: %w", Layout{dir}.StateFile(), err)
+	}
+	return &s, nil
+}
+
+func (s *State) write() error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := Layout{s.Dir}.StateFile() + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, Layout{s.Dir}.StateFile())
+}
+
+// RESTConfig is the lab administrator's client configuration.
+func (s *State) RESTConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", Layout{s.Dir}.Kubeconfig())
+	if err != nil {
+		return nil, fmt.Errorf("lab kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return cfg, nil
+}
+
+// writeKubeconfig writes a self-contained kubeconfig (CA and client key pair embedded).
+func writeKubeconfig(path, server string, caPEM []byte, kp KeyPair, user string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["gpudra-lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
+	cfg.Contexts["gpudra-lab"] = &clientcmdapi.Context{Cluster: "gpudra-lab", AuthInfo: user}
+	cfg.CurrentContext = "gpudra-lab"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}

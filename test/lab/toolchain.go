@@ -1,0 +1,151 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// toolchainScript builds and caches the lab's Kubernetes components (test/lab/toolchain.sh),
+// embedded so that `gpudra lab` works from any directory.
+//
+//go:embed toolchain.sh
+var toolchainScript []byte
+
+// Toolchain is where the cached component binaries are.
+type Toolchain struct {
+	APIServer, ControllerManager, Scheduler, Kubectl string
+	Etcd                                             string
+	Kwok                                             string
+	KwokStages                                       string // kwok's stage definitions
+	Kueue                                            string
+	KueueConfig                                      string // Kueue's config/components manifests
+}
+
+// runToolchain runs toolchain.sh with args, streaming its progress to progress.
+func runToolchain(ctx context.Context, progress io.Writer, args ...string) (string, error) {
+	f, err := os.CreateTemp("", "gpudra-toolchain-*.sh")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(toolchainScript); err != nil {
+		return "", err
+	}
+	f.Close()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", append([]string{f.Name()}, args...)...)
+	cmd.Stdout = &out
+	cmd.Stderr = progress
+	cmd.Env = append(os.Environ(), "GPUDRA_CACHE="+CacheDir())
+	// On cancellation stop the whole build (bash, its ticker and the go commands), not just bash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("toolchain.sh %s: %w", strings.Join(args, " "), err)
+	}
+	return out.String(), nil
+}
+
+// EnsureToolchain builds whatever components are missing from the cache (minutes on a cold
+// machine; progress goes to progress) and returns where they are.
+func EnsureToolchain(ctx context.Context, progress io.Writer, kueue bool) (*Toolchain, error) {
+	comps := []string{"k8s", "etcd", "kwok"}
+	if kueue {
+		comps = append(comps, "kueue")
+	}
+	status, err := runToolchain(ctx, progress, "--status")
+	if err != nil {
+		return nil, err
+	}
+	missing := false
+	for _, c := range comps {
+		missing = missing || strings.Contains(status, c+": missing")
+	}
+	if missing {
+		fmt.Fprintf(progress, "Building the lab's components from the Go module proxy (first run only; a cold build takes 20-30 minutes on 2 cores, cached in %s/toolchain):\n%s", CacheDir(), status)
+	}
+	if _, err := runToolchain(ctx, progress, comps...); err != nil {
+		return nil, fmt.Errorf("build the lab toolchain: %w", err)
+	}
+	dir := func(c string) (string, error) {
+		out, err := runToolchain(ctx, progress, "--dir", c)
+		return strings.TrimSpace(out), err
+	}
+	t := &Toolchain{}
+	k8s, err := dir("k8s")
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := dir("etcd")
+	if err != nil {
+		return nil, err
+	}
+	kwok, err := dir("kwok")
+	if err != nil {
+		return nil, err
+	}
+	t.APIServer, t.ControllerManager = filepath.Join(k8s, "bin/kube-apiserver"), filepath.Join(k8s, "bin/kube-controller-manager")
+	t.Scheduler, t.Kubectl = filepath.Join(k8s, "bin/kube-scheduler"), filepath.Join(k8s, "bin/kubectl")
+	t.Etcd = filepath.Join(etcd, "bin/etcd")
+	t.Kwok, t.KwokStages = filepath.Join(kwok, "bin/kwok"), filepath.Join(kwok, "stage")
+	if kueue {
+		kq, err := dir("kueue")
+		if err != nil {
+			return nil, err
+		}
+		t.Kueue, t.KueueConfig = filepath.Join(kq, "bin/kueue"), filepath.Join(kq, "config")
+	}
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("toolchain reports its components cached but %s is missing (remove its folder to rebuild): %w", p, err)
+		}
+	}
+	return t, nil
+}
+
+// buildPlugin builds gpudra-kubelet-plugin from the repository into the lab's bin folder.
+func buildPlugin(ctx context.Context, progress io.Writer, repo, out string) error {
+	fmt.Fprintf(progress, "Building gpudra-kubelet-plugin from %s\n", repo)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gpudra-kubelet-plugin")
+	cmd.Dir = repo
+	// go-nvml's C bindings use deprecated NVML declarations (as in the Makefile).
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOTOOLCHAIN=local", "CGO_CFLAGS=-Wno-deprecated-declarations")
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = progress, &stderr
+	if err := cmd.Run(); err != nil {
+		return &ComponentError{Component: "gpudra-kubelet-plugin build", Err: fmt.Errorf("go build ./cmd/gpudra-kubelet-plugin: %w\n%s", err, stderr.String())}
+	}
+	return nil
+}
+
+// RepoRoot finds the gpudra repository at or above dir (the folder whose go.mod declares
+// module github.com/gpudra/gpudra).
+func RepoRoot(dir string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(data, []byte("module github.com/gpudra/gpudra\n")) {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("%s is not inside the gpudra repository (the lab builds gpudra-kubelet-plugin from it); run from the repository or pass a built plugin", dir)
+		}
+		d = parent
+	}
+}
