@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -48,6 +49,11 @@ type RenderOptions struct {
 	NoShares bool
 	// NoGroups stops publishing NVLink group devices.
 	NoGroups bool
+	// Taints, keyed by GPU index, go on every device that uses that GPU: the whole GPU,
+	// its share, its MIG devices and the NVLink groups containing it (a device keeps at
+	// most resourceapi.DeviceTaintsMaxLength distinct taints). The plugin takes an
+	// unhealthy GPU out of scheduling this way.
+	Taints map[int][]resourceapi.DeviceTaint
 }
 
 // Validate checks the options, naming the accepted values.
@@ -97,19 +103,25 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 		migMode := g.MIG != nil && g.MIG.Enabled
 		if opts.MIG != MIGStatic || !migMode {
 			usable[g.Index] = true
-			whole = append(whole, gpuDevice(inv, g, counters))
+			whole = append(whole, opts.tainted(gpuDevice(inv, g, counters), g.Index))
 			if !opts.NoShares {
-				shares = append(shares, shareDevice(inv, g, counters))
+				shares = append(shares, opts.tainted(shareDevice(inv, g, counters), g.Index))
 			}
 		}
 		if g.MIG != nil && (opts.MIG == MIGDynamic || (opts.MIG == MIGStatic && migMode)) {
-			migs = append(migs, migDevices(inv, g, counters)...)
+			for _, d := range migDevices(inv, g, counters) {
+				migs = append(migs, opts.tainted(d, g.Index))
+			}
 		}
 	}
 	if !opts.NoGroups {
 		for _, gr := range inv.NVLink.Groups() {
 			if d, ok := groupDevice(inv, gr, counters, usable); ok {
-				groups = append(groups, d)
+				members := make([]int, len(gr.Members))
+				for k, pos := range gr.Members {
+					members[k] = inv.GPUs[pos].Index
+				}
+				groups = append(groups, opts.tainted(d, members...))
 			}
 		}
 	}
@@ -155,6 +167,20 @@ func (p *Pool) ResourceSlices(nodeName string, generation int64) []*resourceapi.
 		})
 	}
 	return out
+}
+
+// tainted gives d the taints of the GPUs it uses, each distinct taint once.
+func (o RenderOptions) tainted(d resourceapi.Device, gpus ...int) resourceapi.Device {
+	for _, g := range gpus {
+		for _, t := range o.Taints[g] {
+			if len(d.Taints) < resourceapi.DeviceTaintsMaxLength && !slices.ContainsFunc(d.Taints, func(have resourceapi.DeviceTaint) bool {
+				return have.Key == t.Key && have.Value == t.Value && have.Effect == t.Effect
+			}) {
+				d.Taints = append(d.Taints, t)
+			}
+		}
+	}
+	return d
 }
 
 func chunk[T any](items []T, n int) [][]T {

@@ -7,4 +7,10 @@
 // writes one CDI spec; a versioned, checksummed checkpoint (PrepareStarted /
 // PrepareCompleted / UnprepareStarted, node boot id) lets a restarted plugin roll back
 // or finish interrupted work, so no MIG instance or CDI spec leaks.
+//
+// Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
+// GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished
+// with the gpu.gpudra.dev/unhealthy taint and reported Unhealthy on the kubelet's
+// health stream. Simulated backends take injected events (nvmlsim.Inject, or lines
+// written to the injection file). Metrics are gpudra_plugin_* (see metrics.go).
 package kubeletplugin

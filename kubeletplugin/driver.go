@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +38,9 @@ type Config struct {
 	BootIDPath string
 	// Hook, when set, is called at each named point of prepare and unprepare (tests).
 	Hook Hook
+	// HealthInjectionFile, with a simulated backend only, is a file whose lines
+	// ("gpu=3 xid=79") inject GPU events; "" for none.
+	HealthInjectionFile string
 }
 
 // Driver is the running plugin for one node.
@@ -46,6 +51,11 @@ type Driver struct {
 	state     *state
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelCauseFunc
+	health    *health
+	metrics   *metrics
+	types     map[string]string // published device name → type
+
+	mu sync.Mutex // guards pool and orders its publishing
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -65,10 +75,18 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := st.recover(); err != nil {
+	if cfg.HealthInjectionFile != "" && !cfg.Backend.Simulated {
+		return nil, fmt.Errorf("health event injection (%s) needs a simulated NVML backend, not %s", cfg.HealthInjectionFile, cfg.Backend.Name)
+	}
+	m := newMetrics(st.preparedClaims)
+	err = st.recover()
+	m.checkpointsRecover.Add(float64(st.corruptions))
+	if err != nil {
 		return nil, fmt.Errorf("recovering prepared claims: %w", err)
 	}
-	return &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {}}, nil
+	m.published(pool)
+	return &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
+		health: newHealth(), metrics: m, types: deviceTypes(pool)}, nil
 }
 
 // Start discovers the node's GPUs, recovers prepared claims, registers with the kubelet
@@ -78,7 +96,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv, pool := d.inventory, d.pool
+	inv := d.inventory
 	ctx, cancel := context.WithCancelCause(ctx)
 	d.cancel = cancel
 
@@ -100,25 +118,30 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		cancel(err)
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
+	d.mu.Lock()
 	d.helper = helper
-	if err := helper.PublishResources(ctx, pool.DriverResources(cfg.NodeName)); err != nil {
+	d.mu.Unlock()
+	if err := d.republish(ctx); err != nil {
 		helper.Stop()
 		cancel(err)
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
-	klog.FromContext(ctx).Info("Publishing ResourceSlices", "node", cfg.NodeName, "backend", inv.Backend, "gpus", len(inv.GPUs), "slices", len(pool.Slices))
+	klog.FromContext(ctx).Info("Publishing ResourceSlices", "node", cfg.NodeName, "backend", inv.Backend, "gpus", len(inv.GPUs), "slices", len(d.Pool().Slices))
+	d.startHealth(ctx)
 	return d, nil
 }
 
 // Inventory is what the plugin discovered.
 func (d *Driver) Inventory() *driver.Inventory { return d.inventory }
 
-// Stop unregisters and stops publishing (published slices stay until the node goes).
+// Stop unregisters, stops publishing (published slices stay until the node goes) and
+// stops watching GPU health.
 func (d *Driver) Stop() {
 	if d.helper != nil {
 		d.helper.Stop()
 	}
 	d.cancel(nil)
+	d.health.watchers.Wait()
 }
 
 // PrepareResourceClaims prepares allocated claims: MIG instances, CDI specs, enforced
@@ -127,8 +150,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
+		start, kind := time.Now(), claimType(c, d.types)
 		devs, err := d.state.prepare(c)
+		d.metrics.prepareSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 		if err != nil {
+			d.metrics.prepareErrors.WithLabelValues(kind).Inc()
 			logger.Error(err, "Preparing claim failed", "claim", klog.KObj(c))
 			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("gpudra: preparing claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
@@ -142,7 +168,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		if err := d.state.unprepare(c.UID); err != nil {
+		start := time.Now()
+		err := d.state.unprepare(c.UID)
+		d.metrics.unprepareSeconds.Observe(time.Since(start).Seconds())
+		if err != nil {
+			d.metrics.unprepareErrors.Inc()
 			klog.FromContext(ctx).Error(err, "Unpreparing claim failed", "claim", c.NamespacedName)
 			out[c.UID] = fmt.Errorf("gpudra: unpreparing claim %s: %w", c.NamespacedName, err)
 			continue
@@ -153,15 +183,12 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 // HandleError logs background errors. Publishing errors (invalid or dropped fields)
-// will not fix themselves: they stop the plugin so that it fails loudly.
+// will not fix themselves: they stop the plugin so that it fails loudly, except
+// dropped device taints (a cluster without DRADeviceTaints), which only cost the
+// scheduler its view of unhealthy GPUs.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	runtime.HandleErrorWithContext(ctx, err, msg)
-	if !errors.Is(err, kubeletplugin.ErrRecoverable) {
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && !taintsDropped(err) {
 		d.cancel(fmt.Errorf("%s: %w", msg, err))
 	}
-}
-
-// WatchHealthStatus is not supported yet.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }

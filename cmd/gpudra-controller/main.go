@@ -41,6 +41,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, topologyConfigMap string
+	var flavorNodeLabels map[string]string
 	var webhookPort int
 	var webhookHost, webhookCertDir, webhookCertNames string
 	labels := topology.DefaultLabelKeys
@@ -90,7 +91,7 @@ func newCommand() *cobra.Command {
 			if err := (&admission.PodPinner{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}
-			net := &network.Reconciler{Client: mgr.GetClient(), Labels: labels}
+			net := &network.Reconciler{Client: mgr.GetClient(), Labels: labels, FlavorNodeLabels: flavorNodeLabels}
 			if topologyConfigMap != "" {
 				ns, name, ok := strings.Cut(topologyConfigMap, "/")
 				if !ok {
@@ -114,6 +115,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config or $KUBECONFIG)")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", `address for Prometheus metrics ("0" turns them off)`)
 	fs.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "address for /healthz and /readyz")
+	fs.StringToStringVar(&flavorNodeLabels, "topology-flavor-node-labels", nil, "node labels (key=value,...) of a topology-aware Kueue ResourceFlavor \""+network.FlavorName+"\" to keep in sync (empty: only the Topology)")
 	fs.StringVar(&topologyConfigMap, "topology-configmap", "", "namespace/name of a ConfigMap whose topology.yaml places nodes in blocks and racks (default: nodes are already labelled)")
 	fs.IntVar(&webhookPort, "webhook-port", 0, "port of the admission webhook that validates gpu.gpudra.dev configs (0: off)")
 	fs.StringVar(&webhookHost, "webhook-host", "", "address the webhook listens on (empty: all; tests use 127.0.0.1)")

@@ -34,6 +34,7 @@ type flags struct {
 	pluginDataDir, registrarDir       string
 	cdiRoot, checkpointDir, metricsAt string
 	driverRoot, vgpuLibrary           string
+	healthInjectionFile               string
 }
 
 func newCommand() *cobra.Command {
@@ -56,6 +57,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
 	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory under which the GPU device files (/dev/nvidia*) are found; a fake root prepared by the lab with --nvml=sim:<profile>")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
+	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -100,6 +102,11 @@ func run(ctx context.Context, f flags) error {
 	defer backend.Close()
 	if backend.Simulated {
 		klog.InfoS("Using a SIMULATED NVML backend: no real GPU is used", "backend", backend.Name)
+		if f.healthInjectionFile == "" {
+			f.healthInjectionFile = filepath.Join(f.pluginDataDir, "inject-health")
+		}
+	} else if f.healthInjectionFile != "" {
+		return fmt.Errorf("--health-injection-file needs a simulated backend (--nvml=sim:<profile>), not --nvml=%s", f.nvml)
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
@@ -107,19 +114,28 @@ func run(ctx context.Context, f flags) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	d, err := plugin.Start(ctx, plugin.Config{
-		NodeName:      f.nodeName,
-		Client:        client,
-		Backend:       backend,
-		Render:        render,
-		PluginDataDir: f.pluginDataDir,
-		RegistrarDir:  f.registrarDir,
-		CDIRoot:       f.cdiRoot,
-		CheckpointDir: f.checkpointDir,
-		DriverRoot:    f.driverRoot,
-		VGPULibrary:   f.vgpuLibrary,
+		NodeName:            f.nodeName,
+		Client:              client,
+		Backend:             backend,
+		Render:              render,
+		PluginDataDir:       f.pluginDataDir,
+		RegistrarDir:        f.registrarDir,
+		CDIRoot:             f.cdiRoot,
+		CheckpointDir:       f.checkpointDir,
+		DriverRoot:          f.driverRoot,
+		VGPULibrary:         f.vgpuLibrary,
+		HealthInjectionFile: f.healthInjectionFile,
 	})
 	if err != nil {
 		return err
+	}
+	if f.metricsAt != "" {
+		addr, err := d.ServeMetrics(ctx, f.metricsAt)
+		if err != nil {
+			d.Stop()
+			return err
+		}
+		klog.InfoS("Serving metrics", "address", "http://"+addr.String()+"/metrics")
 	}
 	<-ctx.Done()
 	d.Stop()

@@ -45,4 +45,8 @@
 // Bus ids are assigned from the layout: below root pciDDDD:BB, in order of their first
 // GPU, each switch or directly attached GPU takes a root port and the next free buses.
 // UUIDs derive from the seed (the node name), the profile name and the GPU index.
+//
+// Simulated servers support NVML event sets (EventSetCreate, RegisterEvents, Wait,
+// Free); Inject makes a GPU raise an XID, ECC, unavailable or lost event, and
+// ParseEvent reads the "gpu=3 xid=79" lines labs use to ask for one.
 package nvmlsim

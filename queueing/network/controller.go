@@ -33,6 +33,9 @@ type Reconciler struct {
 	Labels topology.LabelKeys
 	// ConfigMap holding the topology file under key topology.yaml; empty name = labels only.
 	ConfigMap types.NamespacedName
+	// FlavorNodeLabels select the nodes of the topology-aware ResourceFlavor; Kueue requires
+	// at least one when a flavor names a topology, so without them no flavor is made.
+	FlavorNodeLabels map[string]string
 }
 
 // SetupWithManager reconciles on any node or ConfigMap change (one global key).
@@ -93,8 +96,8 @@ func (r *Reconciler) labelNodes(ctx context.Context) error {
 	return nil
 }
 
-// syncKueue creates or updates the Topology (block → rack → hostname) and a ResourceFlavor
-// that uses it for the nodes that carry a rack label.
+// syncKueue creates or updates the Topology (block → rack → hostname) and, when node labels
+// for it are configured, a ResourceFlavor that uses it.
 func (r *Reconciler) syncKueue(ctx context.Context) error {
 	levels := []kueue.TopologyLevel{{NodeLabel: r.Labels.Block}, {NodeLabel: r.Labels.Rack}, {NodeLabel: topology.LabelHostname}}
 	var topo kueue.Topology
@@ -117,11 +120,14 @@ func (r *Reconciler) syncKueue(ctx context.Context) error {
 			return err
 		}
 	}
+	if len(r.FlavorNodeLabels) == 0 {
+		return nil
+	}
 	var flavor kueue.ResourceFlavor
 	err = r.Client.Get(ctx, types.NamespacedName{Name: FlavorName}, &flavor)
 	if apierrors.IsNotFound(err) {
 		flavor = kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: FlavorName},
-			Spec: kueue.ResourceFlavorSpec{TopologyName: ptr.To(kueue.TopologyReference(TopologyName))}}
+			Spec: kueue.ResourceFlavorSpec{NodeLabels: r.FlavorNodeLabels, TopologyName: ptr.To(kueue.TopologyReference(TopologyName))}}
 		return r.Client.Create(ctx, &flavor)
 	}
 	return err

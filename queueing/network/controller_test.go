@@ -47,7 +47,8 @@ func fakeCluster(t *testing.T, data string) client.Client {
 func TestNetworkController(t *testing.T) {
 	ctx := context.Background()
 	c := fakeCluster(t, file)
-	r := &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, ConfigMap: types.NamespacedName{Namespace: "gpudra", Name: "network"}}
+	r := &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, ConfigMap: types.NamespacedName{Namespace: "gpudra", Name: "network"},
+		FlavorNodeLabels: map[string]string{"node-pool": "gpu"}}
 	for range 2 { // idempotent
 		if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
 			t.Fatal(err)
@@ -72,7 +73,7 @@ func TestNetworkController(t *testing.T) {
 		t.Errorf("levels %+v", topo.Spec.Levels)
 	}
 	var flavor kueue.ResourceFlavor
-	if err := c.Get(ctx, types.NamespacedName{Name: FlavorName}, &flavor); err != nil || flavor.Spec.TopologyName == nil || *flavor.Spec.TopologyName != TopologyName {
+	if err := c.Get(ctx, types.NamespacedName{Name: FlavorName}, &flavor); err != nil || flavor.Spec.TopologyName == nil || *flavor.Spec.TopologyName != TopologyName || flavor.Spec.NodeLabels["node-pool"] != "gpu" {
 		t.Errorf("flavor %+v, err %v", flavor.Spec, err)
 	}
 }

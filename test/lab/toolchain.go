@@ -116,17 +116,18 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue bool) (*Tool
 	return t, nil
 }
 
-// buildPlugin builds gpudra-kubelet-plugin from the repository into the lab's bin folder.
-func buildPlugin(ctx context.Context, progress io.Writer, repo, out string) error {
-	fmt.Fprintf(progress, "Building gpudra-kubelet-plugin from %s\n", repo)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/gpudra-kubelet-plugin")
+// buildBinary builds the command named like out (./cmd/<base name of out>) from the repository.
+func buildBinary(ctx context.Context, progress io.Writer, repo, out string) error {
+	name := filepath.Base(out)
+	fmt.Fprintf(progress, "Building %s from %s\n", name, repo)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/"+name)
 	cmd.Dir = repo
 	// go-nvml's C bindings use deprecated NVML declarations (as in the Makefile).
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOTOOLCHAIN=local", "CGO_CFLAGS=-Wno-deprecated-declarations")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = progress, &stderr
 	if err := cmd.Run(); err != nil {
-		return &ComponentError{Component: "gpudra-kubelet-plugin build", Err: fmt.Errorf("go build ./cmd/gpudra-kubelet-plugin: %w\n%s", err, stderr.String())}
+		return &ComponentError{Component: name + " build", Err: fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, stderr.String())}
 	}
 	return nil
 }

@@ -163,12 +163,18 @@ func (u *upper) run(ctx context.Context) error {
 	plugin := u.opts.PluginBinary
 	if plugin == "" {
 		plugin = filepath.Join(u.layout.BinDir(), "gpudra-kubelet-plugin")
-		if err := buildPlugin(ctx, u.out, u.opts.Repo, plugin); err != nil {
+		if err := buildBinary(ctx, u.out, u.opts.Repo, plugin); err != nil {
+			return err
+		}
+	}
+	controller := filepath.Join(u.layout.BinDir(), controllerComponent)
+	if u.file.Kueue.Enabled {
+		if err := buildBinary(ctx, u.out, u.opts.Repo, controller); err != nil {
 			return err
 		}
 	}
 	names := []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok",
-		"kueue-health", "kueue-metrics", "kueue-webhook"}
+		"kueue-health", "kueue-metrics", "kueue-webhook", "controller-health", "controller-metrics", "controller-webhook"}
 	for _, n := range u.state.Nodes {
 		names = append(names, "metrics-"+n.Name)
 	}
@@ -229,6 +235,11 @@ func (u *upper) run(ctx context.Context) error {
 	if u.file.Kueue.Enabled {
 		u.step("starting Kueue")
 		if err := u.startKueue(ctx); err != nil {
+			return err
+		}
+		// gpudra-controller watches Kueue's kinds, so it needs Kueue's CRDs served.
+		u.step("starting gpudra-controller (admission check, config webhook)")
+		if err := u.startController(ctx, controller); err != nil {
 			return err
 		}
 	}

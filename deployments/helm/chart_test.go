@@ -1,0 +1,385 @@
+package helm_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/diff"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpudra/gpudra/driver/config"
+	"github.com/gpudra/gpudra/queueing/network"
+)
+
+// valueSets are the combinations `helm lint` must accept and every test renders.
+var valueSets = map[string][]string{
+	"defaults":    nil,
+	"no webhook":  {"webhook.enabled=false"},
+	"kueue":       {"kueue.admissionCheck=true", "kueue.samples=true"},
+	"lab":         labValues,
+	"own webhook": {"webhook.certSecret=gpudra-webhook-tls", "webhook.caBundle=Q0EK", "webhook.url=https://127.0.0.1:9443/validate-gpudra-config"},
+	"hami topology": {"kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
+		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
+		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
+}
+
+// labValues is what a lab of simulated nodes passes: one DaemonSet per simulated profile,
+// selected by the lab's node label lab.gpudra.dev/profile.
+var labValues = []string{
+	"kubeletPlugin.defaultPool=false",
+	"kubeletPlugin.privileged=false",
+	"kubeletPlugin.driverRoot=/tmp/gpudra-lab/driver-root",
+	`kubeletPlugin.pools=[{"name":"dgx-h100","nvml":"sim:dgx-h100","mig":"dynamic","nodeSelector":{"lab.gpudra.dev/profile":"dgx-h100"}},{"name":"dgx-v100","nvml":"sim:dgx-v100","nodeSelector":{"lab.gpudra.dev/profile":"dgx-v100"}}]`,
+	"kueue.admissionCheck=true",
+}
+
+func TestChartLints(t *testing.T) {
+	for name, sets := range valueSets {
+		t.Run(name, func(t *testing.T) {
+			helm(t, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, setArgs(sets)...)...)
+		})
+	}
+}
+
+// TestKubeletPluginDaemonSet proves the plugin gets the host paths, identity and flags the
+// kubelet, the container runtime and the admission policy rely on.
+func TestKubeletPluginDaemonSet(t *testing.T) {
+	ds := render(t).get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet)
+	spec := ds.Spec.Template.Spec
+	if spec.ServiceAccountName != "gpudra-kubelet-plugin" {
+		t.Errorf("serviceAccountName = %q, want gpudra-kubelet-plugin", spec.ServiceAccountName)
+	}
+	c := spec.Containers[0]
+	hostPaths := hostPathsOf(spec)
+	for _, want := range []struct{ host, mount string }{
+		{"/var/lib/kubelet/plugins/gpu.gpudra.dev", "/var/lib/kubelet/plugins/gpu.gpudra.dev"},
+		{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins_registry"},
+		{"/var/run/cdi", "/var/run/cdi"},
+		{"/", "/driver-root"},
+	} {
+		m := mountOf(c, hostPaths, want.host)
+		if m == nil {
+			t.Errorf("host path %s is not mounted (host paths: %v)", want.host, hostPaths)
+			continue
+		}
+		if m.MountPath != want.mount {
+			t.Errorf("host path %s mounted at %s, want %s", want.host, m.MountPath, want.mount)
+		}
+		if readOnly := want.host == "/"; m.ReadOnly != readOnly {
+			t.Errorf("host path %s: readOnly = %v, want %v", want.host, m.ReadOnly, readOnly)
+		}
+	}
+	if env := envOf(c, "NODE_NAME"); env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME = %+v, want it from fieldRef spec.nodeName", env)
+	}
+	for _, arg := range []string{"--nvml=nvml", "--mig=static", "--driver-root=/", "--cdi-root=/var/run/cdi",
+		"--plugin-data-dir=/var/lib/kubelet/plugins/gpu.gpudra.dev", "--registrar-dir=/var/lib/kubelet/plugins_registry"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--vgpu-library") }) {
+		t.Errorf("args %v: --vgpu-library without kubeletPlugin.vgpuLibrary", c.Args)
+	}
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("rollingUpdate = %+v, want maxUnavailable 1 and maxSurge 0 (the binary does not pass its pod UID)", ru)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("the plugin with real NVML must be privileged (MIG, all /dev/nvidia*): %+v", c.SecurityContext)
+	}
+	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
+		t.Errorf("nodeSelector = %v, want nvidia.com/gpu.present=true", spec.NodeSelector)
+	}
+}
+
+// TestLabPoolsRunSimulatedProfiles proves one DaemonSet per pool with its own profile and
+// node selector, unprivileged, and no default DaemonSet.
+func TestLabPoolsRunSimulatedProfiles(t *testing.T) {
+	m := render(t, labValues...)
+	if got := m.names("DaemonSet"); !slices.Equal(got, []string{"gpudra-kubelet-plugin-dgx-h100", "gpudra-kubelet-plugin-dgx-v100"}) {
+		t.Fatalf("DaemonSets = %v, want one per pool", got)
+	}
+	for _, want := range []struct{ name, nvml, mig, profile string }{
+		{"gpudra-kubelet-plugin-dgx-h100", "sim:dgx-h100", "dynamic", "dgx-h100"},
+		{"gpudra-kubelet-plugin-dgx-v100", "sim:dgx-v100", "static", "dgx-v100"},
+	} {
+		ds := m.get("DaemonSet", want.name).(*appsv1.DaemonSet)
+		c := ds.Spec.Template.Spec.Containers[0]
+		for _, arg := range []string{"--nvml=" + want.nvml, "--mig=" + want.mig, "--driver-root=/tmp/gpudra-lab/driver-root"} {
+			if !slices.Contains(c.Args, arg) {
+				t.Errorf("%s: args %v lack %s", want.name, c.Args, arg)
+			}
+		}
+		if got := ds.Spec.Template.Spec.NodeSelector; len(got) != 1 || got["lab.gpudra.dev/profile"] != want.profile {
+			t.Errorf("%s: nodeSelector = %v", want.name, got)
+		}
+		if sc := c.SecurityContext; sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			t.Errorf("%s: a simulated plugin runs unprivileged: %+v", want.name, sc)
+		}
+		if sel, tmpl := ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels; sel["gpudra.dev/pool"] != tmpl["gpudra.dev/pool"] || sel["gpudra.dev/pool"] != want.profile {
+			t.Errorf("%s: selector %v must select only its pool's pods %v", want.name, sel, tmpl)
+		}
+	}
+}
+
+// TestControllerIsUnprivileged proves the controller runs non-root, read-only, without
+// privilege escalation, and serves the webhook on the Service's port 9443.
+func TestControllerIsUnprivileged(t *testing.T) {
+	m := render(t)
+	d := m.get("Deployment", "gpudra-controller").(*appsv1.Deployment)
+	pod, c := d.Spec.Template.Spec, d.Spec.Template.Spec.Containers[0]
+	if pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot {
+		t.Error("controller: runAsNonRoot is not set")
+	}
+	sc := c.SecurityContext
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged != nil && *sc.Privileged {
+		t.Errorf("controller securityContext = %+v", sc)
+	}
+	for _, arg := range []string{"--webhook-port=9443", "--webhook-cert-dir=/certs",
+		"--webhook-self-signed=gpudra-controller,gpudra-controller.gpudra,gpudra-controller.gpudra.svc"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("controller args %v lack %s", c.Args, arg)
+		}
+	}
+	svc := m.get("Service", "gpudra-controller").(*corev1.Service)
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == 9443 && p.TargetPort.StrVal == "webhook" }) {
+		t.Errorf("Service ports %+v lack 9443 → webhook", svc.Spec.Ports)
+	}
+	vwc := m.get("ValidatingWebhookConfiguration", "gpudra-config-validation").(*admissionv1.ValidatingWebhookConfiguration)
+	for _, w := range vwc.Webhooks {
+		s := w.ClientConfig.Service
+		if s == nil || s.Namespace != namespace || s.Name != svc.Name || s.Port == nil || *s.Port != 9443 || s.Path == nil || *s.Path != "/validate-gpudra-config" {
+			t.Errorf("webhook %s clientConfig = %+v, want Service %s/%s:9443/validate-gpudra-config", w.Name, w.ClientConfig, namespace, svc.Name)
+		}
+	}
+}
+
+// TestRBACIsMinimal proves no role holds a wildcard, secrets, or verbs beyond what the
+// components use, and that the admission policy holds plugins to their own node.
+func TestRBACIsMinimal(t *testing.T) {
+	for name, sets := range valueSets {
+		m := render(t, sets...)
+		for _, o := range m.all("ClusterRole") {
+			r := o.(*rbacv1.ClusterRole)
+			for _, rule := range r.Rules {
+				for _, s := range slices.Concat(rule.APIGroups, rule.Resources, rule.Verbs) {
+					if strings.Contains(s, "*") {
+						t.Errorf("%s: ClusterRole %s has a wildcard: %+v", name, r.Name, rule)
+					}
+				}
+				if slices.Contains(rule.Resources, "secrets") {
+					t.Errorf("%s: ClusterRole %s may touch secrets: %+v", name, r.Name, rule)
+				}
+			}
+		}
+	}
+	m := render(t)
+	plugin := m.get("ClusterRole", "gpudra-kubelet-plugin").(*rbacv1.ClusterRole)
+	want := map[string][]string{
+		"resource.k8s.io/resourceclaims": {"get"},
+		"resource.k8s.io/resourceslices": {"create", "delete", "list", "update", "watch"},
+		"/nodes":                         {"get"},
+	}
+	if got := verbsByResource(plugin); !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("plugin permissions:\n%s", diff.Diff(want, got))
+	}
+	vap := m.get("ValidatingAdmissionPolicy", "gpudra-resourceslices-own-node").(*admissionv1.ValidatingAdmissionPolicy)
+	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, `"system:serviceaccount:gpudra:gpudra-kubelet-plugin"`) {
+		t.Errorf("policy does not match the plugin's identity in the release namespace: %+v", vap.Spec.MatchConditions)
+	}
+	b := m.get("ValidatingAdmissionPolicyBinding", "gpudra-resourceslices-own-node").(*admissionv1.ValidatingAdmissionPolicyBinding)
+	if b.Spec.PolicyName != vap.Name || !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) {
+		t.Errorf("policy binding = %+v, want Deny for %s", b.Spec, vap.Name)
+	}
+	// Without the self-signed certificate the controller must not touch webhook configurations.
+	ctl := render(t, valueSets["own webhook"]...).get("ClusterRole", "gpudra-controller").(*rbacv1.ClusterRole)
+	if _, ok := verbsByResource(ctl)["admissionregistration.k8s.io/validatingwebhookconfigurations"]; ok {
+		t.Error("controller with a certificate Secret may still patch webhook configurations")
+	}
+}
+
+// TestOptionalParts proves the webhook, Kueue objects, topology ConfigMap and sharing
+// defaults appear exactly when asked for.
+func TestOptionalParts(t *testing.T) {
+	def := render(t)
+	for _, kind := range []string{"AdmissionCheck", "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", "Namespace", "ConfigMap"} {
+		if got := def.names(kind); len(got) > 0 {
+			t.Errorf("defaults render %s %v", kind, got)
+		}
+	}
+
+	off := render(t, valueSets["no webhook"]...)
+	if got := off.names("ValidatingWebhookConfiguration"); len(got) > 0 {
+		t.Errorf("webhook.enabled=false renders %v", got)
+	}
+	if args := off.get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--webhook") }) {
+		t.Errorf("webhook.enabled=false: controller args %v", args)
+	}
+
+	check := render(t, "kueue.admissionCheck=true")
+	if got := check.names("AdmissionCheck"); !slices.Equal(got, []string{"gpudra-topology"}) || len(check.names("ClusterQueue")) > 0 {
+		t.Errorf("kueue.admissionCheck=true: AdmissionChecks %v, ClusterQueues %v; want only the check", got, check.names("ClusterQueue"))
+	}
+	samples := render(t, valueSets["kueue"]...)
+	if got := samples.names("ClusterQueue"); !slices.Equal(got, []string{"team-a", "team-b"}) {
+		t.Errorf("kueue.samples=true: ClusterQueues %v", got)
+	}
+
+	own := render(t, valueSets["own webhook"]...)
+	for _, w := range own.get("ValidatingWebhookConfiguration", "gpudra-config-validation").(*admissionv1.ValidatingWebhookConfiguration).Webhooks {
+		if w.ClientConfig.URL == nil || w.ClientConfig.Service != nil || string(w.ClientConfig.CABundle) != "CA\n" {
+			t.Errorf("webhook %s with url and caBundle: clientConfig %+v", w.Name, w.ClientConfig)
+		}
+	}
+
+	hami := render(t, valueSets["hami topology"]...)
+	cm := hami.get("ConfigMap", "gpudra-topology").(*corev1.ConfigMap)
+	if f, err := network.ParseFile([]byte(cm.Data[network.FileKey])); err != nil || len(f.Blocks) != 1 {
+		t.Errorf("topology ConfigMap is not a valid topology file: %v\n%s", err, cm.Data[network.FileKey])
+	}
+	ctl := hami.get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	for _, arg := range []string{"--topology-configmap=gpudra/gpudra-topology", "--topology-flavor-node-labels=nvidia.com/gpu.present=true"} {
+		if !slices.Contains(ctl.Args, arg) {
+			t.Errorf("controller args %v lack %s", ctl.Args, arg)
+		}
+	}
+	plugin := hami.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec
+	if !slices.Contains(plugin.Containers[0].Args, "--vgpu-library=/usr/local/vgpu/libvgpu.so") || mountOf(plugin.Containers[0], hostPathsOf(plugin), "/usr/local/vgpu/libvgpu.so") == nil {
+		t.Errorf("vgpuLibrary: plugin args %v / volumes do not carry libvgpu.so", plugin.Containers[0].Args)
+	}
+	share := hami.get("DeviceClass", "gpu-share.gpudra.dev").(*resourceapi.DeviceClass)
+	if len(share.Spec.Config) != 1 || share.Spec.Config[0].Opaque == nil {
+		t.Fatalf("sharing default not in DeviceClass: %+v", share.Spec.Config)
+	}
+	if err := config.ValidateOpaque(share.Spec.Config[0].Opaque.Parameters.Raw, field.NewPath("spec", "config").Index(0).Child("opaque", "parameters")); err != nil {
+		t.Errorf("sharing default is not a valid gpudra config: %v", err)
+	}
+	// Helm creates DeviceClasses after the webhook configuration, before the controller
+	// serves it: the chart's own classes with defaults must not wait for the webhook.
+	for _, w := range hami.get("ValidatingWebhookConfiguration", "gpudra-config-validation").(*admissionv1.ValidatingWebhookConfiguration).Webhooks {
+		skipsOwn := slices.ContainsFunc(w.MatchConditions, func(c admissionv1.MatchCondition) bool { return c.Name == "not-this-charts-device-class" })
+		if skipsOwn != (w.Name == "deviceclasses.gpu.gpudra.dev") {
+			t.Errorf("webhook %s: skips the chart's own DeviceClasses = %v", w.Name, skipsOwn)
+		}
+	}
+}
+
+// TestBadValuesAreRefused proves values that cannot work fail the install, naming the value.
+func TestBadValuesAreRefused(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"kubeletPlugin.nvml=cuda", `kubeletPlugin.nvml="cuda"`},
+		{"kubeletPlugin.mig=mixed", `kubeletPlugin.mig="mixed"`},
+		{`kubeletPlugin.pools=[{"name":"Big_Pool"}]`, "kubeletPlugin.pools[].name"},
+		{`kubeletPlugin.pools=[{"name":"p","nvml":"fake"}]`, `kubeletPlugin.pools[p].nvml="fake"`},
+		{"kubeletPlugin.defaultPool=false", "no node would run the plugin"},
+	} {
+		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: err %v, output should name %s:\n%s", tc.set, err, tc.want, out)
+		}
+	}
+}
+
+// TestChartMatchesPlainManifests keeps the plain manifests (what `kubectl apply -f` users and
+// the tests outside the chart read) and the chart from drifting: rendered for namespace gpudra
+// with the webhook and the Kueue samples on, the chart holds exactly the same objects.
+func TestChartMatchesPlainManifests(t *testing.T) {
+	rendered := render(t, valueSets["kueue"]...)
+	var plain manifest
+	for _, pattern := range []string{"deviceclasses/*.yaml", "rbac/*.yaml", "webhook/*.yaml", "kueue/00-*.yaml", "kueue/10-*.yaml"} {
+		files, _ := filepath.Glob(filepath.Join("..", pattern))
+		if len(files) == 0 {
+			t.Fatalf("no plain manifests match deployments/%s", pattern)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := decodeManifest(data)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			plain.objs = append(plain.objs, m.objs...)
+		}
+	}
+	covered := map[string]bool{}
+	for _, p := range plain.objs {
+		covered[p.kind] = true
+		got := rendered.getIn(p.kind, p.namespace, p.name)
+		if got == nil {
+			t.Errorf("%s %s/%s is in the plain manifests but not in the chart", p.kind, p.namespace, p.name)
+			continue
+		}
+		got = withoutLabels(t, got)
+		if want := withoutLabels(t, p.obj); !apiequality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%s %s/%s differs between the plain manifests (-) and the chart (+):\n%s", p.kind, p.namespace, p.name, diff.Diff(want, got))
+		}
+	}
+	for _, r := range rendered.objs {
+		if covered[r.kind] && plain.getIn(r.kind, r.namespace, r.name) == nil {
+			t.Errorf("%s %s/%s is in the chart but not in the plain manifests", r.kind, r.namespace, r.name)
+		}
+	}
+}
+
+func withoutLabels(t *testing.T, obj any) any {
+	t.Helper()
+	acc, err := meta.Accessor(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc.SetLabels(nil)
+	return obj
+}
+
+func verbsByResource(r *rbacv1.ClusterRole) map[string][]string {
+	out := map[string][]string{}
+	for _, rule := range r.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				out[g+"/"+res] = slices.Sorted(slices.Values(slices.Concat(out[g+"/"+res], rule.Verbs)))
+			}
+		}
+	}
+	return out
+}
+
+func hostPathsOf(spec corev1.PodSpec) map[string]string {
+	out := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			out[v.Name] = v.HostPath.Path
+		}
+	}
+	return out
+}
+
+func mountOf(c corev1.Container, hostPaths map[string]string, host string) *corev1.VolumeMount {
+	for i, m := range c.VolumeMounts {
+		if hostPaths[m.Name] == host {
+			return &c.VolumeMounts[i]
+		}
+	}
+	return nil
+}
+
+func envOf(c corev1.Container, name string) *corev1.EnvVar {
+	for i, e := range c.Env {
+		if e.Name == name {
+			return &c.Env[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package kubeletplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/driver"
+)
+
+// metrics are one plugin's Prometheus metrics, in a registry of its own (so that
+// plugins started side by side in one process, as in tests, count apart).
+type metrics struct {
+	registry           *prometheus.Registry
+	publishedDevices   *prometheus.GaugeVec
+	unhealthyGPUs      prometheus.Gauge
+	prepareSeconds     *prometheus.HistogramVec
+	prepareErrors      *prometheus.CounterVec
+	unprepareSeconds   prometheus.Histogram
+	unprepareErrors    prometheus.Counter
+	healthEvents       *prometheus.CounterVec
+	checkpointsRecover prometheus.Counter
+}
+
+// latencyBuckets span a CDI spec write (under a millisecond) to a MIG mode switch.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
+
+func newMetrics(preparedClaims func() float64) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		publishedDevices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpudra_plugin_published_devices",
+			Help: "Devices this node publishes in its ResourceSlices, by type (gpu, share, mig, nvlink-group).",
+		}, []string{"type"}),
+		unhealthyGPUs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpudra_plugin_unhealthy_gpus",
+			Help: "GPUs whose devices are published with the gpu.gpudra.dev/unhealthy taint.",
+		}),
+		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpudra_plugin_prepare_seconds",
+			Help:    "Time to prepare one claim (MIG instances, CDI spec, checkpoint), by the type of its devices (gpu, share, mig, nvlink-group, mixed).",
+			Buckets: latencyBuckets,
+		}, []string{"type"}),
+		prepareErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpudra_plugin_prepare_errors_total",
+			Help: "Claims whose prepare failed, by the type of their devices.",
+		}, []string{"type"}),
+		unprepareSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpudra_plugin_unprepare_seconds",
+			Help:    "Time to unprepare one claim.",
+			Buckets: latencyBuckets,
+		}),
+		unprepareErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpudra_plugin_unprepare_errors_total",
+			Help: "Claims whose unprepare failed.",
+		}),
+		healthEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpudra_plugin_health_events_total",
+			Help: "NVML health events received, by kind (xid, double-bit-ecc, gpu-unavailable, gpu-lost, other) and the taint effect they led to (None when ignored, e.g. application XIDs).",
+		}, []string{"kind", "effect"}),
+		checkpointsRecover: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpudra_plugin_corrupt_checkpoints_recovered_total",
+			Help: "Corrupt checkpoints set aside and rebuilt from the CDI specs on disk.",
+		}),
+	}
+	m.registry.MustRegister(
+		m.publishedDevices, m.unhealthyGPUs, m.prepareSeconds, m.prepareErrors,
+		m.unprepareSeconds, m.unprepareErrors, m.healthEvents, m.checkpointsRecover,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gpudra_plugin_prepared_claims",
+			Help: "Claims prepared on this node (checkpoint entries).",
+		}, preparedClaims),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// published records what a pool publishes.
+func (m *metrics) published(pool *driver.Pool) {
+	count := map[string]int{driver.TypeGPU: 0, driver.TypeShare: 0, driver.TypeMIG: 0, driver.TypeNVLinkGroup: 0}
+	for _, s := range pool.Slices {
+		for _, d := range s.Devices {
+			count[deviceType(d)]++
+		}
+	}
+	for t, n := range count {
+		m.publishedDevices.WithLabelValues(t).Set(float64(n))
+	}
+}
+
+func deviceType(d resourceapi.Device) string {
+	if a, ok := d.Attributes[driver.AttrType]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return "unknown"
+}
+
+// claimType is the metrics label of a claim: the type of its gpudra devices, "mixed"
+// when they differ, "unknown" when none is published here.
+func claimType(claim *resourceapi.ResourceClaim, types map[string]string) string {
+	var seen []string
+	if claim.Status.Allocation != nil {
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if t, ok := types[r.Device]; ok && r.Driver == driver.DriverName && !slices.Contains(seen, t) {
+				seen = append(seen, t)
+			}
+		}
+	}
+	switch len(seen) {
+	case 0:
+		return "unknown"
+	case 1:
+		return seen[0]
+	}
+	return "mixed"
+}
+
+// deviceTypes maps each published device name to its type.
+func deviceTypes(pool *driver.Pool) map[string]string {
+	out := map[string]string{}
+	for _, s := range pool.Slices {
+		for _, d := range s.Devices {
+			out[d.Name] = deviceType(d)
+		}
+	}
+	return out
+}
+
+// preparedClaims counts the claims in this instance's view of the checkpoint.
+func (s *state) preparedClaims() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cp == nil {
+		return 0
+	}
+	return float64(len(s.cp.Claims))
+}
+
+// MetricsHandler serves the plugin's metrics in the Prometheus exposition format.
+func (d *Driver) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry})
+}
+
+// ServeMetrics serves /metrics on address (host:port; port 0 picks one) until ctx
+// ends, and returns the address it listens on.
+func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("metrics bind address %q: %w", address, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", d.MetricsHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.FromContext(ctx).Error(err, "Serving metrics failed", "address", l.Addr().String())
+		}
+	}()
+	return l.Addr(), nil
+}
