@@ -23,7 +23,7 @@ lint: ## gofmt + go vet
 unit: ## fast tests (no lab)
 	GPUDRA_E2E=0 go test $(PKGS)
 
-test: lint build ## the whole suite: unit tests, allocator tests and the lab end-to-end tests
+test: lint build toolchain ## the whole suite: unit tests, allocator tests and the lab end-to-end tests
 	go test -timeout 80m $(PKGS)
 
 e2e: build ## only the lab end-to-end tests
@@ -32,8 +32,8 @@ e2e: build ## only the lab end-to-end tests
 bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios printed)
 	GPUDRA_E2E=0 go test -run '^$$' -bench . -benchtime 2s ./driver/...
 
-toolchain: ## build and cache the lab's Kubernetes components
-	test/lab/toolchain.sh
+toolchain: ## build and cache the lab's Kubernetes components and helm (for the chart tests)
+	test/lab/toolchain.sh k8s etcd kwok kueue helm
 
 demo: build ## bring up the local lab with simulated GPU nodes and walk through example claims
 	test/lab/demo.sh
