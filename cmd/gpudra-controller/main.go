@@ -88,6 +88,9 @@ func newCommand() *cobra.Command {
 			if err := (&admission.Reconciler{Client: mgr.GetClient(), Labels: labels}).SetupWithManager(mgr); err != nil {
 				return err
 			}
+			if err := (&admission.CheckActivator{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+				return err
+			}
 			if err := (&admission.PodPinner{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}

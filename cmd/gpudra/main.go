@@ -16,7 +16,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gpudra:", err)
 		os.Exit(1)

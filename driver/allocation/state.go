@@ -26,6 +26,11 @@ var Features = structured.Features{
 	PrioritizedList:      true,
 }
 
+// celCache holds compiled selectors for every State: states are often made per node or per
+// decision, and compiling the same DeviceClass selectors again for each was a fifth of a
+// trace replay's time. The cache is safe for concurrent use.
+var celCache = cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true})
+
 // ErrUnsatisfiable is returned when the claims do not fit on the node.
 var ErrUnsatisfiable = errors.New("claims cannot be allocated on this node")
 
@@ -47,7 +52,7 @@ func New(classes []*resourceapi.DeviceClass, slices []*resourceapi.ResourceSlice
 	return &State{
 		slices:   slices,
 		classes:  cl,
-		celCache: cel.NewCache(1000, cel.Features{EnableConsumableCapacity: true}),
+		celCache: celCache,
 		allocated: structured.AllocatedState{
 			AllocatedDevices:         sets.New[structured.DeviceID](),
 			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),

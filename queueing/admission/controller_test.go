@@ -82,7 +82,7 @@ func lab(t *testing.T, extra ...client.Object) client.Client {
 	objs = append(objs, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tp4"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}})
 	objs = append(objs, extra...)
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}).Build()
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}, &kueue.AdmissionCheck{}).Build()
 }
 
 // job is a Workload with quota reserved and the gpudra check pending: pod sets of 4
@@ -171,4 +171,19 @@ func TestAdmissionCheck(t *testing.T) {
 			t.Fatalf("state %s", got.State)
 		}
 	})
+}
+
+func TestCheckActivatorMarksOurCheckActive(t *testing.T) {
+	c := lab(t)
+	key := types.NamespacedName{Name: "gpudra-topology"}
+	if _, err := (&CheckActivator{Client: c}).Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	var ac kueue.AdmissionCheck
+	if err := c.Get(context.Background(), key, &ac); err != nil {
+		t.Fatal(err)
+	}
+	if len(ac.Status.Conditions) != 1 || ac.Status.Conditions[0].Type != kueue.AdmissionCheckActive || ac.Status.Conditions[0].Status != metav1.ConditionTrue {
+		t.Errorf("conditions %+v, want Active=True (Kueue admits nothing through an inactive check)", ac.Status.Conditions)
+	}
 }

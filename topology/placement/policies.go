@@ -15,8 +15,8 @@ const (
 // uniformly random fitting GPU.
 type Random struct{ Rand *rand.Rand }
 
-func (*Random) Name() string             { return RandomName }
-func (*Random) Behaviour() Behaviour     { return Behaviour{Volatile: true} }
+func (*Random) Name() string         { return RandomName }
+func (*Random) Behaviour() Behaviour { return Behaviour{Volatile: true} }
 func (r *Random) Score(n *Node, p *Pod) Choice {
 	c := Choice{Score: r.Rand.Int63()}
 	if p.Fractional() {

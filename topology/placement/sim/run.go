@@ -1,0 +1,121 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpudra/gpudra/topology/placement"
+)
+
+// NoAllocator is the mode without the allocator: the policy's own accounting and GPU
+// choice are trusted (fast, for exploring; equal to reproduction mode when the
+// allocator never refuses).
+const NoAllocator Mode = "none"
+
+// Experiment is a grid of traces × modes × policies × seeds.
+type Experiment struct {
+	// Dir holds the node list and the pod lists.
+	Dir      string
+	Traces   []string
+	Modes    []Mode
+	Policies []string
+	Seeds    []int64
+	// Parallel is how many replays run at once (each is single-threaded).
+	Parallel int
+}
+
+// Run is one replay's outcome.
+type Run struct {
+	Trace string
+	Mode  Mode
+	placement.Result
+	Wall time.Duration
+}
+
+// Execute runs the grid; progress (if set) is called after each replay, serially.
+func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, error) {
+	nodes, err := placement.LoadNodes(filepath.Join(e.Dir, placement.NodeListFile))
+	if err != nil {
+		return nil, err
+	}
+	type job struct {
+		trace  string
+		pods   []placement.Pod
+		mode   Mode
+		policy string
+		seed   int64
+	}
+	var jobs []job
+	for _, t := range e.Traces {
+		pods, err := placement.LoadPods(filepath.Join(e.Dir, placement.PodListFile(t)))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range e.Modes {
+			for _, pol := range e.Policies {
+				if _, err := placement.NewPolicy(pol, placement.Setup{}); err != nil {
+					return nil, err
+				}
+				for _, s := range e.Seeds {
+					jobs = append(jobs, job{t, pods, m, pol, s})
+				}
+			}
+		}
+	}
+	runs := make([]Run, len(jobs))
+	errs := make([]error, len(jobs))
+	var mu sync.Mutex
+	sem := make(chan struct{}, max(1, e.Parallel))
+	var wg sync.WaitGroup
+	for k, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if ctx.Err() != nil {
+				errs[k] = ctx.Err()
+				return
+			}
+			r, err := ReplayOne(ctx, nodes, j.pods, j.trace, j.mode, j.policy, j.seed)
+			runs[k], errs[k] = r, err
+			if err == nil && progress != nil {
+				mu.Lock()
+				progress(r)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return runs, err
+		}
+	}
+	return runs, nil
+}
+
+// ReplayOne replays one trace with one policy and seed in one mode.
+func ReplayOne(ctx context.Context, nodes []placement.NodeSpec, pods []placement.Pod, trace string, mode Mode, policy string, seed int64) (Run, error) {
+	start := time.Now()
+	w := placement.NewWorkload(seed, pods, nodes)
+	pol, err := placement.NewPolicy(policy, placement.Setup{Typical: pods, Rand: w.Rand})
+	if err != nil {
+		return Run{}, err
+	}
+	var binder placement.Binder
+	if mode != NoAllocator {
+		a, err := NewAllocator(ctx, nodes, mode)
+		if err != nil {
+			return Run{}, err
+		}
+		binder = a
+	}
+	res, err := placement.Replay(nodes, w, pol, binder)
+	if err != nil {
+		return Run{}, fmt.Errorf("%s/%s/%s/seed %d: %w", trace, mode, policy, seed, err)
+	}
+	return Run{Trace: trace, Mode: mode, Result: res, Wall: time.Since(start)}, nil
+}
