@@ -30,9 +30,10 @@ type Location struct {
 	Block, Rack, ToR, Host string
 }
 
-// Network maps nodes to their location.
+// Network maps nodes to their location (and keeps their labels for node selectors).
 type Network struct {
 	locations map[string]Location
+	labels    map[string]map[string]string
 }
 
 // LabelKeys says which node labels hold the block and rack; ToR defaults to the rack.
@@ -46,7 +47,7 @@ var DefaultLabelKeys = LabelKeys{Block: LabelBlock, Rack: LabelRack, ToR: LabelT
 // NetworkFromLabels builds the network from node labels. A node without a rack label is an
 // error naming the node and the key, so a mislabeled node is never silently placed anywhere.
 func NetworkFromLabels(nodeLabels map[string]map[string]string, keys LabelKeys) (*Network, error) {
-	n := &Network{locations: map[string]Location{}}
+	n := &Network{locations: map[string]Location{}, labels: nodeLabels}
 	var missing []string
 	for node, labels := range nodeLabels {
 		loc := Location{Host: node, Block: labels[keys.Block], Rack: labels[keys.Rack], ToR: labels[keys.ToR]}
@@ -70,6 +71,16 @@ func NetworkFromLabels(nodeLabels map[string]map[string]string, keys LabelKeys) 
 func (n *Network) Location(node string) (Location, bool) {
 	l, ok := n.locations[node]
 	return l, ok
+}
+
+// Matches reports whether a node carries every label of selector.
+func (n *Network) Matches(node string, selector map[string]string) bool {
+	for k, v := range selector {
+		if n.labels[node][k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // DomainOf names the domain of a node at a level ("" for an unknown node or level).

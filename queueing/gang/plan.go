@@ -26,6 +26,8 @@ type PodSet struct {
 	// that must each share a SliceRequired domain (e.g. pipelines of 4 stages per rack).
 	SliceSize     int
 	SliceRequired string
+	// NodeSelector is the pods' own node selector: only matching nodes are candidates.
+	NodeSelector map[string]string
 }
 
 // Validate checks a pod set, naming the field and the accepted values.
@@ -147,7 +149,13 @@ func allNodes(domains []topology.Domain) []string {
 
 // placeSet places one pod set on the given nodes (slice by slice when sliced). It returns
 // nil nodes and how many pods fitted when the set does not fit; err only for bad input.
-func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, nodes []string) ([]string, [][]resourceapi.AllocationResult, int, error) {
+func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, domainNodes []string) ([]string, [][]resourceapi.AllocationResult, int, error) {
+	var nodes []string
+	for _, n := range domainNodes {
+		if net.Matches(n, set.NodeSelector) {
+			nodes = append(nodes, n)
+		}
+	}
 	groups := [][]string{nodes}
 	size := set.Count
 	if set.SliceSize > 0 {

@@ -176,3 +176,30 @@ func claimOf(t *testing.T, y string) *resourceapi.ResourceClaim {
 	c.Name, c.Namespace, c.UID = "busy", "default", "busy"
 	return c
 }
+
+func TestNodeSelectorLimitsCandidates(t *testing.T) {
+	st, _ := cluster(t, 2, 2)
+	labels := map[string]map[string]string{}
+	for _, n := range []string{"r1-n1", "r1-n2", "r2-n1", "r2-n2"} {
+		labels[n] = map[string]string{topology.LabelBlock: "b1", topology.LabelRack: n[:2], "pool": "train"}
+	}
+	labels["r1-n1"]["pool"] = "serve"
+	net, err := topology.NetworkFromLabels(labels, topology.DefaultLabelKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := gang.PodSet{Name: "tp", Count: 3, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)}, NodeSelector: map[string]string{"pool": "train"}}
+	p, _, err := gang.Plan(context.Background(), st, net, []gang.PodSet{set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range p.Nodes["tp"] {
+		if n == "r1-n1" {
+			t.Errorf("pod placed on %s, which its node selector excludes", n)
+		}
+	}
+	set.Count = 4
+	if _, _, err := gang.Plan(context.Background(), st, net, []gang.PodSet{set}); !gang.IsUnplaceable(err) {
+		t.Errorf("4 pods on 3 selectable nodes: err = %v", err)
+	}
+}
