@@ -18,14 +18,9 @@ import (
 // simInventory discovers a simulated node.
 func simInventory(t testing.TB, profile, nodeName string) *driver.Inventory {
 	t.Helper()
-	b, err := driver.OpenBackend("sim:"+profile, nodeName)
+	inv, _, err := driver.SimulatedSlices(profile, nodeName, driver.RenderOptions{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	inv, err := driver.Discover(b)
-	if err != nil {
-		t.Fatalf("discover %s: %v", profile, err)
+		t.Fatalf("%s: %v", profile, err)
 	}
 	return inv
 }

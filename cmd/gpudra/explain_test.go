@@ -26,19 +26,11 @@ func TestExplainPendingClaim(t *testing.T) {
 		objs = append(objs, c)
 	}
 	for _, n := range []string{"l40s-a", "l40s-b"} {
-		b, err := driver.OpenBackend("sim:l40s-pcie", n)
+		_, slices, err := driver.SimulatedSlices("l40s-pcie", n, driver.RenderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		inv, err := driver.Discover(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool, err := driver.Render(inv, driver.RenderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range pool.ResourceSlices(n, 1) {
+		for _, s := range slices {
 			objs = append(objs, s)
 		}
 	}

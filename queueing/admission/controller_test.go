@@ -58,19 +58,11 @@ func lab(t *testing.T, extra ...client.Object) client.Client {
 			name := fmt.Sprintf("r%d-n%d", r, n)
 			objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 				topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r), topology.LabelHostname: name}}})
-			b, err := driver.OpenBackend("sim:hgx-h100-4gpu", name)
+			_, slices, err := driver.SimulatedSlices("hgx-h100-4gpu", name, driver.RenderOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := driver.Discover(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool, err := driver.Render(inv, driver.RenderOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range pool.ResourceSlices(name, 1) {
+			for _, s := range slices {
 				objs = append(objs, s)
 			}
 		}

@@ -23,19 +23,11 @@ func cluster(t *testing.T, racks, nodesPerRack int) (*allocation.State, *topolog
 	for r := range racks {
 		for n := range nodesPerRack {
 			name := fmt.Sprintf("r%d-n%d", r+1, n+1)
-			b, err := driver.OpenBackend("sim:hgx-h100-4gpu", name)
+			_, rs, err := driver.SimulatedSlices("hgx-h100-4gpu", name, driver.RenderOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := driver.Discover(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pool, err := driver.Render(inv, driver.RenderOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			slices = append(slices, pool.ResourceSlices(name, 1)...)
+			slices = append(slices, rs...)
 			labels[name] = map[string]string{topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r+1)}
 		}
 	}
