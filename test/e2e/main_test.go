@@ -74,7 +74,8 @@ func run(m *testing.M) (code int) {
 		}
 	} else {
 		start := time.Now()
-		state, err = lab.Up(ctx, lab.Options{Dir: dir, Repo: repo, Progress: os.Stdout})
+		// The default lab plus a training block (deployments/lab/e2e.yaml).
+		state, err = lab.Up(ctx, lab.Options{Dir: dir, Repo: repo, LabFile: filepath.Join(repo, "deployments", "lab", "e2e.yaml"), Progress: os.Stdout})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: lab up:", err)
 			return 1

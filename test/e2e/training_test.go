@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/test/lab"
+)
+
+// TestThreeDParallelJob runs the seed's job — 2-way data × 4-way tensor × 4-way pipeline
+// parallel = 32 GPU workers as 8 pods of one 4-GPU tensor-parallel group each — on the
+// training block (two racks of four HGX H100 4-GPU nodes), once through a ClusterQueue with
+// the gpudra.dev/topology check and once through one without (what Kueue and kube-scheduler
+// do alone), and reports for both how many pipelines stay inside one rack. With gpudra every
+// pipeline must; without, it is left to chance.
+func TestThreeDParallelJob(t *testing.T) {
+	if !state.Kueue {
+		t.Skip("this lab runs without Kueue")
+	}
+	if nodesWithProfile("hgx-h100-4gpu") < 8 {
+		t.Skip("the lab has no training block (deployments/lab/e2e.yaml)")
+	}
+	ap, err := lab.NewApplier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues, err := lab.DecodeManifests([]byte(clusterQueue("e2e-3d", true) + "---\n" + clusterQueue("e2e-3d-default", false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ap.Delete(context.Background(), queues...) })
+	if err := ap.Apply(t.Context(), queues...); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, "e2e-3d")
+	apply(t, `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: gpudra, namespace: `+ns+`}
+spec: {clusterQueue: e2e-3d}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: plain, namespace: `+ns+`}
+spec: {clusterQueue: e2e-3d-default}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: tensor-parallel-4, namespace: `+ns+`}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}
+`)
+	run := func(name, queue string, gpudra bool) (inOneRack, nodes int) {
+		t.Helper()
+		meta, gate := "", ""
+		if gpudra {
+			meta = `
+    metadata:
+      annotations:
+        gpudra.dev/required-topology: block
+        gpudra.dev/slice-size: "4"
+        gpudra.dev/slice-required-topology: rack`
+			gate = `
+      schedulingGates: [{name: gpudra.dev/placement}]`
+		}
+		apply(t, `
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: `+name+`
+  namespace: `+ns+`
+  labels: {kueue.x-k8s.io/queue-name: `+queue+`}
+spec:
+  parallelism: 8
+  completions: 8
+  completionMode: Indexed
+  template:`+meta+`
+    spec:
+      restartPolicy: Never`+gate+`
+      nodeSelector: {`+lab.LabelProfile+`: hgx-h100-4gpu}
+      resourceClaims: [{name: tp, resourceClaimTemplateName: tensor-parallel-4}]
+      containers:
+      - name: worker
+        image: registry.k8s.io/pause:3.10
+        resources:
+          requests: {cpu: "1"}
+          claims: [{name: tp}]
+`)
+		start := time.Now()
+		eventually(t, 4*time.Minute, name+": all 8 workers run", jobRuns(ns, name, 8))
+		pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "job-name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		racks := map[int]map[string]bool{0: {}, 1: {}}
+		used := map[string]bool{}
+		for _, p := range pods.Items {
+			idx, err := strconv.Atoi(p.Annotations["batch.kubernetes.io/job-completion-index"])
+			if err != nil {
+				t.Fatalf("pod %s has no completion index", p.Name)
+			}
+			racks[idx/4][nodeRack(p.Spec.NodeName)] = true
+			used[p.Spec.NodeName] = true
+		}
+		for _, r := range racks {
+			if len(r) == 1 {
+				inOneRack++
+			}
+		}
+		t.Logf("%s: %d of 2 pipelines inside one rack (%v), 8 tensor-parallel groups on %d nodes, all running %s after submission",
+			name, inOneRack, racks, len(used), time.Since(start).Round(time.Second))
+		bg := metav1.DeletePropagationBackground
+		if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=" + name}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Minute, name+": its claims are gone", func(ctx context.Context) error {
+			cs, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(cs.Items) > 0 {
+				return fmt.Errorf("%d claims left", len(cs.Items))
+			}
+			return nil
+		})
+		return inOneRack, len(used)
+	}
+	racked, nodes := run("train-3d-gpudra", "gpudra", true)
+	if racked != 2 || nodes != 8 {
+		t.Errorf("with gpudra: %d of 2 pipelines inside one rack on %d nodes, want 2 and 8", racked, nodes)
+	}
+	plainRacked, plainNodes := run("train-3d-default", "plain", false)
+	t.Logf("same job, same run: gpudra kept %d/2 pipelines in one rack (%d nodes); Kueue + kube-scheduler alone kept %d/2 (%d nodes)",
+		racked, nodes, plainRacked, plainNodes)
+}
+
+func clusterQueue(name string, withCheck bool) string {
+	check := ""
+	if withCheck {
+		check = `
+  admissionChecksStrategy:
+    admissionChecks: [{name: gpudra-topology}]`
+	}
+	return `apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: ` + name + `}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: ` + name + `}
+spec:
+  namespaceSelector: {}` + check + `
+  resourceGroups:
+  - coveredResources: [cpu, gpudra.dev/gpu]
+    flavors:
+    - name: ` + name + `
+      resources:
+      - {name: cpu, nominalQuota: "64"}
+      - {name: gpudra.dev/gpu, nominalQuota: "32"}
+`
+}
+
+func nodesWithProfile(profile string) int {
+	n := 0
+	for _, node := range state.Nodes {
+		if node.Profile == profile {
+			n++
+		}
+	}
+	return n
+}
+
+func nodeRack(node string) string {
+	for _, n := range state.Nodes {
+		if n.Name == node {
+			return n.Rack
+		}
+	}
+	return ""
+}
