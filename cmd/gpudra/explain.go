@@ -91,24 +91,10 @@ func explain(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind,
 	if err != nil {
 		return err
 	}
-	sp := make([]*resourceapi.ResourceSlice, len(slices.Items))
-	for k := range slices.Items {
-		sp[k] = &slices.Items[k]
-	}
-	cp := make([]*resourceapi.DeviceClass, len(classes.Items))
-	for k := range classes.Items {
-		cp[k] = &classes.Items[k]
-	}
-	st := allocation.New(cp, sp)
-	holders := allocation.Holders{}
+	st, holders := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
 	byName := map[string]*resourceapi.ResourceClaim{}
 	for k := range claims.Items {
-		cl := &claims.Items[k]
-		byName[cl.Namespace+"/"+cl.Name] = cl
-		if cl.Status.Allocation != nil {
-			st.Commit(cl.Status.Allocation)
-			holders.AddHolder(cl.Namespace+"/"+cl.Name, cl.Status.Allocation)
-		}
+		byName[claims.Items[k].Namespace+"/"+claims.Items[k].Name] = &claims.Items[k]
 	}
 	for _, t := range targets {
 		cl, ok := byName[ns+"/"+t]

@@ -183,3 +183,26 @@ func (s *State) Clone() *State {
 	}
 	return &c
 }
+
+// FromCluster builds the state of a live cluster from its listed DeviceClasses,
+// ResourceSlices and ResourceClaims: every allocated claim's devices are committed and
+// recorded, by "namespace/name", in the returned Holders.
+func FromCluster(classes []resourceapi.DeviceClass, slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClaim) (*State, Holders) {
+	sp := make([]*resourceapi.ResourceSlice, len(slices))
+	for k := range slices {
+		sp[k] = &slices[k]
+	}
+	cp := make([]*resourceapi.DeviceClass, len(classes))
+	for k := range classes {
+		cp[k] = &classes[k]
+	}
+	st := New(cp, sp)
+	holders := Holders{}
+	for k := range claims {
+		if a := claims[k].Status.Allocation; a != nil {
+			st.Commit(a)
+			holders.AddHolder(claims[k].Namespace+"/"+claims[k].Name, a)
+		}
+	}
+	return st, holders
+}

@@ -183,20 +183,7 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return nil, nil, err
 	}
-	sp := make([]*resourceapi.ResourceSlice, len(slices.Items))
-	for k := range slices.Items {
-		sp[k] = &slices.Items[k]
-	}
-	cp := make([]*resourceapi.DeviceClass, len(classes.Items))
-	for k := range classes.Items {
-		cp[k] = &classes.Items[k]
-	}
-	st := allocation.New(cp, sp)
-	for k := range claims.Items {
-		if a := claims.Items[k].Status.Allocation; a != nil {
-			st.Commit(a)
-		}
-	}
+	st, _ := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
 	r.mu.Lock()
 	now := r.Now()
 	for uid, res := range r.reserved {
