@@ -179,26 +179,7 @@ func TestGangAdmissionByRack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := lab.DecodeManifests([]byte(`
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: ` + queue + `}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: ` + queue + `}
-spec:
-  namespaceSelector: {}
-  admissionChecksStrategy:
-    admissionChecks: [{name: gpudra-topology}]
-  resourceGroups:
-  - coveredResources: [cpu, gpudra.dev/gpu]
-    flavors:
-    - name: ` + queue + `
-      resources:
-      - {name: cpu, nominalQuota: "64"}
-      - {name: gpudra.dev/gpu, nominalQuota: "64"}
-`))
+	cluster, err := lab.DecodeManifests([]byte(clusterQueue(queue, true, 64, 64)))
 	if err != nil {
 		t.Fatal(err)
 	}

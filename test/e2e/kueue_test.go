@@ -34,24 +34,7 @@ func TestKueueAdmitsGPUJobsWithinQuota(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := lab.DecodeManifests([]byte(`
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ResourceFlavor
-metadata: {name: ` + queue + `}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: ClusterQueue
-metadata: {name: ` + queue + `}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, gpudra.dev/gpu]
-    flavors:
-    - name: ` + queue + `
-      resources:
-      - {name: cpu, nominalQuota: "8"}
-      - {name: gpudra.dev/gpu, nominalQuota: "2"}
-`))
+	cluster, err := lab.DecodeManifests([]byte(clusterQueue(queue, false, 8, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestThreeDParallelJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	queues, err := lab.DecodeManifests([]byte(clusterQueue("e2e-3d", true) + "---\n" + clusterQueue("e2e-3d-default", false)))
+	queues, err := lab.DecodeManifests([]byte(clusterQueue("e2e-3d", true, 64, 32) + "---\n" + clusterQueue("e2e-3d-default", false, 64, 32)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,10 @@ spec:
 		racked, nodes, plainRacked, plainNodes)
 }
 
-func clusterQueue(name string, withCheck bool) string {
+// clusterQueue is a ResourceFlavor and a ClusterQueue of that name with quota for cpu and
+// gpudra.dev/gpu (Kueue counts GPUs from claim templates through deviceClassMappings),
+// optionally behind the gpudra.dev/topology admission check.
+func clusterQueue(name string, withCheck bool, cpu, gpus int) string {
 	check := ""
 	if withCheck {
 		check = `
@@ -167,8 +170,8 @@ spec:
     flavors:
     - name: ` + name + `
       resources:
-      - {name: cpu, nominalQuota: "64"}
-      - {name: gpudra.dev/gpu, nominalQuota: "32"}
+      - {name: cpu, nominalQuota: "` + strconv.Itoa(cpu) + `"}
+      - {name: gpudra.dev/gpu, nominalQuota: "` + strconv.Itoa(gpus) + `"}
 `
 }
 
