@@ -89,6 +89,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if decision.State == kueue.CheckStateRetry {
+		// Devices still held by terminating pods (a gang Kueue just preempted for this one)
+		// are about to be free: wait for them instead of giving the quota back, which would
+		// let the preempted gang in again.
+		if n, err := r.terminatingPodsWithClaims(ctx); err != nil {
+			return ctrl.Result{}, err
+		} else if n > 0 {
+			logger.V(2).Info("Waiting for terminating pods to release their devices", "workload", req.NamespacedName, "pods", n)
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+		}
+	}
 	decisionSeconds.Observe(time.Since(start).Seconds())
 	decisions.WithLabelValues(string(decision.State)).Inc()
 	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
@@ -140,6 +151,25 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	}
 	ready.Message = "gang fits: " + strings.Join(append(where, fmt.Sprintf("%d pods placed", countPods(placement))), "; ")
 	return ready, placement, nil
+}
+
+// terminatingWait bounds how long a pod stuck in deletion makes a gang wait with its quota.
+const terminatingWait = 2 * time.Minute
+
+// terminatingPodsWithClaims counts pods with ResourceClaims whose deletion started less than
+// terminatingWait ago.
+func (r *Reconciler) terminatingPodsWithClaims(ctx context.Context) (int, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil && len(p.Spec.ResourceClaims) > 0 && r.Now().Sub(p.DeletionTimestamp.Time) < terminatingWait {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func countPods(p *gang.Placement) int {

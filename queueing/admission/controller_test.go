@@ -179,3 +179,17 @@ func TestCheckActivatorMarksOurCheckActive(t *testing.T) {
 		t.Errorf("conditions %+v, want Active=True (Kueue admits nothing through an inactive check)", ac.Status.Conditions)
 	}
 }
+
+func TestWaitsForTerminatingPodsInsteadOfRetrying(t *testing.T) {
+	now := metav1.Now()
+	leaving := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "preempted-0", DeletionTimestamp: &now, Finalizers: []string{"test/keep"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}}}}
+	r := newReconciler(lab(t, job("train", "dp0", "dp1"), job("next", "dp0"), leaving))
+	if got := reconcile(t, r, "train"); got.State != kueue.CheckStateReady {
+		t.Fatalf("first: %s", got.State)
+	}
+	if got := reconcile(t, r, "next"); got.State != kueue.CheckStatePending {
+		t.Fatalf("with a terminating pod holding claims: state %s %q, want Pending (keep the quota, wait)", got.State, got.Message)
+	}
+}
