@@ -32,8 +32,8 @@ const ControllerName = "gpudra.dev/topology"
 // RetryAfter is how long Kueue waits before trying a gang that did not fit again.
 const RetryAfter = 15 * time.Second
 
-// reservationTTL bounds how long a placed gang's devices are held in the controller's
-// view while its pods are not yet running (after that, the live claims speak).
+// reservationTTL bounds how long a placed gang's devices are held in the controller's view
+// while its pods are not all bound (then, or when the workload goes, the live claims speak).
 const reservationTTL = 5 * time.Minute
 
 // Reconciler answers gpudra.dev/topology admission checks.
@@ -51,9 +51,16 @@ type Reconciler struct {
 }
 
 type reservation struct {
+	key     types.NamespacedName
 	results []resourceapi.AllocationResult
+	pods    int
 	expires time.Time
 }
+
+// LabelWorkload (set on the pods through podSetUpdates) names the Workload UID a pod was
+// planned for, so that the controller sees when a gang's pods are bound and its planned
+// devices are held by real allocations.
+const LabelWorkload = "gpudra.dev/workload-uid"
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -68,7 +75,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx)
 	var wl kueue.Workload
 	if err := r.Client.Get(ctx, req.NamespacedName, &wl); err != nil {
-		// A deleted workload's reservation lapses after reservationTTL.
+		if apierrors.IsNotFound(err) {
+			r.releaseKey(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if r.done(&wl) {
@@ -110,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if placement != nil {
-		r.reserve(wl.UID, placement)
+		r.reserve(wl.UID, req.NamespacedName, placement)
 	}
 	return ctrl.Result{}, nil
 }
@@ -141,6 +150,7 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	for _, set := range sets {
 		domain := placement.Domains[set.Name]
 		update := kueue.PodSetUpdate{Name: kueue.PodSetReference(set.Name), NodeSelector: r.nodeSelector(set.Required, domain),
+			Labels: map[string]string{LabelWorkload: string(wl.UID)},
 			// The exact node of each pod; pods that carry the placement scheduling gate are
 			// pinned to it by the pod controller (see pods.go), others only get the domain.
 			Annotations: map[string]string{AnnotationPlacement: strings.Join(placement.Nodes[set.Name], ",")}}
@@ -213,11 +223,22 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	if err := r.Client.List(ctx, &nodes); err != nil {
 		return nil, nil, err
 	}
+	var planned corev1.PodList
+	if err := r.Client.List(ctx, &planned, client.HasLabels{LabelWorkload}); err != nil {
+		return nil, nil, err
+	}
+	bound := map[types.UID]int{}
+	for _, p := range planned.Items {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			bound[types.UID(p.Labels[LabelWorkload])]++
+		}
+	}
 	st, _ := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
 	r.mu.Lock()
 	now := r.Now()
 	for uid, res := range r.reserved {
-		if now.After(res.expires) {
+		// Once every pod of the gang is bound, its claims are allocated and listed above.
+		if now.After(res.expires) || bound[uid] >= res.pods {
 			delete(r.reserved, uid)
 			continue
 		}
@@ -239,7 +260,7 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	return st, net, err
 }
 
-func (r *Reconciler) reserve(uid types.UID, p *gang.Placement) {
+func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement) {
 	var all []resourceapi.AllocationResult
 	names := make([]string, 0, len(p.Allocations))
 	for n := range p.Allocations {
@@ -256,7 +277,18 @@ func (r *Reconciler) reserve(uid types.UID, p *gang.Placement) {
 	if r.reserved == nil {
 		r.reserved = map[types.UID]reservation{}
 	}
-	r.reserved[uid] = reservation{results: all, expires: r.Now().Add(reservationTTL)}
+	r.reserved[uid] = reservation{key: key, results: all, pods: countPods(p), expires: r.Now().Add(reservationTTL)}
+}
+
+// releaseKey drops the reservation of a deleted workload.
+func (r *Reconciler) releaseKey(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, res := range r.reserved {
+		if res.key == key {
+			delete(r.reserved, uid)
+		}
+	}
 }
 
 func (r *Reconciler) release(uid types.UID) {

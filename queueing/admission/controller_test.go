@@ -193,3 +193,44 @@ func TestWaitsForTerminatingPodsInsteadOfRetrying(t *testing.T) {
 		t.Fatalf("with a terminating pod holding claims: state %s %q, want Pending (keep the quota, wait)", got.State, got.Message)
 	}
 }
+
+func TestReservationEndsWhenTheGangIsBoundOrDeleted(t *testing.T) {
+	ctx := context.Background()
+	c := lab(t, job("train", "dp0", "dp1"), job("next", "dp0"))
+	r := newReconciler(c)
+	got := reconcile(t, r, "train")
+	if got.State != kueue.CheckStateReady || got.PodSetUpdates[0].Labels[LabelWorkload] != "train" {
+		t.Fatalf("first: %s, updates %+v", got.State, got.PodSetUpdates)
+	}
+	// The pods of "train" are bound, but their claims are not in this fake cluster: if the
+	// controller still counted its reservation, "next" would not fit; once the pods are bound
+	// the reservation must end and the live claims (here: none) are the truth.
+	for i := range 8 {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d", i), Labels: map[string]string{LabelWorkload: "train"}},
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("r%d-n%d", i/4+1, i%4+1), Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := reconcile(t, r, "next"); got.State != kueue.CheckStateReady {
+		t.Errorf("after the first gang is bound: %s %q, want Ready", got.State, got.Message)
+	}
+
+	// A deleted workload's reservation ends at once.
+	c2 := lab(t, job("gone", "dp0", "dp1"), job("after", "dp0"))
+	r2 := newReconciler(c2)
+	reconcile(t, r2, "gone")
+	var wl kueue.Workload
+	if err := c2.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "gone"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Delete(ctx, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r2.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "gone"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := reconcile(t, r2, "after"); got.State != kueue.CheckStateReady {
+		t.Errorf("after the first workload was deleted: %s %q, want Ready", got.State, got.Message)
+	}
+}
