@@ -24,7 +24,7 @@ unit: ## fast tests (no lab)
 	GPUDRA_E2E=0 go test $(PKGS)
 
 test: lint build toolchain ## the whole suite: unit tests, allocator tests and the lab end-to-end tests
-	go test -timeout 80m $(PKGS)
+	go test -count=1 -timeout 80m $(PKGS)
 
 e2e: build ## only the lab end-to-end tests
 	go test -timeout 80m -v ./test/e2e/...
