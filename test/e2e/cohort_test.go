@@ -2,12 +2,8 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpudra/gpudra/test/lab"
 )
@@ -16,12 +12,7 @@ import (
 // 32 GPUs runs by borrowing team B's idle quota; when team B submits a 16-GPU gang, Kueue
 // reclaims B's nominal quota by preempting A's gang as a whole, and B's gang runs.
 func TestBorrowedGPUsAreReclaimed(t *testing.T) {
-	if !state.Kueue {
-		t.Skip("this lab runs without Kueue")
-	}
-	if nodesWithProfile("hgx-h100-4gpu") < 8 {
-		t.Skip("the lab has no training block (deployments/lab/e2e.yaml)")
-	}
+	requireTrainingBlock(t)
 	ap, err := lab.NewApplier(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -61,59 +52,11 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: team-b, namespace: `+ns+`}
 spec: {clusterQueue: e2e-team-b}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: four-gpus, namespace: `+ns+`}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}
-`)
-	job := func(name, queue string, pods int) string {
-		return fmt.Sprintf(`
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: %s
-  namespace: %s
-  labels: {kueue.x-k8s.io/queue-name: %s}
-spec:
-  parallelism: %d
-  completions: %d
-  completionMode: Indexed
-  template:
-    metadata:
-      annotations: {gpudra.dev/required-topology: block}
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 0
-      schedulingGates: [{name: gpudra.dev/placement}]
-      nodeSelector: {%s: hgx-h100-4gpu}
-      resourceClaims: [{name: tp, resourceClaimTemplateName: four-gpus}]
-      containers:
-      - name: worker
-        image: registry.k8s.io/pause:3.10
-        resources:
-          requests: {cpu: "1"}
-          claims: [{name: tp}]
-`, name, ns, queue, pods, pods, lab.LabelProfile)
-	}
+`+fourGPUTemplate("four-gpus", ns))
+	job := func(name, queue string, pods int) string { return gatedGang(name, ns, queue, "four-gpus", pods, "") }
 	apply(t, job("team-a-big", "team-a", 8))
 	eventually(t, 3*time.Minute, "team A's 32-GPU gang runs on borrowed quota", jobRuns(ns, "team-a-big", 8))
 	apply(t, job("team-b", "team-b", 4))
 	eventually(t, 4*time.Minute, "team B gets its nominal 16 GPUs back and runs", jobRuns(ns, "team-b", 4))
-	eventually(t, 2*time.Minute, "team A's gang was preempted whole, not halved", func(ctx context.Context) error {
-		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=team-a-big"})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				return fmt.Errorf("pod %s of team A's gang still runs", p.Name)
-			}
-		}
-		return nil
-	})
+	eventually(t, 2*time.Minute, "team A's gang was preempted whole, not halved", noPodRuns(ns, "team-a-big"))
 }

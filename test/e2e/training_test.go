@@ -20,12 +20,7 @@ import (
 // do alone), and reports for both how many pipelines stay inside one rack. With gpudra every
 // pipeline must; without, it is left to chance.
 func TestThreeDParallelJob(t *testing.T) {
-	if !state.Kueue {
-		t.Skip("this lab runs without Kueue")
-	}
-	if nodesWithProfile("hgx-h100-4gpu") < 8 {
-		t.Skip("the lab has no training block (deployments/lab/e2e.yaml)")
-	}
+	requireTrainingBlock(t)
 	ap, err := lab.NewApplier(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -49,16 +44,7 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: plain, namespace: `+ns+`}
 spec: {clusterQueue: e2e-3d-default}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: tensor-parallel-4, namespace: `+ns+`}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}
-`)
+`+fourGPUTemplate("tensor-parallel-4", ns))
 	run := func(name, queue string, gpudra bool) (inOneRack, nodes int) {
 		t.Helper()
 		meta, gate := "", ""

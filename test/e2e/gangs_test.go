@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpudra/gpudra/test/lab"
+)
+
+// Shared by the tests that run gangs on the e2e lab's training block
+// (deployments/lab/e2e.yaml: 2 racks x 4 HGX H100 4-GPU nodes).
+
+// requireTrainingBlock skips a test when the lab has no Kueue or no training block.
+func requireTrainingBlock(t *testing.T) {
+	t.Helper()
+	if !state.Kueue {
+		t.Skip("this lab runs without Kueue")
+	}
+	if nodesWithProfile("hgx-h100-4gpu") < 8 {
+		t.Skip("the lab has no training block (deployments/lab/e2e.yaml)")
+	}
+}
+
+// fourGPUTemplate is a claim template for one tensor-parallel group: 4 GPUs, no selectors
+// or constraints (Kueue v0.17's DRA quota refuses those); on a 4-GPU HGX node they are all
+// NVLinked.
+func fourGPUTemplate(name, ns string) string {
+	return `
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: ` + name + `, namespace: ` + ns + `}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}
+`
+}
+
+// gatedGang is an Indexed Job of pods that each take one fourGPUTemplate claim on the
+// training block, kept in one block, pinned by gpudra through its scheduling gate.
+// jobLabels are extra labels, e.g. "kueue.x-k8s.io/priority-class: high".
+func gatedGang(name, ns, queue, template string, pods int, jobLabels string) string {
+	if jobLabels != "" {
+		jobLabels = ", " + jobLabels
+	}
+	return fmt.Sprintf(`
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: %s
+  namespace: %s
+  labels: {kueue.x-k8s.io/queue-name: %s%s}
+spec:
+  parallelism: %d
+  completions: %d
+  completionMode: Indexed
+  template:
+    metadata:
+      annotations: {gpudra.dev/required-topology: block}
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 0
+      schedulingGates: [{name: gpudra.dev/placement}]
+      nodeSelector: {%s: hgx-h100-4gpu}
+      resourceClaims: [{name: tp, resourceClaimTemplateName: %s}]
+      containers:
+      - name: worker
+        image: registry.k8s.io/pause:3.10
+        resources:
+          requests: {cpu: "1"}
+          claims: [{name: tp}]
+`, name, ns, queue, jobLabels, pods, pods, lab.LabelProfile, template)
+}
+
+// noPodRuns: none of the job's pods runs (a preempted gang is gone as a whole).
+func noPodRuns(ns, job string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return fmt.Errorf("pod %s of job %s still runs", p.Name, job)
+			}
+		}
+		return nil
+	}
+}
