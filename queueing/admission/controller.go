@@ -134,11 +134,11 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	if err != nil {
 		return nil, nil, err
 	}
-	st, net, err := r.snapshot(ctx, wl.UID)
+	st, net, taints, err := r.snapshot(ctx, wl.UID)
 	if err != nil {
 		return nil, nil, err
 	}
-	placement, _, err := gang.Plan(ctx, st, net, sets)
+	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
 	switch {
 	case gang.IsUnplaceable(err):
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil
@@ -205,27 +205,27 @@ func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
 }
 
 // snapshot reads the cluster's DRA state (slices, classes, allocated claims) plus the
-// devices of gangs admitted but not yet running, and the network.
-func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.State, *topology.Network, error) {
+// devices of gangs admitted but not yet running, the network and the nodes' taints.
+func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.State, *topology.Network, gang.Taints, error) {
 	var slices resourceapi.ResourceSliceList
 	if err := r.Client.List(ctx, &slices); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var classes resourceapi.DeviceClassList
 	if err := r.Client.List(ctx, &classes); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var claims resourceapi.ResourceClaimList
 	if err := r.Client.List(ctx, &claims); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var nodes corev1.NodeList
 	if err := r.Client.List(ctx, &nodes); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var planned corev1.PodList
 	if err := r.Client.List(ctx, &planned, client.HasLabels{LabelWorkload}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	bound := map[types.UID]int{}
 	for _, p := range planned.Items {
@@ -251,13 +251,17 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	}
 	r.mu.Unlock()
 	labels := map[string]map[string]string{}
+	taints := gang.Taints{}
 	for _, n := range nodes.Items {
 		if _, ok := n.Labels[r.Labels.Rack]; ok {
 			labels[n.Name] = n.Labels
+			if len(n.Spec.Taints) > 0 {
+				taints[n.Name] = n.Spec.Taints
+			}
 		}
 	}
 	net, err := topology.NetworkFromLabels(labels, r.Labels)
-	return st, net, err
+	return st, net, taints, err
 }
 
 func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement) {

@@ -34,7 +34,7 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 	var out []gang.PodSet
 	for i, ps := range wl.Spec.PodSets {
 		path := fmt.Sprintf("spec.podSets[%d] (%s)", i, ps.Name)
-		set := gang.PodSet{Name: string(ps.Name), Count: int(ps.Count), NodeSelector: ps.Template.Spec.NodeSelector}
+		set := gang.PodSet{Name: string(ps.Name), Count: int(ps.Count), NodeSelector: ps.Template.Spec.NodeSelector, Tolerations: ps.Template.Spec.Tolerations}
 		ann := ps.Template.Annotations
 		set.Required = ann[AnnotationRequiredTopology]
 		if v, ok := ann[AnnotationSliceSize]; ok {

@@ -7,8 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/topology"
@@ -28,6 +30,9 @@ type PodSet struct {
 	SliceRequired string
 	// NodeSelector is the pods' own node selector: only matching nodes are candidates.
 	NodeSelector map[string]string
+	// Tolerations are the pods' tolerations: nodes with a NoSchedule or NoExecute taint
+	// none of them tolerates are not candidates.
+	Tolerations []corev1.Toleration
 }
 
 // Validate checks a pod set, naming the field and the accepted values.
@@ -73,14 +78,16 @@ func IsUnplaceable(err error) bool {
 	return errors.As(err, &u)
 }
 
-// Plan places the whole gang or nothing. st is not modified; on success the returned
-// state has the gang's allocations committed.
-func Plan(ctx context.Context, st *allocation.State, net *topology.Network, sets []PodSet) (*Placement, *allocation.State, error) {
+// Plan places the whole gang or nothing, on nodes whose taints (by node name) the pod
+// sets tolerate. st is not modified; on success the returned state has the gang's
+// allocations committed.
+func Plan(ctx context.Context, st *allocation.State, net *topology.Network, taints Taints, sets []PodSet) (*Placement, *allocation.State, error) {
 	for _, s := range sets {
 		if err := s.Validate(); err != nil {
 			return nil, nil, err
 		}
 	}
+	logger := klog.FromContext(ctx)
 	work := st.Clone()
 	out := &Placement{Nodes: map[string][]string{}, Domains: map[string]string{}, Allocations: map[string][][]resourceapi.AllocationResult{}}
 	for _, set := range sets {
@@ -96,19 +103,24 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, sets
 			domains = []topology.Domain{{Nodes: allNodes(domains)}}
 		}
 		var tried []string
+		skipped := map[string]int{} // nodes left out by each untolerated taint, in all domains
 		placed := false
 		for _, d := range domains {
+			nodes, left := candidates(logger, net, taints, set, d.Nodes)
+			for t, n := range left {
+				skipped[t] += n
+			}
 			trial := work.Clone()
-			nodes, allocs, got, err := placeSet(ctx, trial, net, set, d.Nodes)
+			podNodes, allocs, got, err := placeSet(ctx, trial, net, set, nodes)
 			if err != nil {
 				return nil, nil, err
 			}
-			if nodes == nil {
+			if podNodes == nil {
 				tried = append(tried, fmt.Sprintf("%s fits %d of %d", orCluster(d.Name), got, set.Count))
 				continue
 			}
 			work = trial
-			out.Nodes[set.Name], out.Allocations[set.Name], out.Domains[set.Name] = nodes, allocs, d.Name
+			out.Nodes[set.Name], out.Allocations[set.Name], out.Domains[set.Name] = podNodes, allocs, d.Name
 			placed = true
 			break
 		}
@@ -117,11 +129,36 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, sets
 			if set.Required != "" {
 				where = "any single " + set.Required
 			}
-			return nil, nil, &Unplaceable{Reason: fmt.Sprintf("podSet %s (%d pods%s) does not fit in %s: %s",
-				set.Name, set.Count, sliceText(set), where, strings.Join(tried, "; "))}
+			reason := fmt.Sprintf("podSet %s (%d pods%s) does not fit in %s: %s",
+				set.Name, set.Count, sliceText(set), where, strings.Join(tried, "; "))
+			if len(skipped) > 0 {
+				onlyTaints, err := fitsIgnoringTaints(ctx, logger, work, net, set, domains)
+				if err != nil {
+					return nil, nil, err
+				}
+				if onlyTaints {
+					reason += "; only taints keep it out: it would fit if its pods tolerated " + taintText(skipped)
+				} else {
+					reason += "; nodes left out for taints its pods do not tolerate: " + taintText(skipped)
+				}
+			}
+			return nil, nil, &Unplaceable{Reason: reason}
 		}
 	}
 	return out, work, nil
+}
+
+// fitsIgnoringTaints reports whether the pod set would fit in one of the domains if no
+// node were tainted, so that a reason can tell taints apart from a lack of devices.
+func fitsIgnoringTaints(ctx context.Context, logger klog.Logger, st *allocation.State, net *topology.Network, set PodSet, domains []topology.Domain) (bool, error) {
+	for _, d := range domains {
+		nodes, _ := candidates(logger, net, nil, set, d.Nodes)
+		podNodes, _, _, err := placeSet(ctx, st.Clone(), net, set, nodes)
+		if err != nil || podNodes != nil {
+			return podNodes != nil, err
+		}
+	}
+	return false, nil
 }
 
 func orCluster(name string) string {
@@ -147,15 +184,10 @@ func allNodes(domains []topology.Domain) []string {
 	return out
 }
 
-// placeSet places one pod set on the given nodes (slice by slice when sliced). It returns
-// nil nodes and how many pods fitted when the set does not fit; err only for bad input.
-func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, domainNodes []string) ([]string, [][]resourceapi.AllocationResult, int, error) {
-	var nodes []string
-	for _, n := range domainNodes {
-		if net.Matches(n, set.NodeSelector) {
-			nodes = append(nodes, n)
-		}
-	}
+// placeSet places one pod set on the given candidate nodes (slice by slice when sliced).
+// It returns nil nodes and how many pods fitted when the set does not fit; err only for
+// bad input.
+func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, nodes []string) ([]string, [][]resourceapi.AllocationResult, int, error) {
 	groups := [][]string{nodes}
 	size := set.Count
 	if set.SliceSize > 0 {

@@ -90,7 +90,7 @@ func TestThreeDParallelJob(t *testing.T) {
 	ctx := context.Background()
 	t.Run("two pipelines of four 4-GPU stages land one per rack", func(t *testing.T) {
 		st, net := cluster(t, 2, 4)
-		p, after, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
+		p, after, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +99,10 @@ func TestThreeDParallelJob(t *testing.T) {
 			t.Errorf("both pipelines in %s", p.Domains["dp0"])
 		}
 		// The plan holds all 32 GPUs: a second job does not fit, but did before on st.
-		if _, _, err := gang.Plan(ctx, after, net, []gang.PodSet{pipeline(t, "again")}); !gang.IsUnplaceable(err) {
+		if _, _, err := gang.Plan(ctx, after, net, nil, []gang.PodSet{pipeline(t, "again")}); !gang.IsUnplaceable(err) {
 			t.Errorf("second pipeline after the job: err = %v, want unplaceable", err)
 		}
-		if _, _, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "again")}); err != nil {
+		if _, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{pipeline(t, "again")}); err != nil {
 			t.Errorf("planning modified the input state: %v", err)
 		}
 	})
@@ -110,7 +110,7 @@ func TestThreeDParallelJob(t *testing.T) {
 		st, net := cluster(t, 2, 4)
 		set := gang.PodSet{Name: "workers", Count: 8, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)},
 			Required: topology.LevelBlock, SliceSize: 4, SliceRequired: topology.LevelRack}
-		p, _, err := gang.Plan(ctx, st, net, []gang.PodSet{set})
+		p, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{set})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ devices:
 `)); err != nil {
 			t.Fatal(err)
 		}
-		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
+		_, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{pipeline(t, "dp0"), pipeline(t, "dp1")})
 		if !gang.IsUnplaceable(err) {
 			t.Fatalf("err = %v, want unplaceable", err)
 		}
@@ -147,7 +147,7 @@ devices:
 	t.Run("more GPUs per pod than any node has", func(t *testing.T) {
 		st, net := cluster(t, 1, 2)
 		big := strings.Replace(tensorParallel4, "count: 4", "count: 8", 1)
-		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{{Name: "big", Count: 1, Claims: []resourceapi.ResourceClaimSpec{spec(t, big)}}})
+		_, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{{Name: "big", Count: 1, Claims: []resourceapi.ResourceClaimSpec{spec(t, big)}}})
 		if !gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "the cluster fits 0 of 1") {
 			t.Fatalf("err = %v", err)
 		}
@@ -156,7 +156,7 @@ devices:
 		st, net := cluster(t, 1, 1)
 		set := pipeline(t, "dp0")
 		set.Required = "tor-switch"
-		_, _, err := gang.Plan(ctx, st, net, []gang.PodSet{set})
+		_, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{set})
 		if err == nil || gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "accepted values are block, rack, hostname") {
 			t.Fatalf("err = %v", err)
 		}
@@ -181,7 +181,7 @@ func TestNodeSelectorLimitsCandidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := gang.PodSet{Name: "tp", Count: 3, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)}, NodeSelector: map[string]string{"pool": "train"}}
-	p, _, err := gang.Plan(context.Background(), st, net, []gang.PodSet{set})
+	p, _, err := gang.Plan(context.Background(), st, net, nil, []gang.PodSet{set})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestNodeSelectorLimitsCandidates(t *testing.T) {
 		}
 	}
 	set.Count = 4
-	if _, _, err := gang.Plan(context.Background(), st, net, []gang.PodSet{set}); !gang.IsUnplaceable(err) {
+	if _, _, err := gang.Plan(context.Background(), st, net, nil, []gang.PodSet{set}); !gang.IsUnplaceable(err) {
 		t.Errorf("4 pods on 3 selectable nodes: err = %v", err)
 	}
 }
