@@ -3,9 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -29,12 +32,17 @@ type badInput struct{ error }
 
 // podSets turns a Workload's pod sets into gang pod sets, reading the pods' claim
 // templates. Pods that use ResourceClaims directly (not templates) share them, which a
-// gang placement cannot split: they are reported as bad input.
+// gang placement cannot split: they are reported as bad input. The node labels and
+// tolerations of the ResourceFlavors Kueue assigned are added to the pods' own, as Kueue
+// adds them to the pods when it admits the workload.
 func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.PodSet, error) {
 	var out []gang.PodSet
 	for i, ps := range wl.Spec.PodSets {
 		path := fmt.Sprintf("spec.podSets[%d] (%s)", i, ps.Name)
 		set := gang.PodSet{Name: string(ps.Name), Count: int(ps.Count), NodeSelector: ps.Template.Spec.NodeSelector, Tolerations: ps.Template.Spec.Tolerations}
+		if err := addFlavors(ctx, c, wl, &set); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 		ann := ps.Template.Annotations
 		set.Required = ann[AnnotationRequiredTopology]
 		if v, ok := ann[AnnotationSliceSize]; ok {
@@ -62,4 +70,41 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 		out = append(out, set)
 	}
 	return out, nil
+}
+
+// addFlavors adds the node labels and tolerations of the ResourceFlavors assigned to the
+// pod set. A flavor that no longer exists adds nothing.
+func addFlavors(ctx context.Context, c client.Reader, wl *kueue.Workload, set *gang.PodSet) error {
+	if wl.Status.Admission == nil {
+		return nil
+	}
+	var names []string
+	for _, a := range wl.Status.Admission.PodSetAssignments {
+		if string(a.Name) != set.Name {
+			continue
+		}
+		for _, f := range a.Flavors {
+			names = append(names, string(f))
+		}
+	}
+	slices.Sort(names)
+	for _, name := range slices.Compact(names) {
+		var rf kueue.ResourceFlavor
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, &rf); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("ResourceFlavor %s: %w", name, err)
+		}
+		if len(rf.Spec.NodeLabels) > 0 {
+			selector := maps.Clone(set.NodeSelector)
+			if selector == nil {
+				selector = map[string]string{}
+			}
+			maps.Copy(selector, rf.Spec.NodeLabels)
+			set.NodeSelector = selector
+		}
+		set.Tolerations = append(slices.Clip(set.Tolerations), rf.Spec.Tolerations...)
+	}
+	return nil
 }
