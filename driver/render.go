@@ -22,6 +22,14 @@ const (
 	TypeNVLinkGroup = "nvlink-group"
 )
 
+// DeviceType is a published device's "type" attribute ("" when it has none).
+func DeviceType(d resourceapi.Device) string {
+	if a, ok := d.Attributes[AttrType]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}
+
 // MIGStrategy says which MIG devices a node publishes.
 type MIGStrategy string
 

@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -88,6 +89,7 @@ func newCommand() *cobra.Command {
 			if err := (&admission.Reconciler{Client: mgr.GetClient(), Labels: labels}).SetupWithManager(mgr); err != nil {
 				return err
 			}
+			crmetrics.Registry.MustRegister(&admission.Capacity{Client: mgr.GetClient()})
 			if err := (&admission.CheckActivator{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}

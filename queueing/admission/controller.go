@@ -207,16 +207,8 @@ func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
 // snapshot reads the cluster's DRA state (slices, classes, allocated claims) plus the
 // devices of gangs admitted but not yet running, the network and the nodes' taints.
 func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.State, *topology.Network, gang.Taints, error) {
-	var slices resourceapi.ResourceSliceList
-	if err := r.Client.List(ctx, &slices); err != nil {
-		return nil, nil, nil, err
-	}
-	var classes resourceapi.DeviceClassList
-	if err := r.Client.List(ctx, &classes); err != nil {
-		return nil, nil, nil, err
-	}
-	var claims resourceapi.ResourceClaimList
-	if err := r.Client.List(ctx, &claims); err != nil {
+	st, err := liveState(ctx, r.Client)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	var nodes corev1.NodeList
@@ -233,7 +225,6 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 			bound[types.UID(p.Labels[LabelWorkload])]++
 		}
 	}
-	st, _ := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
 	r.mu.Lock()
 	now := r.Now()
 	for uid, res := range r.reserved {
@@ -262,6 +253,25 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	}
 	net, err := topology.NetworkFromLabels(labels, r.Labels)
 	return st, net, taints, err
+}
+
+// liveState is the cluster's DRA state as the scheduler sees it: DeviceClasses,
+// ResourceSlices and the devices of allocated ResourceClaims.
+func liveState(ctx context.Context, c client.Reader) (*allocation.State, error) {
+	var slices resourceapi.ResourceSliceList
+	if err := c.List(ctx, &slices); err != nil {
+		return nil, err
+	}
+	var classes resourceapi.DeviceClassList
+	if err := c.List(ctx, &classes); err != nil {
+		return nil, err
+	}
+	var claims resourceapi.ResourceClaimList
+	if err := c.List(ctx, &claims); err != nil {
+		return nil, err
+	}
+	st, _ := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
+	return st, nil
 }
 
 func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement) {
