@@ -79,6 +79,8 @@ func (u *upper) startAPIServer(ctx context.Context) error {
 		"--etcd-servers=" + url(u.port("etcd-client")),
 		"--etcd-cafile=" + p.CACert, "--etcd-certfile=" + p.EtcdClientCert, "--etcd-keyfile=" + p.EtcdClientKey,
 		"--client-ca-file=" + p.CACert,
+		"--kubelet-client-certificate=" + p.APIServerKubeletClient.Cert, "--kubelet-client-key=" + p.APIServerKubeletClient.Key,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--tls-cert-file=" + p.APIServerCert, "--tls-private-key-file=" + p.APIServerKey,
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + p.ServiceAccountKey, "--service-account-signing-key-file=" + p.ServiceAccountKey,

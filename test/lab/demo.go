@@ -10,7 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -130,7 +132,51 @@ func Demo(ctx context.Context, opts DemoOptions) error {
 		return fmt.Errorf("not every example pod runs after %s", opts.Timeout)
 	}
 	fmt.Fprintf(out, "\nAll %d example pods run (allocated in %s).\n", want, time.Since(start).Round(100*time.Millisecond))
+	if err := demoRealNode(ctx, out, cs, s, opts.Timeout); err != nil {
+		return err
+	}
 	printNextSteps(out, s)
+	return nil
+}
+
+// demoRealNodePod is the demo's pod on the real node.
+const demoRealNodePod = "real-container"
+
+// demoRealNode runs a pod with a GPU share on the lab's real node and prints what its
+// container received, or says why the lab has no real node.
+func demoRealNode(ctx context.Context, out io.Writer, cs kubernetes.Interface, s *State, timeout time.Duration) error {
+	node, err := s.RealNodeAvailable()
+	if err != nil {
+		fmt.Fprintf(out, "\nNo real container in this demo: %v\n", err)
+		return nil
+	}
+	fmt.Fprintf(out, "\nOn the real node %s (kubelet + containerd + runc on this machine), a pod with a 10 GiB / 25 %% GPU share:\n", node)
+	claim := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: demoRealNodePod},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "share", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu-share.gpudra.dev",
+				Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+					"memory": resource.MustParse("10Gi"), "compute": resource.MustParse("25")}}},
+		}}}},
+	}
+	if _, err := cs.ResourceV1().ResourceClaims(DemoNamespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	pod := RealNodePod(DemoNamespace, demoRealNodePod, node, []corev1.PodResourceClaim{{Name: "share", ResourceClaimName: &claim.Name}})
+	if _, err := cs.CoreV1().Pods(DemoNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	var log string
+	werr := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		log, _ = PodLog(s, node, DemoNamespace, demoRealNodePod, "probe")
+		return strings.Contains(log, "probe-report-done"), nil
+	})
+	if werr != nil {
+		printPending(ctx, out, cs)
+		return fmt.Errorf("the pod on real node %s did not report after %s (kubelet log: %s)", node, timeout, Layout{s.Dir}.Log(KubeletComponent(node)))
+	}
+	fmt.Fprintf(out, "  pod %s/%s: the container sees\n%s", DemoNamespace, demoRealNodePod, indent(strings.TrimSuffix(strings.TrimSpace(log), "probe-report-done"), "    "))
+	fmt.Fprintln(out)
 	return nil
 }
 

@@ -48,7 +48,7 @@ func Down(opts DownOptions) error {
 			n++
 		}
 	}
-	if err := stopInTiers(cs); err != nil {
+	if err := stopLab(&State{Dir: s.Dir, Nodes: s.Nodes, Components: cs}); err != nil {
 		return fmt.Errorf("stop the lab in %s: %w (its state is kept)", dir, err)
 	}
 	fmt.Fprintf(opts.Progress, "stopped %d lab processes in %s\n", n, time.Since(start).Round(100*time.Millisecond))

@@ -73,7 +73,12 @@ type NodeSpec struct {
 	// Profile is the simulated NVML profile, passed to the plugin as --nvml=sim:<profile>.
 	Profile string `json:"profile"`
 	// MIG overrides the lab's MIG strategy for this node's plugin.
-	MIG           string `json:"mig,omitempty"`
+	MIG string `json:"mig,omitempty"`
+	// Real makes this a real node: a kubelet with containerd and runc on this machine runs its
+	// pods as real containers, and its plugin is registered with that kubelet (the GPUs are
+	// still simulated, with device files in a fake driver root). Real nodes carry the taint
+	// lab.gpudra.dev/real-node=true:NoSchedule, so only pods that ask for one land there.
+	Real          bool `json:"real,omitempty"`
 	NodeResources `json:",inline"`
 }
 
@@ -81,6 +86,7 @@ type NodeSpec struct {
 type Node struct {
 	Name, Profile, Block, Rack, ToR string
 	MIG                             string // the plugin's --mig, "" for its default
+	Real                            bool   // a real kubelet node (see NodeSpec.Real)
 	Resources                       NodeResources
 }
 
@@ -240,7 +246,7 @@ func (f *File) Nodes() []Node {
 					mig = f.MIG
 				}
 				out = append(out, Node{
-					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: tor, MIG: mig,
+					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: tor, MIG: mig, Real: n.Real,
 					Resources: mergeResources(n.NodeResources, f.NodeDefaults, defaultNodeResources),
 				})
 			}

@@ -36,6 +36,17 @@ var kwokStages = []string{
 	"pod/general/pod-delete.yaml",
 }
 
+// kwokNodes are the lab's simulated nodes (all but the real ones).
+func (u *upper) kwokNodes() []Node {
+	var out []Node
+	for _, n := range u.state.Nodes {
+		if !n.Real {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func nodeObject(n Node) *corev1.Node {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse(n.Resources.CPU),
@@ -51,7 +62,7 @@ func nodeObject(n Node) *corev1.Node {
 
 // startNodes creates the Node objects and starts kwok, which makes them Ready and runs their pods.
 func (u *upper) startNodes(ctx context.Context) error {
-	for _, n := range u.state.Nodes {
+	for _, n := range u.kwokNodes() {
 		if err := createNode(ctx, u.client, nodeObject(n)); err != nil {
 			return &ComponentError{Component: "kube-apiserver", Log: u.layout.Log("kube-apiserver"), Err: err}
 		}
@@ -88,7 +99,7 @@ func (u *upper) startNodes(ctx context.Context) error {
 		return err
 	}
 	return waitReady(ctx, c, "marking every node Ready", componentTimeout, func(ctx context.Context) error {
-		notReady, err := notReadyNodes(ctx, u.client, u.state.Nodes)
+		notReady, err := notReadyNodes(ctx, u.client, u.kwokNodes())
 		if err == nil && len(notReady) > 0 {
 			err = fmt.Errorf("nodes not Ready yet: %s", strings.Join(notReady, ", "))
 		}
@@ -153,7 +164,8 @@ func (u *upper) pluginArgv(binary string, n Node, kubeconfig string) []string {
 // of ResourceSlices is complete.
 func (u *upper) startPlugins(ctx context.Context, binary string) error {
 	var cs []Component
-	for _, n := range u.state.Nodes {
+	nodes := u.kwokNodes()
+	for _, n := range nodes {
 		name := PluginComponent(n.Name)
 		for _, sub := range []string{"plugin", "registry", "cdi", "checkpoint"} {
 			if err := os.MkdirAll(filepath.Join(u.layout.NodeDir(n.Name), sub), 0o700); err != nil {
@@ -170,7 +182,7 @@ func (u *upper) startPlugins(ctx context.Context, binary string) error {
 		}
 		cs = append(cs, c)
 	}
-	for i, n := range u.state.Nodes {
+	for i, n := range nodes {
 		if err := waitReady(ctx, cs[i], "publishing the ResourceSlices of node "+n.Name, componentTimeout, func(ctx context.Context) error {
 			return poolPublished(ctx, u.client, n.Name)
 		}); err != nil {

@@ -143,6 +143,8 @@ type PKI struct {
 	EtcdClientKey        string
 	ControllerMgrServing KeyPairFiles
 	SchedulerServing     KeyPairFiles
+	// APIServerKubeletClient is the API server's client certificate for kubelets (logs, exec).
+	APIServerKubeletClient KeyPairFiles
 }
 
 // KeyPairFiles are the paths of a written key pair.
@@ -195,6 +197,8 @@ func NewPKI(dir string) (*PKI, error) {
 		{"etcd-client", CertSpec{CommonName: "kube-apiserver-etcd-client"}, &p.EtcdClientCert, &p.EtcdClientKey},
 		{"controller-manager-serving", loopbackServer("kube-controller-manager"), &p.ControllerMgrServing.Cert, &p.ControllerMgrServing.Key},
 		{"scheduler-serving", loopbackServer("kube-scheduler"), &p.SchedulerServing.Cert, &p.SchedulerServing.Key},
+		{"apiserver-kubelet-client", CertSpec{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+			&p.APIServerKubeletClient.Cert, &p.APIServerKubeletClient.Key},
 	}
 	for _, s := range steps {
 		if *s.cert, *s.key, err = issue(s.name, s.spec); err != nil {

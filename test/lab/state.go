@@ -41,6 +41,20 @@ type State struct {
 	Nodes      []Node      `json:"nodes"`
 	Kueue      bool        `json:"kueue"`
 	Components []Component `json:"components"` // in start order
+	// RealNodesLeftOut says why the lab file's real nodes were left out (this machine cannot
+	// run containers); empty when there were none or they run.
+	RealNodesLeftOut string `json:"realNodesLeftOut,omitempty"`
+}
+
+// RealNodes are the lab's running real (kubelet) nodes.
+func (s *State) RealNodes() []Node {
+	var out []Node
+	for _, n := range s.Nodes {
+		if n.Real {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Component is one process the lab started.

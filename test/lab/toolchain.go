@@ -28,6 +28,9 @@ type Toolchain struct {
 	KwokStages                                       string // kwok's stage definitions
 	Kueue                                            string
 	KueueConfig                                      string // Kueue's config/components manifests
+	// A real node's programs (only when the lab has real nodes).
+	Kubelet, Containerd, Ctr, Runc string
+	CNIBin                         string // the CNI plugins' folder
 }
 
 // runToolchain runs toolchain.sh with args, streaming its progress to progress.
@@ -58,10 +61,13 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 
 // EnsureToolchain builds whatever components are missing from the cache (minutes on a cold
 // machine; progress goes to progress) and returns where they are.
-func EnsureToolchain(ctx context.Context, progress io.Writer, kueue bool) (*Toolchain, error) {
+func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes bool) (*Toolchain, error) {
 	comps := []string{"k8s", "etcd", "kwok"}
 	if kueue {
 		comps = append(comps, "kueue")
+	}
+	if realNodes {
+		comps = append(comps, "node")
 	}
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
@@ -105,7 +111,15 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue bool) (*Tool
 		}
 		t.Kueue, t.KueueConfig = filepath.Join(kq, "bin/kueue"), filepath.Join(kq, "config")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue} {
+	if realNodes {
+		nd, err := dir("node")
+		if err != nil {
+			return nil, err
+		}
+		t.Kubelet, t.Containerd = filepath.Join(nd, "bin/kubelet"), filepath.Join(nd, "bin/containerd")
+		t.Ctr, t.Runc, t.CNIBin = filepath.Join(nd, "bin/ctr"), filepath.Join(nd, "bin/runc"), filepath.Join(nd, "cni")
+	}
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc} {
 		if p == "" {
 			continue
 		}

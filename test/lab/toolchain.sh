@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm
+#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node
 #   test/lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -14,6 +14,9 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 HELM_VERSION=${HELM_VERSION:-v4.3.2}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
+CNI_VERSION=${CNI_VERSION:-v1.10.0}
 CACHE=${GPUDRA_CACHE:-$HOME/.cache/gpudra}
 TOOLS=$CACHE/toolchain
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -25,7 +28,8 @@ dir_of() { # component → cache folder
     kwok) echo "$TOOLS/kwok-$KWOK_VERSION" ;;
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
     helm) echo "$TOOLS/helm-$HELM_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm)" >&2; return 2 ;;
+    node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm node)" >&2; return 2 ;;
   esac
 }
 
@@ -54,8 +58,10 @@ build_in() { # $1 = component label, $2 = cache folder; builds with the function
 
 modcache() { go env GOMODCACHE; }
 
-build_k8s() {
-  local out=$1 gomod
+# k8s_module sets up a throw-away module that builds k8s.io/kubernetes commands at $K8S_VERSION
+# (its staging repositories pinned to the matching v0 versions); $@ are the cmd/ packages.
+k8s_module() {
+  local gomod
   go mod init gpudra.dev/lab-kubernetes >/dev/null
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   {
@@ -63,25 +69,68 @@ build_k8s() {
     grep -E '=> \./staging/src/' "$gomod" | awk -v v="v0${K8S_VERSION#v1}" '{print "replace " $1 " => " $1 " " v}'
   } >>go.mod
   go mod tidy >/dev/null 2>&1 || true
-  cat >tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'; for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done; printf ')\n'; } >tools.go
   go mod tidy -e
+}
+
+build_k8s_cmds() { # $1 = output folder, then the cmd/ names
+  local out=$1; shift
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for cmd in "$@"; do
     echo "building $cmd"
     go build -trimpath -ldflags "$ld" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
   done
+}
+
+build_k8s() {
+  k8s_module kube-apiserver kube-controller-manager kube-scheduler kubectl
+  build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+}
+
+# node: what a real lab node runs — kubelet, containerd 2 (CRI, CDI on by default) with its runc
+# shim and ctr, runc, and the CNI plugins the node's bridge network needs. Not a default
+# component: `gpudra lab up` asks for it when the lab file has real nodes.
+build_node() {
+  local out=$1
+  mkdir -p kubelet && (cd kubelet && k8s_module kubelet && build_k8s_cmds "$out" kubelet)
+  mkdir -p containerd && (
+    cd containerd && go mod init gpudra.dev/lab-containerd >/dev/null
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/containerd/containerd/v2/cmd/containerd"\n' >tools.go
+    go get "github.com/containerd/containerd/v2@$CONTAINERD_VERSION" && go mod tidy -e
+    for c in containerd containerd-shim-runc-v2 ctr; do
+      echo "building $c"
+      go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+        -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+        -o "$out/bin/$c" "github.com/containerd/containerd/v2/cmd/$c"
+    done
+  )
+  mkdir -p runc && (
+    # runc's nsenter is C: this one binary is built with cgo, and with seccomp (containerd gives
+    # pod sandboxes the runtime/default profile), which needs Debian's libseccomp-dev.
+    if [[ ! -f /usr/include/seccomp.h ]]; then
+      echo "installing libseccomp-dev (Debian) for runc's seccomp support"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libseccomp-dev pkg-config ||
+        { echo "runc needs libseccomp-dev (apt-get install libseccomp-dev pkg-config)"; exit 1; }
+    fi
+    cd runc && go mod init gpudra.dev/lab-runc >/dev/null
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/opencontainers/runc"\n' >tools.go
+    go get "github.com/opencontainers/runc@$RUNC_VERSION" && go mod tidy -e
+    echo "building runc"
+    CGO_ENABLED=1 go build -trimpath -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$out/bin/runc" github.com/opencontainers/runc
+  )
+  mkdir -p cni && (
+    cd cni && go mod init gpudra.dev/lab-cni >/dev/null
+    { printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for p in main/bridge main/loopback ipam/host-local; do printf '\t_ "github.com/containernetworking/plugins/plugins/%s"\n' "$p"; done
+      printf ')\n'; } >tools.go
+    go get "github.com/containernetworking/plugins@$CNI_VERSION" && go mod tidy -e
+    mkdir -p "$out/cni"
+    for p in main/bridge main/loopback ipam/host-local; do
+      echo "building cni ${p#*/}"
+      go build -trimpath -ldflags "-s -w" -o "$out/cni/${p#*/}" "github.com/containernetworking/plugins/plugins/$p"
+    done
+  )
 }
 
 build_etcd() {
@@ -119,7 +168,7 @@ build_helm() {
 
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue helm; do
+  for c in k8s etcd kwok kueue helm node; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

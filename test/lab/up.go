@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -122,10 +123,18 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	}
 	u := &upper{opts: opts, layout: Layout{dir}, file: file, out: opts.Progress,
 		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled}}
+	if len(u.state.RealNodes()) > 0 {
+		if err := CheckRealNodeHost(); err != nil {
+			// The rest of the lab still works; tests of real nodes skip and say why.
+			u.state.RealNodesLeftOut = err.Error()
+			u.state.Nodes = slices.DeleteFunc(u.state.Nodes, func(n Node) bool { return n.Real })
+			u.step("leaving out the lab file's real nodes: %v", err)
+		}
+	}
 	start := time.Now()
 	if err := u.run(ctx); err != nil {
 		u.step("lab failed after %s; stopping what it started (logs kept in %s)", time.Since(start).Round(time.Second), u.layout.LogDir())
-		if serr := stopInTiers(u.state.Components); serr != nil {
+		if serr := stopLab(u.state); serr != nil {
 			klog.ErrorS(serr, "Stopping the failed lab")
 		}
 		_ = releaseActive(dir)
@@ -157,7 +166,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.Kueue.Enabled); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.Kueue.Enabled, len(u.state.RealNodes()) > 0); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary
@@ -177,6 +186,9 @@ func (u *upper) run(ctx context.Context) error {
 		"kueue-health", "kueue-metrics", "kueue-webhook", "controller-health", "controller-metrics", "controller-webhook"}
 	for _, n := range u.state.Nodes {
 		names = append(names, "metrics-"+n.Name)
+		if n.Real {
+			names = append(names, "kubelet-"+n.Name, "kubelet-healthz-"+n.Name)
+		}
 	}
 	ports, err := freePorts(len(names))
 	if err != nil {
@@ -224,13 +236,20 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.startControllers(ctx); err != nil {
 		return err
 	}
-	u.step("creating %d nodes and starting kwok", len(u.state.Nodes))
+	kwokNodes := len(u.state.Nodes) - len(u.state.RealNodes())
+	u.step("creating %d nodes and starting kwok", kwokNodes)
 	if err := u.startNodes(ctx); err != nil {
 		return err
 	}
-	u.step("starting %d gpudra-kubelet-plugin processes", len(u.state.Nodes))
+	u.step("starting %d gpudra-kubelet-plugin processes", kwokNodes)
 	if err := u.startPlugins(ctx, plugin); err != nil {
 		return err
+	}
+	if real := u.state.RealNodes(); len(real) > 0 {
+		u.step("starting %d real node(s): containerd, kubelet and gpudra-kubelet-plugin", len(real))
+		if err := u.startRealNodes(ctx, plugin); err != nil {
+			return err
+		}
 	}
 	if u.file.Kueue.Enabled {
 		u.step("starting Kueue")

@@ -1,0 +1,113 @@
+// gpudra-lab-probe is the program of the lab's two local container images (no registry is
+// reachable from a lab): "pause" is the pod sandbox, which waits for SIGTERM; "report" (the
+// default) prints what the container received from gpudra's CDI spec — GPU device nodes,
+// the environment that sets sharing limits, extra mounts — and then waits, so that a test
+// can read the report from the container's log while the pod runs.
+//
+// Report lines, one fact each:
+//
+//	device /dev/nvidia0 char 195:0
+//	env NVIDIA_VISIBLE_DEVICES=0
+//	mount /tmp/nvidia-mps
+//	probe-report-done
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// envPrefixes are the variables the report prints: what NVIDIA's container stack, CUDA, MPS,
+// HAMi-core and gpudra set.
+var envPrefixes = []string{"NVIDIA_", "CUDA_", "GPUDRA_", "LD_PRELOAD"}
+
+// standardMounts are the mount points every container has; the report leaves them out.
+var standardMounts = []string{"/", "/proc", "/dev", "/sys", "/dev/pts", "/dev/mqueue", "/dev/shm",
+	"/sys/fs/cgroup", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/dev/termination-log"}
+
+func main() {
+	mode := "report"
+	if len(os.Args) > 1 {
+		mode = os.Args[1]
+	}
+	switch mode {
+	case "pause":
+	case "report":
+		report(os.Stdout)
+	default:
+		fmt.Fprintf(os.Stderr, "usage: %s [report|pause]\n", os.Args[0])
+		os.Exit(2)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	<-sigs
+}
+
+func report(w io.Writer) {
+	_ = filepath.WalkDir("/dev", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			if path != "/dev" && path != "/dev/nvidia-caps" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasPrefix(filepath.Base(path), "nvidia") {
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			fmt.Fprintf(w, "device %s error %v\n", path, err)
+			return nil
+		}
+		kind := "other"
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFCHR:
+			kind = "char"
+		case unix.S_IFBLK:
+			kind = "block"
+		}
+		fmt.Fprintf(w, "device %s %s %d:%d\n", path, kind, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		return nil
+	})
+	env := os.Environ()
+	slices.Sort(env)
+	for _, kv := range env {
+		for _, p := range envPrefixes {
+			if strings.HasPrefix(kv, p) {
+				fmt.Fprintf(w, "env %s\n", kv)
+				break
+			}
+		}
+	}
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// mountinfo: id parent major:minor root mount-point options ...
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 5 {
+				continue
+			}
+			mp := fields[4]
+			if slices.Contains(standardMounts, mp) || strings.HasPrefix(mp, "/proc/") || strings.HasPrefix(mp, "/sys/") ||
+				strings.HasPrefix(mp, "/dev/nvidia") {
+				continue
+			}
+			fmt.Fprintf(w, "mount %s\n", mp)
+		}
+		f.Close()
+	}
+	fmt.Fprintln(w, "probe-report-done")
+}

@@ -1,0 +1,665 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// A real node is a kubelet, containerd and runc on this machine, beside the kwok nodes: its
+// pods are real containers, and its gpudra-kubelet-plugin registers with that kubelet, which
+// calls it to prepare claims; containerd applies the plugin's CDI specs. Its GPUs are still
+// simulated: the CDI specs point at device files in a fake driver root the lab makes
+// (<node>/driver-root/dev/nvidia*, character devices with NVIDIA's numbers; nothing touches
+// the host's /dev). Everything lives under the node's folder and 127.0.0.1, and `lab down`
+// removes its containers, mounts, cgroups and bridge.
+
+// Labels and taint of real nodes.
+const (
+	LabelRealNode = "lab.gpudra.dev/real-node"
+	// RealNodeTaint keeps pods that do not ask for a real node (every kwok-era test) off it.
+	RealNodeTaint = LabelRealNode
+)
+
+// Component names of a real node's processes.
+func ContainerdComponent(node string) string { return "containerd-" + node }
+func KubeletComponent(node string) string    { return "kubelet-" + node }
+
+// cgroupRootName is the cgroup (in every hierarchy) under which a real node's kubelet puts
+// its pods: one the lab owns and removes.
+func cgroupRootName(node string) string { return "gpudra-lab-" + node }
+
+// bridgeName is the Linux bridge of the i-th real node's pod network (≤15 characters).
+func bridgeName(i int) string { return "gpdlab" + strconv.Itoa(i) }
+
+// nvidiaMajor is the character-device major of /dev/nvidia* (NVIDIA's registered number).
+const (
+	nvidiaMajor     = 195
+	nvidiaCtlMinor  = 255
+	nvidiaUVMMajor  = 235 // dynamic on a real host; any free number serves a fake root
+	nvidiaCapsMajor = 236
+	// fakeGPUs and fakeCapMinors bound what the fake driver root holds: GPU minors 0..15
+	// and the MIG capability minors of their GPU and compute instances (cdi.Node.MIGCapMinors:
+	// 3 + gpu*135 + gi*9 + entry).
+	fakeGPUs      = 16
+	fakeCapMinors = 3 + fakeGPUs*135
+)
+
+// CheckRealNodeHost says what this machine lacks to run a real lab node (containers), or nil.
+func CheckRealNodeHost() error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (kubelet, containerd and runc need it)")
+	}
+	if data, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(data), "\toverlay\n") {
+		missing = append(missing, "the overlay filesystem (containerd's overlayfs snapshotter)")
+	}
+	if hs := cgroupHierarchies(); !slices.Contains(hs, "memory") && !slices.Contains(hs, "") {
+		missing = append(missing, "cgroups (no memory controller under /sys/fs/cgroup)")
+	}
+	if len(missing) == 0 {
+		tmp, err := os.MkdirTemp("", "gpudra-mknod-")
+		if err == nil {
+			err = unix.Mknod(filepath.Join(tmp, "probe"), unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3)))
+			os.RemoveAll(tmp)
+		}
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("device files (mknod: %v)", err))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("this machine cannot run a real lab node: missing %s", strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// cgroupHierarchies lists the cgroup hierarchies mounted under /sys/fs/cgroup by folder name
+// ("memory", "cpu", ..., "unified"); "" stands for a cgroup v2 mount at /sys/fs/cgroup itself.
+func cgroupHierarchies() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		mp, fstype := mountinfoFields(sc.Text())
+		if fstype != "cgroup" && fstype != "cgroup2" {
+			continue
+		}
+		switch {
+		case mp == "/sys/fs/cgroup":
+			out = append(out, "")
+		case strings.HasPrefix(mp, "/sys/fs/cgroup/"):
+			out = append(out, strings.TrimPrefix(mp, "/sys/fs/cgroup/"))
+		}
+	}
+	return out
+}
+
+// mountinfoFields returns the mount point and filesystem type of a /proc/self/mountinfo line.
+func mountinfoFields(line string) (mountPoint, fstype string) {
+	fields := strings.Fields(line)
+	if len(fields) < 5 {
+		return "", ""
+	}
+	for i, f := range fields {
+		if f == "-" && i+1 < len(fields) {
+			fstype = fields[i+1]
+			break
+		}
+	}
+	return unescapeMountinfo(fields[4]), fstype
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// realNodePaths are the files and folders of one real node, all under its node folder.
+type realNodePaths struct {
+	dir, containerd, sock, runcRoot, kubelet, driverRoot, cdi, cniConf, cniData string
+}
+
+func (l Layout) realNode(node string) realNodePaths {
+	d := l.NodeDir(node)
+	return realNodePaths{
+		dir: d, containerd: filepath.Join(d, "containerd"), sock: filepath.Join(d, "containerd", "containerd.sock"),
+		runcRoot: filepath.Join(d, "containerd", "runc"), kubelet: filepath.Join(d, "kubelet"),
+		driverRoot: filepath.Join(d, "driver-root"), cdi: filepath.Join(d, "cdi"),
+		cniConf: filepath.Join(d, "cni", "net.d"), cniData: filepath.Join(d, "cni", "ipam"),
+	}
+}
+
+// realNodeIndex is n's position among the lab's real nodes (for its bridge and subnet).
+func realNodeIndex(nodes []Node, name string) int {
+	i := 0
+	for _, n := range nodes {
+		if n.Real {
+			if n.Name == name {
+				return i
+			}
+			i++
+		}
+	}
+	return -1
+}
+
+// startRealNodes starts containerd, kubelet and the plugin of every real node, and waits until
+// each node is Ready and its pool published.
+func (u *upper) startRealNodes(ctx context.Context, plugin string) error {
+	images := filepath.Join(u.layout.BinDir(), "lab-images.tar")
+	if err := buildImages(ctx, u.out, u.opts.Repo, images); err != nil {
+		return err
+	}
+	for _, n := range u.state.RealNodes() {
+		if err := u.startRealNode(ctx, n, plugin, images); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *upper) startRealNode(ctx context.Context, n Node, plugin, images string) error {
+	p := u.layout.realNode(n.Name)
+	kubeletRoot := filepath.Join(p.kubelet, "root")
+	for _, d := range []string{p.containerd, p.runcRoot, kubeletRoot, p.cdi, p.cniConf, p.cniData,
+		filepath.Join(p.dir, "checkpoint"), filepath.Join(p.driverRoot, "dev", "nvidia-caps")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := makeFakeDriverRoot(p.driverRoot); err != nil {
+		return fmt.Errorf("real node %s: fake driver root: %w", n.Name, err)
+	}
+	if err := makeCgroupRoot(cgroupRootName(n.Name)); err != nil {
+		return fmt.Errorf("real node %s: %w", n.Name, err)
+	}
+	idx := realNodeIndex(u.state.Nodes, n.Name)
+	cni := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "gpudra-lab-%s", "plugins": [{"type": "bridge", "bridge": %q,
+  "isGateway": true, "ipMasq": false, "ipam": {"type": "host-local", "dataDir": %q,
+  "ranges": [[{"subnet": "10.231.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}
+`, n.Name, bridgeName(idx), p.cniData, idx)
+	if err := os.WriteFile(filepath.Join(p.cniConf, "10-gpudra-lab.conflist"), []byte(cni), 0o600); err != nil {
+		return err
+	}
+
+	// containerd 2 (config version 3): CRI with CDI specs from the plugin's folder, runc from
+	// the toolchain with its state under the node folder, the lab's pause image.
+	cfg := fmt.Sprintf(`version = 3
+root = %q
+state = %q
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[plugins.'io.containerd.cri.v1.runtime']
+  cdi_spec_dirs = [%q]
+  netns_mounts_under_state_dir = true
+  # Sandboxes without CAP_SYS_RESOURCE (this one's) cannot lower a process's OOM score, as
+  # the kubelet asks for pod sandboxes (-998); keep scores at or above containerd's own.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %q
+        Root = %q
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%q]
+    conf_dir = %q
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %q
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`, filepath.Join(p.containerd, "root"), filepath.Join(p.containerd, "state"), p.sock, p.sock+".ttrpc",
+		p.cdi, u.tc.Runc, p.runcRoot, u.tc.CNIBin, p.cniConf, PauseImage)
+	cfgFile := filepath.Join(p.containerd, "config.toml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	env := []string{"PATH=" + filepath.Dir(u.tc.Containerd) + ":" + os.Getenv("PATH")}
+	cd, err := u.start(ContainerdComponent(n.Name), []string{u.tc.Containerd, "--config=" + cfgFile, "--log-level=info"}, env, nil)
+	if err != nil {
+		return err
+	}
+	ctr := func(ctx context.Context, args ...string) ([]byte, error) {
+		cmd := exec.CommandContext(ctx, u.tc.Ctr, append([]string{"--address=" + p.sock, "--namespace=k8s.io"}, args...)...)
+		return cmd.CombinedOutput()
+	}
+	if err := waitReady(ctx, cd, "serving on "+p.sock, componentTimeout, func(ctx context.Context) error {
+		out, err := ctr(ctx, "version")
+		if err != nil {
+			return fmt.Errorf("ctr version: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if out, err := ctr(ctx, "images", "import", "--platform=linux/"+runtime.GOARCH, images); err != nil {
+		return &ComponentError{Component: ContainerdComponent(n.Name), Log: cd.Log, Err: fmt.Errorf("import the lab images: %v: %s", err, out)}
+	}
+
+	// kubelet: cgroup v1 is accepted (failCgroupV1: false) since many machines still have it.
+	kc, err := u.componentKubeconfig(KubeletComponent(n.Name), "system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /%s
+containerRuntimeEndpoint: unix://%s
+podLogsDir: %s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %s}
+authorization: {mode: Webhook}
+failSwapOn: false
+maxPods: 20
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
+registerWithTaints:
+- {key: %s, value: "true", effect: NoSchedule}
+`, u.port("kubelet-"+n.Name), u.port("kubelet-healthz-"+n.Name), cgroupRootName(n.Name), p.sock,
+		filepath.Join(p.kubelet, "pod-logs"), u.pki.CACert, RealNodeTaint)
+	kcfgFile := filepath.Join(p.kubelet, "config.yaml")
+	if err := os.WriteFile(kcfgFile, []byte(kcfg), 0o600); err != nil {
+		return err
+	}
+	var labels []string
+	for k, v := range n.Labels() {
+		if k != LabelHostname {
+			labels = append(labels, k+"="+v)
+		}
+	}
+	labels = append(labels, LabelRealNode+"=true")
+	slices.Sort(labels)
+	kl, err := u.start(KubeletComponent(n.Name), []string{u.tc.Kubelet, "--config=" + kcfgFile, "--kubeconfig=" + kc,
+		"--root-dir=" + kubeletRoot, "--cert-dir=" + filepath.Join(p.kubelet, "pki"),
+		"--hostname-override=" + n.Name, "--node-ip=127.0.0.1", "--node-labels=" + strings.Join(labels, ","), "--v=2"},
+		nil, map[string]int{"server": u.port("kubelet-" + n.Name), "healthz": u.port("kubelet-healthz-" + n.Name)})
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, kl, "registering node "+n.Name+" Ready", 2*componentTimeout, func(ctx context.Context) error {
+		notReady, err := notReadyNodes(ctx, u.client, []Node{n})
+		if err == nil && len(notReady) > 0 {
+			err = fmt.Errorf("node %s not Ready yet", n.Name)
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+
+	// The plugin registers with this kubelet through its plugin registry.
+	name := PluginComponent(n.Name)
+	pkc, err := u.componentKubeconfig(name, nodeUserPrefix+n.Name, nodeGroup)
+	if err != nil {
+		return err
+	}
+	argv := u.pluginArgv(plugin, n, pkc)
+	argv = setFlag(argv, "--plugin-data-dir", filepath.Join(kubeletRoot, "plugins", DriverName))
+	argv = setFlag(argv, "--registrar-dir", filepath.Join(kubeletRoot, "plugins_registry"))
+	argv = append(argv, "--driver-root="+p.driverRoot)
+	pc, err := u.start(name, argv, nil, map[string]int{"metrics": u.port("metrics-" + n.Name)})
+	if err != nil {
+		return err
+	}
+	return waitReady(ctx, pc, "publishing the ResourceSlices of node "+n.Name, componentTimeout, func(ctx context.Context) error {
+		return poolPublished(ctx, u.client, n.Name)
+	})
+}
+
+// setFlag replaces the value of --name=... in argv.
+func setFlag(argv []string, name, value string) []string {
+	for i, a := range argv {
+		if strings.HasPrefix(a, name+"=") {
+			argv[i] = name + "=" + value
+		}
+	}
+	return argv
+}
+
+// makeFakeDriverRoot creates the device files gpudra's CDI specs reference, with NVIDIA's
+// numbers, under root/dev.
+func makeFakeDriverRoot(root string) error {
+	dev := filepath.Join(root, "dev")
+	mk := func(name string, major, minor int) error {
+		err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(uint32(major), uint32(minor))))
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	for i := range fakeGPUs {
+		if err := mk("nvidia"+strconv.Itoa(i), nvidiaMajor, i); err != nil {
+			return err
+		}
+	}
+	if err := mk("nvidiactl", nvidiaMajor, nvidiaCtlMinor); err != nil {
+		return err
+	}
+	if err := mk("nvidia-uvm", nvidiaUVMMajor, 0); err != nil {
+		return err
+	}
+	if err := mk("nvidia-uvm-tools", nvidiaUVMMajor, 1); err != nil {
+		return err
+	}
+	for m := 1; m < fakeCapMinors; m++ {
+		if err := mk("nvidia-caps/nvidia-cap"+strconv.Itoa(m), nvidiaCapsMajor, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// makeCgroupRoot creates the node's cgroup in every hierarchy (the kubelet requires its
+// cgroupRoot to exist); a cpuset cgroup gets its parent's CPUs and memory nodes.
+func makeCgroupRoot(name string) error {
+	for _, h := range cgroupHierarchies() {
+		d := filepath.Join("/sys/fs/cgroup", h, name)
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("create cgroup %s: %w", d, err)
+		}
+		if h == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				v, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuset", f))
+				if err == nil {
+					err = os.WriteFile(filepath.Join(d, f), v, 0o644)
+				}
+				if err != nil {
+					return fmt.Errorf("cgroup %s: %s: %w", d, f, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// stopLab stops a lab's processes. Real nodes go first: their kubelets, then every container
+// (runc delete --force, which also kills it), so that nothing outlives containerd; then
+// everything else, API server clients before the API server before etcd; last, what the real
+// nodes left in the kernel: container shims, mounts under the lab folder, cgroups, bridges.
+func stopLab(s *State) error {
+	real := s.RealNodes()
+	var kubelets []Component
+	for _, n := range real {
+		if c := s.Component(KubeletComponent(n.Name)); c != nil {
+			kubelets = append(kubelets, *c)
+		}
+	}
+	err := stopProcesses(kubelets, 20*time.Second)
+	l := Layout{s.Dir}
+	for _, n := range real {
+		removeContainers(s, l.realNode(n.Name))
+	}
+	err = errors.Join(err, stopInTiers(s.Components))
+	for _, n := range real {
+		err = errors.Join(err, cleanRealNode(l, n.Name, realNodeIndex(s.Nodes, n.Name)))
+	}
+	return err
+}
+
+// removeContainers deletes every container runc knows under the node's runc root.
+func removeContainers(s *State, p realNodePaths) {
+	runc := realNodeRunc(s)
+	if runc == "" {
+		return
+	}
+	roots, _ := filepath.Glob(filepath.Join(p.runcRoot, "*"))
+	for _, root := range roots {
+		out, err := exec.Command(runc, "--root", root, "list", "-q").Output()
+		if err != nil {
+			continue
+		}
+		for _, id := range strings.Fields(string(out)) {
+			if msg, err := exec.Command(runc, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+				klog.InfoS("runc delete failed", "container", id, "err", err, "output", string(msg))
+			}
+		}
+	}
+}
+
+// realNodeRunc finds the runc binary a real node's containerd config names.
+func realNodeRunc(s *State) string {
+	for _, n := range s.RealNodes() {
+		data, err := os.ReadFile(filepath.Join(Layout{s.Dir}.realNode(n.Name).containerd, "config.toml"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "BinaryName = "); ok {
+				if r, err := strconv.Unquote(v); err == nil {
+					return r
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// cleanRealNode removes what a stopped real node leaves outside its processes.
+func cleanRealNode(l Layout, node string, idx int) error {
+	p := l.realNode(node)
+	killShims(p.sock)
+	var errs []error
+	if err := unmountUnder(p.dir); err != nil {
+		errs = append(errs, err)
+	}
+	for _, h := range cgroupHierarchies() {
+		if err := removeCgroupTree(filepath.Join("/sys/fs/cgroup", h, cgroupRootName(node))); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if idx >= 0 {
+		if _, err := os.Stat("/sys/class/net/" + bridgeName(idx)); err == nil {
+			if out, err := exec.Command("ip", "link", "delete", bridgeName(idx)).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("delete bridge %s: %v: %s", bridgeName(idx), err, out))
+			}
+		}
+	}
+	// libcni caches each attachment's result outside any configurable folder.
+	cached, _ := filepath.Glob("/var/lib/cni/results/gpudra-lab-" + node + "-*")
+	for _, f := range cached {
+		_ = os.Remove(f)
+	}
+	return errors.Join(errs...)
+}
+
+// killShims kills containerd shims still serving the containerd at sock (containerd does not
+// stop them on exit; they normally exit when their last container is deleted).
+func killShims(sock string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") || !slices.Contains(args, sock) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var mps []string
+	for _, line := range strings.Split(string(data), "\n") {
+		mp, _ := mountinfoFields(line)
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			mps = append(mps, mp)
+		}
+	}
+	slices.SortFunc(mps, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	var errs []error
+	for _, mp := range slices.Compact(mps) {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mp, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree removes a cgroup and its descendants, deepest first (a cgroup can only be
+// removed once it has no processes and no children).
+func removeCgroupTree(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	var errs []error
+	for _, d := range dirs {
+		var err error
+		for range 50 { // a killed process leaves its cgroup a moment later
+			if err = unix.Rmdir(d); err == nil || errors.Is(err, unix.ENOENT) {
+				err = nil
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RealNodeAvailable reports whether the lab runs a real node, and if not, why.
+func (s *State) RealNodeAvailable() (string, error) {
+	if real := s.RealNodes(); len(real) > 0 {
+		return real[0].Name, nil
+	}
+	if s.RealNodesLeftOut != "" {
+		return "", errors.New(s.RealNodesLeftOut)
+	}
+	return "", errors.New("the lab file has no real node (a node with real: true)")
+}
+
+// PodLog returns what a container of a pod on a real node has written so far (stdout and
+// stderr, from the kubelet's container log; the newest run of the container). The kubelet
+// serves only 127.0.0.1, which it refuses to report as the node's address, so the API
+// server cannot proxy `kubectl logs` to it; the lab reads the log files instead.
+func PodLog(s *State, node, namespace, pod, container string) (string, error) {
+	dirs, _ := filepath.Glob(filepath.Join(Layout{s.Dir}.realNode(node).kubelet, "pod-logs", namespace+"_"+pod+"_*", container))
+	if len(dirs) == 0 {
+		return "", fmt.Errorf("no log of container %s of pod %s/%s on node %s yet", container, namespace, pod, node)
+	}
+	files, _ := filepath.Glob(filepath.Join(dirs[len(dirs)-1], "*.log"))
+	if len(files) == 0 {
+		return "", fmt.Errorf("no log of container %s of pod %s/%s on node %s yet", container, namespace, pod, node)
+	}
+	// <n>.log is the n-th run; the newest has the highest n.
+	slices.SortFunc(files, func(a, b string) int {
+		na, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(a), ".log"))
+		nb, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(b), ".log"))
+		return na - nb
+	})
+	data, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return "", err
+	}
+	return criLogText(string(data)), nil
+}
+
+// criLogText joins the text of CRI log lines ("<time> <stream> <P|F> <text>"; P is a
+// partial line continued by the next).
+func criLogText(log string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(log, "\n") {
+		parts := strings.SplitN(line, " ", 4)
+		if len(parts) < 4 {
+			continue
+		}
+		b.WriteString(parts[3])
+		if parts[2] != "P" {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// realNodeTolerations let a pod onto a real node.
+var realNodeTolerations = []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+
+// RealNodePod is a pod that runs the probe image on the named real node with the given
+// resource claims (each a ResourceClaimTemplate or ResourceClaim name).
+func RealNodePod(namespace, name, node string, claims []corev1.PodResourceClaim) *corev1.Pod {
+	var refs []corev1.ResourceClaim
+	for _, c := range claims {
+		refs = append(refs, corev1.ResourceClaim{Name: c.Name})
+	}
+	f := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{LabelHostname: node},
+			Tolerations:                   realNodeTolerations,
+			AutomountServiceAccountToken:  &f,
+			TerminationGracePeriodSeconds: new(int64),
+			ResourceClaims:                claims,
+			Containers: []corev1.Container{{
+				Name: "probe", Image: ProbeImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Claims: refs},
+			}},
+		},
+	}
+}
