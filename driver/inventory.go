@@ -43,6 +43,9 @@ type GPU struct {
 	MIG *MIGInfo `json:"mig,omitempty"`
 }
 
+// migMode says whether the GPU's MIG mode is enabled.
+func (g *GPU) migMode() bool { return g.MIG != nil && g.MIG.Enabled }
+
 // MIGInfo describes a MIG-capable GPU's partitioning options.
 type MIGInfo struct {
 	// Enabled is the GPU's current MIG mode.

@@ -93,9 +93,10 @@ type Pool struct {
 }
 
 // Render turns an inventory into the node's pool. Each GPU has counters (one per MIG
-// memory slice, or one for a non-MIG GPU) that every device using the GPU consumes —
-// whole GPU, share (taken once for all its shares), MIG placement (its slices), NVLink
-// group (all of each member's) — so the scheduler never hands out one GPU twice.
+// memory slice when it publishes MIG devices, else one) that every device using the GPU
+// consumes — whole GPU, share (taken once for all its shares), MIG placement (its
+// slices), NVLink group (all of each member's) — so the scheduler never hands out one GPU
+// twice.
 func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -108,15 +109,14 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 	usable := map[int]bool{} // GPUs whose non-MIG use is published
 	for k := range inv.GPUs {
 		g := &inv.GPUs[k]
-		migMode := g.MIG != nil && g.MIG.Enabled
-		if opts.MIG != MIGStatic || !migMode {
+		if opts.MIG != MIGStatic || !g.migMode() {
 			usable[g.Index] = true
 			whole = append(whole, opts.tainted(gpuDevice(inv, g, counters), g.Index))
 			if !opts.NoShares {
 				shares = append(shares, opts.tainted(shareDevice(inv, g, counters), g.Index))
 			}
 		}
-		if g.MIG != nil && (opts.MIG == MIGDynamic || (opts.MIG == MIGStatic && migMode)) {
+		if opts.publishesMIG(g) {
 			for _, d := range migDevices(inv, g, counters) {
 				migs = append(migs, opts.tainted(d, g.Index))
 			}
@@ -208,14 +208,17 @@ type counterPlan struct {
 	names map[int][]string // GPU index → its counter names
 }
 
-// planCounters gives every GPU one counter per MIG memory slice (one counter for a GPU
-// that publishes no MIG devices) and packs consecutive GPUs into sets of at most 32
-// counters, so an NVLink group of up to 8 MIG-capable GPUs spans at most two sets.
+// planCounters gives every GPU that publishes MIG devices one counter per MIG memory
+// slice, every other GPU a single counter, and packs consecutive GPUs into sets of at
+// most 32 counters, so an NVLink group of up to 8 MIG-capable GPUs spans at most two sets.
+// A GPU without MIG devices needs no more than one counter to keep its whole, shared and
+// grouped use exclusive, and every counter a device consumes costs the scheduler time on
+// every decision for the node (the allocator converts and checks each one).
 func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
 	plan := counterPlan{setOf: map[int]string{}, names: map[int][]string{}}
 	per := 1
-	for _, g := range inv.GPUs {
-		if g.MIG != nil && opts.MIG != MIGNone {
+	for k := range inv.GPUs {
+		if g := &inv.GPUs[k]; opts.publishesMIG(g) {
 			per = max(per, g.MIG.MemorySlices)
 		}
 	}
@@ -226,9 +229,10 @@ func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
 			Name:     fmt.Sprintf("gpus-%d-%d", members[0].Index, members[len(members)-1].Index),
 			Counters: map[string]resourceapi.Counter{},
 		}
-		for _, g := range members {
+		for k := range members {
+			g := &members[k]
 			var names []string
-			if g.MIG != nil && opts.MIG != MIGNone {
+			if opts.publishesMIG(g) {
 				for s := range g.MIG.MemorySlices {
 					names = append(names, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
 				}
@@ -244,6 +248,18 @@ func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
 		plan.sets = append(plan.sets, set)
 	}
 	return plan
+}
+
+// publishesMIG says whether GPU g's MIG devices are published: every MIG-capable GPU
+// with dynamic MIG, those whose MIG mode is enabled with static MIG (the default).
+func (o RenderOptions) publishesMIG(g *GPU) bool {
+	switch o.MIG {
+	case MIGDynamic:
+		return g.MIG != nil
+	case MIGStatic, "":
+		return g.migMode()
+	}
+	return false
 }
 
 // consume builds consumesCounters entries taking the named counters of the given GPUs.
