@@ -18,6 +18,12 @@ import (
 //go:embed deviceclasses/*.yaml
 var deviceClasses embed.FS
 
+// KueueConfiguration is the Kueue controller configuration gpudra needs
+// (kueue/config/kueue-config.yaml): DRA device-class mappings, integrations, waitForPodsReady.
+//
+//go:embed kueue/config/kueue-config.yaml
+var KueueConfiguration []byte
+
 // DeviceClasses returns the DeviceClasses gpudra ships.
 func DeviceClasses() ([]*resourceapi.DeviceClass, error) {
 	entries, err := deviceClasses.ReadDir("deviceclasses")

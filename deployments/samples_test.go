@@ -13,8 +13,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/deployments"
 )
 
 // TestSamplesDecodeStrictly reads every sample users apply and decodes it into its real
@@ -74,3 +77,40 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 }
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
+
+// TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
+// Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
+// and turns on waitForPodsReady (all-or-nothing start, with requeue).
+func TestKueueConfiguration(t *testing.T) {
+	var cfg kueueconfig.Configuration
+	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
+		t.Fatalf("kueue/config/kueue-config.yaml: %v", err)
+	}
+	mapped := map[string]string{}
+	if cfg.Resources != nil {
+		for _, m := range cfg.Resources.DeviceClassMappings {
+			for _, c := range m.DeviceClassNames {
+				mapped[string(c)] = string(m.Name)
+			}
+		}
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range classes {
+		if mapped[c.Name] == "" {
+			t.Errorf("DeviceClass %s has no deviceClassMapping: Kueue cannot count its claims against a quota", c.Name)
+		}
+	}
+	if !cfg.FeatureGates["DynamicResourceAllocation"] {
+		t.Error("featureGates.DynamicResourceAllocation is off: Kueue would ignore ResourceClaimTemplates in quota")
+	}
+	w := cfg.WaitForPodsReady
+	if w == nil || w.Timeout.Duration <= 0 {
+		t.Fatalf("waitForPodsReady = %+v, want a timeout", w)
+	}
+	if w.BlockAdmission != nil && *w.BlockAdmission {
+		t.Error("waitForPodsReady.blockAdmission would admit one gang at a time")
+	}
+}

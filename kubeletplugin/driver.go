@@ -38,6 +38,11 @@ type Config struct {
 	BootIDPath string
 	// Hook, when set, is called at each named point of prepare and unprepare (tests).
 	Hook Hook
+	// RollingUpdatePodUID is the UID of the plugin's pod. When set, the plugin registers
+	// under a socket named after it (kubeletplugin.RollingUpdate), so that during a DaemonSet
+	// rolling update a new plugin can start beside the old one and the kubelet switches over
+	// without a gap; the node-wide lock keeps their prepares from interleaving.
+	RollingUpdatePodUID string
 	// HealthInjectionFile, with a simulated backend only, is a file whose lines
 	// ("gpu=3 xid=79") inject GPU events; "" for none.
 	HealthInjectionFile string
@@ -107,6 +112,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
 	}
+	if cfg.RollingUpdatePodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.RollingUpdatePodUID)))
+	}
 	if node, err := cfg.Client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err == nil {
 		opts = append(opts, kubeletplugin.NodeUID(node.UID))
 	} else if !apierrors.IsNotFound(err) {
@@ -159,6 +167,11 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			out[c.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("gpudra: preparing claim %s/%s: %w", c.Namespace, c.Name, err)}
 			continue
 		}
+		var names []string
+		for _, dv := range devs {
+			names = append(names, dv.DeviceName)
+		}
+		logger.Info("Prepared claim", "claim", klog.KObj(c), "uid", c.UID, "devices", names, "duration", time.Since(start).Round(time.Microsecond))
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs}
 	}
 	return out, nil
@@ -177,6 +190,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			out[c.UID] = fmt.Errorf("gpudra: unpreparing claim %s: %w", c.NamespacedName, err)
 			continue
 		}
+		klog.FromContext(ctx).Info("Unprepared claim", "claim", c.NamespacedName, "uid", c.UID)
 		out[c.UID] = nil
 	}
 	return out, nil

@@ -34,7 +34,7 @@ type flags struct {
 	pluginDataDir, registrarDir       string
 	cdiRoot, checkpointDir, metricsAt string
 	driverRoot, vgpuLibrary           string
-	healthInjectionFile               string
+	healthInjectionFile, podUID       string
 }
 
 func newCommand() *cobra.Command {
@@ -58,6 +58,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory under which the GPU device files (/dev/nvidia*) are found; a fake root prepared by the lab with --nvml=sim:<profile>")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
+	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -115,6 +116,7 @@ func run(ctx context.Context, f flags) error {
 	defer cancel(nil)
 	d, err := plugin.Start(ctx, plugin.Config{
 		NodeName:            f.nodeName,
+		RollingUpdatePodUID: f.podUID,
 		Client:              client,
 		Backend:             backend,
 		Render:              render,

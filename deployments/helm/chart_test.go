@@ -92,8 +92,11 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 		t.Errorf("args %v: --vgpu-library without kubeletPlugin.vgpuLibrary", c.Args)
 	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
-	if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
-		t.Errorf("rollingUpdate = %+v, want maxUnavailable 1 and maxSurge 0 (the binary does not pass its pod UID)", ru)
+	if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("rollingUpdate = %+v, want maxSurge 1 and maxUnavailable 0 (the new plugin starts beside the old one)", ru)
+	}
+	if env := envOf(c, "POD_UID"); env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "metadata.uid" {
+		t.Errorf("POD_UID = %+v, want it from fieldRef metadata.uid (rolling updates need the pod UID)", env)
 	}
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Errorf("the plugin with real NVML must be privileged (MIG, all /dev/nvidia*): %+v", c.SecurityContext)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
@@ -299,5 +302,134 @@ func TestRealNodeRestarts(t *testing.T) {
 		if _, err := lab.RestartComponent(state, lab.KubeletComponent(node)); err != nil {
 			t.Fatal(err)
 		}
+	})
+	// A starting kubelet deletes its node's ResourceSlices (no plugin has registered yet);
+	// the plugin's slice controller publishes them again after its sync delay.
+	eventually(t, 2*time.Minute, "node "+node+" publishes its ResourceSlices again after the kubelet restart", func(ctx context.Context) error {
+		return lab.PoolPublished(ctx, client, node)
+	})
+}
+
+// TestRealNodeRollingUpdate: as in a DaemonSet rolling update, a second plugin registers beside
+// the first; with the first stopped the kubelet prepares through the second, and the first,
+// back again, unprepares what the second prepared (they share the checkpoint and CDI specs).
+func TestRealNodeRollingUpdate(t *testing.T) {
+	node := realNode(t)
+	ns := namespace(t, "real-node-rolling")
+	ctx := t.Context()
+	name := lab.PluginComponent(node)
+	old := state.Component(name)
+	if old == nil {
+		t.Fatalf("the lab has no component %s", name)
+	}
+	newUID := string(uuid.NewUUID())
+	argv := slices.Clone(old.Argv)
+	for i, a := range argv {
+		switch {
+		case strings.HasPrefix(a, "--rolling-update-pod-uid="):
+			argv[i] = "--rolling-update-pod-uid=" + newUID
+		case strings.HasPrefix(a, "--metrics-bind-address="):
+			argv[i] = "--metrics-bind-address=127.0.0.1:0"
+		}
+	}
+	if !slices.Contains(argv, "--rolling-update-pod-uid="+newUID) {
+		t.Fatalf("the real node's plugin runs without --rolling-update-pod-uid: %v", old.Argv)
+	}
+	logPath := filepath.Join(t.TempDir(), "second-plugin.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := exec.Command(argv[0], argv[1:]...)
+	second.Stdout, second.Stderr = logFile, logFile
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopSecond := func() {
+		if second.ProcessState == nil {
+			_ = second.Process.Signal(syscall.SIGTERM)
+			_ = second.Wait()
+		}
+	}
+	t.Cleanup(func() {
+		stopSecond()
+		if c := state.Component(name); c != nil {
+			if gone, _ := lab.Exited(*c); gone {
+				if _, err := lab.StartComponent(state, name); err != nil {
+					t.Errorf("restart %s: %v", name, err)
+				}
+			}
+		}
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			t.Logf("second plugin's log:\n%s", data)
+		}
+	})
+	// The kubelet logs when it connects to a plugin's DRA socket, which carries the pod UID.
+	connected := func(uid string, since int) func(context.Context) error {
+		return func(context.Context) error {
+			data, err := os.ReadFile(state.KubeletLog(node))
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(string(data[min(since, len(data)):]), "\n") {
+				if strings.Contains(line, `"Connection changed"`) && strings.Contains(line, "dra-"+uid+".sock") && strings.Contains(line, "connected=true") {
+					return nil
+				}
+			}
+			return fmt.Errorf("the kubelet has not connected to the plugin with pod UID %s yet", uid)
+		}
+	}
+	eventually(t, time.Minute, "the kubelet connects to the second plugin beside the first", connected(newUID, 0))
+	if err := lab.StopComponent(state, name); err != nil {
+		t.Fatal(err)
+	}
+
+	claim := claimOf(ns, "handover", "gpu.gpudra.dev", nil, "")
+	created, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := lab.RealNodePod(ns, "handover", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("handover")}})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := probeOutput(t, ns, "handover"); len(r.gpuNodes()) != 1 {
+		t.Fatalf("with only the second plugin running, the container got GPU device nodes %v", r.gpuNodes())
+	}
+	if data, _ := os.ReadFile(logPath); !strings.Contains(string(data), string(created.UID)) {
+		t.Errorf("the second plugin's log does not mention claim %s: it did not prepare it", created.UID)
+	}
+
+	// The first plugin comes back, the second goes: the first unprepares the claim.
+	logSoFar, _ := os.ReadFile(state.KubeletLog(node))
+	before := len(logSoFar)
+	restarted, err := lab.StartComponent(state, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uidFlag := ""
+	for _, a := range restarted.Argv {
+		if v, ok := strings.CutPrefix(a, "--rolling-update-pod-uid="); ok {
+			uidFlag = v
+		}
+	}
+	eventually(t, time.Minute, "the kubelet connects to the first plugin again", connected(uidFlag, before))
+	stopSecond()
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "handover", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the first plugin unprepares the claim the second prepared", func(ctx context.Context) error {
+		if specs := cdiSpecsMentioning(t, node, string(created.UID)); len(specs) > 0 {
+			return fmt.Errorf("CDI specs still name the claim: %v", specs)
+		}
+		got, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, "handover", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(got.Status.ReservedFor) > 0 {
+			return fmt.Errorf("claim still reserved for %v", got.Status.ReservedFor)
+		}
+		return nil
 	})
 }

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/deployments"
 )
 
 // Kueue runs out of cluster with its own internal certificate management. The API server
@@ -27,15 +29,6 @@ const (
 	kueuePrefix     = "kueue-"
 	kueueConfigKind = "config.kueue.x-k8s.io/v1beta2"
 )
-
-// KueueDeviceClassMappings are the logical resources Kueue counts for gpudra's DeviceClasses,
-// usable in ClusterQueue quotas.
-var KueueDeviceClassMappings = map[string]string{
-	"gpudra.dev/gpu":          "gpu.gpudra.dev",
-	"gpudra.dev/gpu-share":    "gpu-share.gpudra.dev",
-	"gpudra.dev/mig":          "mig.gpudra.dev",
-	"gpudra.dev/nvlink-group": "nvlink-group.gpudra.dev",
-}
 
 // kueueWebhookKept says which of Kueue's webhooks the lab serves: those of Kueue's own kinds
 // and of the integrations it enables (batch/Job). The pod webhook would intercept every Pod.
@@ -92,7 +85,11 @@ func (u *upper) startKueue(ctx context.Context) error {
 		return err
 	}
 	configFile := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(configFile, u.kueueConfig(certDir), 0o600); err != nil {
+	kcfg, err := u.kueueConfig(certDir)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(configFile, kcfg, 0o600); err != nil {
 		return err
 	}
 	kc, err := u.componentKubeconfig("kueue", kueueUser)
@@ -156,25 +153,28 @@ func copyKueueCerts(ctx context.Context, u *upper, certDir string) error {
 	return nil
 }
 
-func (u *upper) kueueConfig(certDir string) []byte {
-	var mappings []map[string]any
-	for _, name := range sortedKeys(KueueDeviceClassMappings) {
-		mappings = append(mappings, map[string]any{"name": name, "deviceClassNames": []string{KueueDeviceClassMappings[name]}})
+// kueueConfig is deployments/kueue/config/kueue-config.yaml (what gpudra asks of Kueue)
+// with the lab's own serving addresses and certificates.
+func (u *upper) kueueConfig(certDir string) ([]byte, error) {
+	cfg := map[string]any{}
+	if err := yaml.Unmarshal(deployments.KueueConfiguration, &cfg); err != nil {
+		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: %w", err)
 	}
-	cfg := map[string]any{
-		"apiVersion": kueueConfigKind, "kind": "Configuration",
-		"namespace":      kueueNamespace,
-		"health":         map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-health"))},
-		"metrics":        map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-metrics"))},
-		"webhook":        map[string]any{"host": "127.0.0.1", "port": u.port("kueue-webhook"), "certDir": certDir},
-		"leaderElection": map[string]any{"leaderElect": false},
-		"internalCertManagement": map[string]any{"enable": true,
-			"webhookServiceName": kueueService, "webhookSecretName": kueueSecret},
-		"integrations": map[string]any{"frameworks": []string{"batch/job"}},
-		// The visibility server wants a fixed /visibility folder; DRA quota is alpha in v0.17.
-		"featureGates": map[string]bool{"VisibilityOnDemand": false, "DynamicResourceAllocation": true},
-		"resources":    map[string]any{"deviceClassMappings": mappings},
+	if cfg["apiVersion"] != kueueConfigKind {
+		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: apiVersion %v, want %s", cfg["apiVersion"], kueueConfigKind)
 	}
-	data, _ := yaml.Marshal(cfg)
-	return data
+	cfg["namespace"] = kueueNamespace
+	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-health"))}
+	cfg["metrics"] = map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-metrics"))}
+	cfg["webhook"] = map[string]any{"host": "127.0.0.1", "port": u.port("kueue-webhook"), "certDir": certDir}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	cfg["internalCertManagement"] = map[string]any{"enable": true, "webhookServiceName": kueueService, "webhookSecretName": kueueSecret}
+	// The visibility server wants a fixed /visibility folder, which a lab does not have.
+	gates, _ := cfg["featureGates"].(map[string]any)
+	if gates == nil {
+		gates = map[string]any{}
+	}
+	gates["VisibilityOnDemand"] = false
+	cfg["featureGates"] = gates
+	return yaml.Marshal(cfg)
 }

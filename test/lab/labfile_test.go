@@ -11,11 +11,15 @@ func TestDefaultFileHasMixedProfilesAndTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := f.Nodes()
-	if len(nodes) != 8 {
-		t.Fatalf("default lab has %d nodes, want 8", len(nodes))
+	if len(nodes) != 9 {
+		t.Fatalf("default lab has %d nodes, want 8 simulated and 1 real", len(nodes))
 	}
 	perProfile := map[string]int{}
+	real := 0
 	for _, n := range nodes {
+		if n.Real {
+			real++
+		}
 		perProfile[n.Profile]++
 		l := n.Labels()
 		for _, k := range []string{LabelBlock, LabelRack, LabelToR, LabelHostname} {
@@ -34,6 +38,9 @@ func TestDefaultFileHasMixedProfilesAndTopology(t *testing.T) {
 	}
 	if !f.Kueue.Enabled {
 		t.Error("default lab should run Kueue")
+	}
+	if real != 1 {
+		t.Errorf("default lab has %d real nodes, want 1 (the demo shows a real container)", real)
 	}
 }
 

@@ -192,6 +192,11 @@ func (u *upper) startPlugins(ctx context.Context, binary string) error {
 	return nil
 }
 
+// PoolPublished says whether node's pool of ResourceSlices is complete, and if not, what is missing.
+func PoolPublished(ctx context.Context, cs kubernetes.Interface, node string) error {
+	return poolPublished(ctx, cs, node)
+}
+
 // poolPublished checks that node's pool is complete: all resourceSliceCount slices of its
 // newest generation exist.
 func poolPublished(ctx context.Context, cs kubernetes.Interface, node string) error {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
 )
 
@@ -342,9 +343,13 @@ registerWithTaints:
 		return err
 	}
 	argv := u.pluginArgv(plugin, n, pkc)
-	argv = setFlag(argv, "--plugin-data-dir", filepath.Join(kubeletRoot, "plugins", DriverName))
+	// Its DRA socket stays in <node>/plugin (a socket path must fit in 108 bytes, and with
+	// rolling updates its name carries the pod UID); the kubelet finds it through the
+	// registration in its plugin registry.
 	argv = setFlag(argv, "--registrar-dir", filepath.Join(kubeletRoot, "plugins_registry"))
-	argv = append(argv, "--driver-root="+p.driverRoot)
+	// As in a DaemonSet pod: a UID of its own, so that a second plugin (a rolling update)
+	// can register beside it.
+	argv = append(argv, "--driver-root="+p.driverRoot, "--rolling-update-pod-uid="+string(uuid.NewUUID()))
 	pc, err := u.start(name, argv, nil, map[string]int{"metrics": u.port("metrics-" + n.Name)})
 	if err != nil {
 		return err
@@ -439,9 +444,48 @@ func stopLab(s *State) error {
 	}
 	err = errors.Join(err, stopInTiers(s.Components))
 	for _, n := range real {
-		err = errors.Join(err, cleanRealNode(l, n.Name, realNodeIndex(s.Nodes, n.Name)))
+		idx := realNodeIndex(s.Nodes, n.Name)
+		err = errors.Join(err, cleanRealNode(l, n.Name, idx))
+		if left := realNodeLeftovers(l, n.Name, idx); len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("real node %s left behind: %s", n.Name, strings.Join(left, "; ")))
+		}
 	}
 	return err
+}
+
+// realNodeLeftovers lists what of a stopped real node is still in the kernel: mounts under
+// its folder, processes of its containerd (shims, containers in its cgroups), its cgroups
+// and its bridge. `lab down` fails while any is left, so the e2e suite notices a leak.
+func realNodeLeftovers(l Layout, node string, idx int) []string {
+	p := l.realNode(node)
+	var out []string
+	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if mp, _ := mountinfoFields(line); mp == p.dir || strings.HasPrefix(mp, p.dir+"/") {
+				out = append(out, "mount "+mp)
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), p.sock) {
+			out = append(out, "process "+filepath.Base(filepath.Dir(f))+" ("+strings.ReplaceAll(strings.TrimRight(string(data), "\x00"), "\x00", " ")+")")
+		}
+	}
+	for _, h := range cgroupHierarchies() {
+		if d := filepath.Join("/sys/fs/cgroup", h, cgroupRootName(node)); exists(d) {
+			out = append(out, "cgroup "+d)
+		}
+	}
+	if idx >= 0 && exists("/sys/class/net/"+bridgeName(idx)) {
+		out = append(out, "bridge "+bridgeName(idx))
+	}
+	return out
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // removeContainers deletes every container runc knows under the node's runc root.
@@ -593,6 +637,14 @@ func (s *State) RealNodeAvailable() (string, error) {
 	}
 	return "", errors.New("the lab file has no real node (a node with real: true)")
 }
+
+// KubeletRegistryDir is a real node's kubelet plugin registry.
+func (s *State) KubeletRegistryDir(node string) string {
+	return filepath.Join(Layout{s.Dir}.realNode(node).kubelet, "root", "plugins_registry")
+}
+
+// KubeletLog is the log of a real node's kubelet.
+func (s *State) KubeletLog(node string) string { return Layout{s.Dir}.Log(KubeletComponent(node)) }
 
 // PodLog returns what a container of a pod on a real node has written so far (stdout and
 // stderr, from the kubelet's container log; the newest run of the container). The kubelet
