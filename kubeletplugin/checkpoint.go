@@ -43,6 +43,8 @@ type PreparedClaim struct {
 	Name      string           `json:"name"`
 	State     ClaimState       `json:"state"`
 	Devices   []PreparedDevice `json:"devices"`
+	// MPS is the claim's MPS control daemon once started; nil when it has none.
+	MPS *MPSDaemon `json:"mps,omitempty"`
 }
 
 // PreparedDevice is one allocated device of a claim as prepared on this node.

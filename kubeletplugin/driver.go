@@ -34,6 +34,12 @@ type Config struct {
 	DriverRoot string
 	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
 	VGPULibrary string
+	// MPS starts and stops the per-claim MPS control daemons. nil: MPSProcess running
+	// <DriverRoot>/usr/bin/nvidia-cuda-mps-control. SimulatedMPS needs a simulated backend.
+	MPS MPSControl
+	// TimeSlicer sets the GPUs' time-slices. nil: NvidiaSMI running
+	// <DriverRoot>/usr/bin/nvidia-smi. SimulatedTimeSlicer needs a simulated backend.
+	TimeSlicer TimeSlicer
 	// BootIDPath overrides /proc/sys/kernel/random/boot_id (tests).
 	BootIDPath string
 	// Hook, when set, is called at each named point of prepare and unprepare (tests).
@@ -75,6 +81,14 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	pool, err := driver.Render(inv, cfg.Render)
 	if err != nil {
 		return nil, err
+	}
+	if !cfg.Backend.Simulated {
+		if _, ok := cfg.MPS.(SimulatedMPS); ok {
+			return nil, fmt.Errorf("simulated MPS control daemons need a simulated NVML backend, not %s", cfg.Backend.Name)
+		}
+		if _, ok := cfg.TimeSlicer.(*SimulatedTimeSlicer); ok {
+			return nil, fmt.Errorf("simulated time-slicing needs a simulated NVML backend, not %s", cfg.Backend.Name)
+		}
 	}
 	st, err := newStateFor(cfg, inv, pool, klog.FromContext(ctx))
 	if err != nil {

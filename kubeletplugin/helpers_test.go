@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/config"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -34,6 +37,10 @@ type node struct {
 	cfg     plugin.Config
 	alloc   *allocation.State
 	pool    *driver.Pool
+	// mps and timeSlices are the node's MPS daemons and GPU time-slices; like the
+	// simulated GPUs they outlive plugin restarts.
+	mps        *fakeMPS
+	timeSlices *fakeTimeSlicer
 }
 
 func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node {
@@ -52,7 +59,10 @@ func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node
 	if err := os.WriteFile(bootID, []byte("boot-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	mps, ts := &fakeMPS{running: map[string]plugin.MPSDaemon{}}, &fakeTimeSlicer{intervals: map[string]config.TimeSliceInterval{}}
 	cfg := plugin.Config{
+		MPS:           mps,
+		TimeSlicer:    ts,
 		NodeName:      nodeName,
 		Backend:       b,
 		CDIRoot:       filepath.Join(dir, "cdi"),
@@ -76,7 +86,91 @@ func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1))}
+	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1)), mps: mps, timeSlices: ts}
+}
+
+// fakeMPS is the node's MPS control daemons: the ones running, by pipe directory, and
+// every start.
+type fakeMPS struct {
+	mu      sync.Mutex
+	running map[string]plugin.MPSDaemon
+	started []plugin.MPSDaemon
+	stops   int
+	// failStart, when set, makes Start fail (a missing binary, a daemon that never answers).
+	failStart error
+}
+
+func (f *fakeMPS) Start(d plugin.MPSDaemon) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failStart != nil {
+		return 0, f.failStart
+	}
+	if _, ok := f.running[d.PipeDir]; ok {
+		return 0, fmt.Errorf("a daemon already listens in %s", d.PipeDir)
+	}
+	if err := os.MkdirAll(d.PipeDir, 0o750); err != nil {
+		return 0, err
+	}
+	f.running[d.PipeDir] = d
+	f.started = append(f.started, d)
+	return 1000 + len(f.started), nil
+}
+
+func (f *fakeMPS) Stop(pipeDir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.running[pipeDir]; ok {
+		f.stops++
+		delete(f.running, pipeDir)
+	}
+	return nil
+}
+
+func (f *fakeMPS) Running(pipeDir string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.running[pipeDir]
+	return ok, nil
+}
+
+// daemons are the running daemons, by pipe directory.
+func (f *fakeMPS) daemons() map[string]plugin.MPSDaemon {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.running)
+}
+
+// kill makes every daemon die (as with the plugin's container).
+func (f *fakeMPS) kill() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.running)
+}
+
+// fakeTimeSlicer is the node's GPUs' time-slices, by GPU UUID.
+type fakeTimeSlicer struct {
+	mu        sync.Mutex
+	intervals map[string]config.TimeSliceInterval
+	calls     int
+}
+
+func (f *fakeTimeSlicer) SetTimeSlice(gpu string, iv config.TimeSliceInterval) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.intervals[gpu] = iv
+	return nil
+}
+
+// interval is the GPU's interval: Default unless one was set.
+func (f *fakeTimeSlicer) interval(gpu string) config.TimeSliceInterval {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if iv, ok := f.intervals[gpu]; ok {
+		return iv
+	}
+	return config.IntervalDefault
 }
 
 // newDriver starts a plugin (as after a restart) with an optional hook.

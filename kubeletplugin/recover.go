@@ -14,8 +14,9 @@ import (
 // recover brings the node to a consistent state at start-up: a corrupt checkpoint is
 // set aside and rebuilt from the CDI specs; a checkpoint from another boot is dropped;
 // interrupted prepares are rolled back and interrupted unprepares finished; completed
-// claims get back a missing MIG instance or CDI spec; CDI specs and (with the dynamic
-// MIG strategy) MIG instances that no claim accounts for are removed.
+// claims get back a missing MIG instance, CDI spec or MPS control daemon; CDI specs, MPS
+// control daemons and (with the dynamic MIG strategy) MIG instances that no claim
+// accounts for are removed.
 func (s *state) recover() error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -63,7 +64,7 @@ func (s *state) recover() error {
 			errs = append(errs, s.rollback(pc))
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMIG(), s.save())
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.save())
 	return errors.Join(errs...)
 }
 
@@ -87,9 +88,12 @@ func (s *state) rebuild() *checkpointData {
 }
 
 // restore re-creates a completed claim's missing MIG instances and CDI spec (a
-// simulated GPU does not outlive the plugin; a spec directory may be a tmpfs).
+// simulated GPU does not outlive the plugin; a spec directory may be a tmpfs), restarts
+// its MPS control daemon when it is not running (daemons die with the plugin's
+// container) and sets its GPUs' time-slices again (a GPU reset forgets them).
 func (s *state) restore(pc *PreparedClaim) error {
 	rewrite := !s.specs.Exists(string(pc.UID))
+	migRecreated := false
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
 		if d.MIG == nil {
@@ -104,8 +108,14 @@ func (s *state) restore(pc *PreparedClaim) error {
 			if err := s.createMIG(d); err != nil {
 				return err
 			}
-			rewrite = true
+			rewrite, migRecreated = true, true
 		}
+	}
+	if err := s.applyTimeSlices(pc); err != nil {
+		return err
+	}
+	if err := s.restoreMPS(pc, migRecreated); err != nil {
+		return err
 	}
 	if rewrite {
 		return s.writeSpec(pc)

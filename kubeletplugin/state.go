@@ -34,35 +34,40 @@ const (
 	PointPrepareStarted     = "prepare-started"      // checkpoint says PrepareStarted
 	PointMIGInstanceCreated = "mig-instance-created" // GPU instance exists, compute instance not yet
 	PointMIGReady           = "mig-ready"            // GPU and compute instance exist
+	PointMPSStarted         = "mps-started"          // the claim's MPS control daemon runs, not yet recorded
 	PointCDIWritten         = "cdi-written"          // CDI spec on disk
 	PointPrepareCompleted   = "prepare-completed"    // checkpoint says PrepareCompleted
 	PointUnprepareStarted   = "unprepare-started"    // checkpoint says UnprepareStarted
 	PointCDIRemoved         = "cdi-removed"
+	PointMPSStopped         = "mps-stopped" // the claim's MPS control daemon (if any) is gone
 	PointMIGDestroyed       = "mig-destroyed"
 	PointUnprepareCompleted = "unprepare-completed" // claim gone from the checkpoint
 )
 
 // PreparePoints and UnpreparePoints list the hook points of each operation.
 var (
-	PreparePoints   = []string{PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady, PointCDIWritten, PointPrepareCompleted}
-	UnpreparePoints = []string{PointUnprepareStarted, PointCDIRemoved, PointMIGDestroyed, PointUnprepareCompleted}
+	PreparePoints   = []string{PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady, PointMPSStarted, PointCDIWritten, PointPrepareCompleted}
+	UnpreparePoints = []string{PointUnprepareStarted, PointCDIRemoved, PointMPSStopped, PointMIGDestroyed, PointUnprepareCompleted}
 )
 
-// state is the node's prepared claims: the checkpoint, the CDI specs and the MIG
-// instances, kept consistent under a node-wide lock (a mutex and a file lock, so that
-// two plugin instances during a rolling update never interleave).
+// state is the node's prepared claims: the checkpoint, the CDI specs, the MIG
+// instances, the MPS control daemons and the GPUs' time-slices, kept consistent under a
+// node-wide lock (a mutex and a file lock, so that two plugin instances during a
+// rolling update never interleave).
 type state struct {
-	mu       sync.Mutex
-	lockPath string
-	store    checkpointStore
-	cp       *checkpointData
-	bootID   string
-	specs    *cdi.Specs
-	planner  *planner
-	mig      migInstances
-	dynamic  bool // MIG strategy dynamic: the plugin owns MIG mode and instances
-	hook     Hook
-	logger   klog.Logger
+	mu         sync.Mutex
+	lockPath   string
+	store      checkpointStore
+	cp         *checkpointData
+	bootID     string
+	specs      *cdi.Specs
+	planner    *planner
+	mig        migInstances
+	dynamic    bool // MIG strategy dynamic: the plugin owns MIG mode and instances
+	mps        MPSControl
+	timeSlicer TimeSlicer
+	hook       Hook
+	logger     klog.Logger
 	// seen is the checkpoint file as this instance last wrote or read it.
 	seen os.FileInfo
 	// Corruptions counts corrupt checkpoints set aside.
@@ -149,6 +154,16 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 					return nil, err
 				}
 			}
+			// Its MPS control daemon may have died (with an earlier plugin container).
+			before := pc.MPS
+			if err := s.restoreMPS(pc, false); err != nil {
+				return nil, err
+			}
+			if pc.MPS != before {
+				if err := s.save(); err != nil {
+					return nil, err
+				}
+			}
 			return results(pc), nil
 		}
 		if err := s.rollback(pc); err != nil {
@@ -163,6 +178,9 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 		return nil, err
 	}
 	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareStarted, Devices: devs}
+	if err := s.checkTimeSlices(pc); err != nil {
+		return nil, err
+	}
 	s.cp.Claims[uid] = pc
 	if err := s.save(); err != nil {
 		delete(s.cp.Claims, uid)
@@ -201,7 +219,8 @@ func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
 	return nil
 }
 
-// realize creates the claim's MIG instances and directories and writes its CDI spec.
+// realize creates the claim's MIG instances and directories, sets its GPUs'
+// time-slices, starts its MPS control daemon and writes its CDI spec.
 func (s *state) realize(pc *PreparedClaim) error {
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
@@ -222,12 +241,18 @@ func (s *state) realize(pc *PreparedClaim) error {
 			return err
 		}
 	}
+	if err := s.applyTimeSlices(pc); err != nil {
+		return err
+	}
 	for _, d := range pc.Devices {
 		for _, dir := range claimDirs(d.CDI) {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return fmt.Errorf("creating %s: %w", dir, err)
 			}
 		}
+	}
+	if err := s.startMPS(pc); err != nil {
+		return err
 	}
 	if err := s.writeSpec(pc); err != nil {
 		return err
@@ -290,12 +315,20 @@ func (s *state) rollback(pc *PreparedClaim) error {
 	return s.save()
 }
 
-// teardown removes the claim's CDI spec, MIG instances and directories.
+// teardown removes the claim's CDI spec, MPS control daemon, MIG instances, time-slices
+// and directories.
 func (s *state) teardown(pc *PreparedClaim) error {
 	if err := s.specs.Remove(string(pc.UID)); err != nil {
 		return err
 	}
 	if err := s.hook.at(PointCDIRemoved); err != nil {
+		return err
+	}
+	if err := s.stopMPS(pc.UID); err != nil {
+		return err
+	}
+	pc.MPS = nil
+	if err := s.hook.at(PointMPSStopped); err != nil {
 		return err
 	}
 	for _, d := range pc.Devices {
@@ -306,6 +339,9 @@ func (s *state) teardown(pc *PreparedClaim) error {
 		}
 	}
 	if err := s.hook.at(PointMIGDestroyed); err != nil {
+		return err
+	}
+	if err := s.releaseTimeSlices(pc); err != nil {
 		return err
 	}
 	s.removeClaimDirs(pc.UID)
@@ -329,6 +365,9 @@ func (s *state) unprepare(uid types.UID) error {
 	}
 	pc := s.cp.Claims[uid]
 	if pc == nil {
+		if err := s.stopMPS(uid); err != nil {
+			return err
+		}
 		s.removeClaimDirs(uid)
 		return s.specs.Remove(string(uid))
 	}
@@ -367,16 +406,25 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		return nil, err
 	}
 	node := cdi.Node{DriverRoot: cfg.DriverRoot, VGPULibrary: cfg.VGPULibrary}
+	mps, timeSlicer := cfg.MPS, cfg.TimeSlicer
+	if mps == nil {
+		mps = MPSProcess{Binary: filepath.Join(node.DriverRoot, "usr/bin/nvidia-cuda-mps-control")}
+	}
+	if timeSlicer == nil {
+		timeSlicer = NvidiaSMI{Binary: filepath.Join(node.DriverRoot, "usr/bin/nvidia-smi")}
+	}
 	strategy := cfg.Render.MIG
 	return &state{
-		lockPath: filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
-		store:    checkpointStore{path: filepath.Join(cfg.CheckpointDir, CheckpointFile)},
-		bootID:   bootID,
-		specs:    specs,
-		planner:  newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
-		mig:      migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook},
-		dynamic:  strategy == driver.MIGDynamic,
-		hook:     cfg.Hook,
-		logger:   logger,
+		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
+		store:      checkpointStore{path: filepath.Join(cfg.CheckpointDir, CheckpointFile)},
+		bootID:     bootID,
+		specs:      specs,
+		planner:    newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
+		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook},
+		dynamic:    strategy == driver.MIGDynamic,
+		mps:        mps,
+		timeSlicer: timeSlicer,
+		hook:       cfg.Hook,
+		logger:     logger,
 	}, nil
 }

@@ -1,0 +1,236 @@
+package kubeletplugin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MPSPIDFile is the file in its pipe directory where an MPS control daemon writes its
+// process id; it goes away when the daemon stops.
+const MPSPIDFile = "nvidia-cuda-mps-control.pid"
+
+// MPSProcess runs the node's nvidia-cuda-mps-control: "-d" starts a daemon, commands
+// written to the program's stdin ("echo quit | nvidia-cuda-mps-control") talk to the
+// daemon of the CUDA_MPS_PIPE_DIRECTORY in its environment.
+type MPSProcess struct {
+	// Binary is the path of nvidia-cuda-mps-control (the driver installation's).
+	Binary string
+	// Timeout bounds the wait for a started daemon to answer and for a daemon told to
+	// quit to exit; 0 means 30 s.
+	Timeout time.Duration
+}
+
+var _ MPSControl = MPSProcess{}
+
+func (p MPSProcess) timeout() time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return 30 * time.Second
+}
+
+// env is the plugin's environment (LD_LIBRARY_PATH finds the driver's libraries) with
+// the daemon's directories and devices.
+func mpsEnv(pipeDir, logDir string, devices []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") && !strings.HasPrefix(kv, "CUDA_MPS_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
+	if logDir != "" {
+		env = append(env, "CUDA_MPS_LOG_DIRECTORY="+logDir)
+	}
+	if devices != nil {
+		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(devices, ","))
+	}
+	return env
+}
+
+// Start implements MPSControl.
+func (p MPSProcess) Start(d MPSDaemon) (int, error) {
+	if _, err := os.Stat(p.Binary); err != nil {
+		return 0, fmt.Errorf("MPS control daemon %s: %w (set --mps-control-daemon to its path under the driver root)", p.Binary, err)
+	}
+	for _, dir := range []string{d.PipeDir, d.LogDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return 0, fmt.Errorf("creating %s: %w", dir, err)
+		}
+	}
+	// The daemon forks away from "-d"; its output goes to a file, not a pipe that the
+	// daemon would keep open.
+	startLog := filepath.Join(d.LogDir, "gpudra-start.log")
+	out, err := os.Create(startLog)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.Binary, "-d")
+	cmd.Env = mpsEnv(d.PipeDir, d.LogDir, d.Devices)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s -d: %w: %s", p.Binary, err, tail(startLog))
+	}
+	pid, err := p.waitReady(d)
+	if err == nil {
+		err = p.applyLimits(d)
+	}
+	if err != nil {
+		return 0, errors.Join(err, p.Stop(d.PipeDir))
+	}
+	return pid, nil
+}
+
+// waitReady waits until the daemon has written its pid file and answers get_server_list.
+func (p MPSProcess) waitReady(d MPSDaemon) (int, error) {
+	deadline := time.Now().Add(p.timeout())
+	var last error
+	for {
+		if pid := p.pid(d.PipeDir); pid > 0 {
+			if _, last = p.control(d.PipeDir, "get_server_list"); last == nil {
+				return pid, nil
+			}
+		} else {
+			last = fmt.Errorf("no live daemon in %s", filepath.Join(d.PipeDir, MPSPIDFile))
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("MPS control daemon in %s not ready after %s: %w; its log: %s", d.PipeDir, p.timeout(), last, tail(filepath.Join(d.LogDir, "control.log")))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p MPSProcess) applyLimits(d MPSDaemon) error {
+	var cmds []string
+	if d.ActiveThreadPercent > 0 {
+		cmds = append(cmds, "set_default_active_thread_percentage "+strconv.Itoa(d.ActiveThreadPercent))
+	}
+	for k, mib := range d.PinnedMemoryMiB {
+		if mib > 0 {
+			cmds = append(cmds, fmt.Sprintf("set_default_device_pinned_mem_limit %d %dM", k, mib))
+		}
+	}
+	for _, c := range cmds {
+		if _, err := p.control(d.PipeDir, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// control sends one command to the daemon listening in pipeDir and returns its answer.
+func (p MPSProcess) control(pipeDir, command string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.Binary)
+	cmd.Env = mpsEnv(pipeDir, "", nil)
+	cmd.Stdin = strings.NewReader(command + "\n")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("echo %s | %s: %w: %s", command, p.Binary, err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
+
+// pid is the process id of the live daemon listening in pipeDir, 0 when there is none.
+// The pid file may be stale (a daemon killed with the plugin's container) and its pid
+// reused, so the process must be a live nvidia-cuda-mps-control, of this pipe
+// directory where its environment can be read.
+func (p MPSProcess) pid(pipeDir string) int {
+	raw, err := os.ReadFile(filepath.Join(pipeDir, MPSPIDFile))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	proc := filepath.Join("/proc", strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) S ...": a zombie has exited.
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || bytes.HasPrefix(stat[i+1:], []byte(" Z")) {
+		return 0
+	}
+	cmdline, err := os.ReadFile(filepath.Join(proc, "cmdline"))
+	if err != nil || !bytes.Contains(cmdline, []byte("nvidia-cuda-mps-control")) {
+		return 0
+	}
+	if environ, err := os.ReadFile(filepath.Join(proc, "environ")); err == nil &&
+		!bytes.Contains(append([]byte{0}, environ...), []byte("\x00CUDA_MPS_PIPE_DIRECTORY="+pipeDir+"\x00")) {
+		return 0
+	}
+	return pid
+}
+
+// Running implements MPSControl.
+func (p MPSProcess) Running(pipeDir string) (bool, error) {
+	return p.pid(pipeDir) > 0, nil
+}
+
+// Stop implements MPSControl: quit, then wait; a daemon that does not exit in time is
+// killed.
+func (p MPSProcess) Stop(pipeDir string) error {
+	pid := p.pid(pipeDir)
+	if pid == 0 {
+		return nil
+	}
+	_, quitErr := p.control(pipeDir, "quit")
+	if p.waitExit(pid, pipeDir, p.timeout()) {
+		return nil
+	}
+	_ = unix.Kill(pid, unix.SIGKILL)
+	if p.waitExit(pid, pipeDir, 5*time.Second) {
+		return nil
+	}
+	return fmt.Errorf("MPS control daemon %d in %s did not exit after quit (%v) and SIGKILL", pid, pipeDir, quitErr)
+}
+
+// waitExit waits until pid no longer is the daemon of pipeDir. A daemon orphaned to the
+// plugin (when the plugin is its container's first process) is reaped here.
+func (p MPSProcess) waitExit(pid int, pipeDir string, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if p.pid(pipeDir) != pid {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tail is the end of a log file, for error messages.
+func tail(path string) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	s := strings.TrimSpace(string(raw))
+	if len(s) > 500 {
+		s = "..." + s[len(s)-500:]
+	}
+	if s == "" {
+		return "(empty)"
+	}
+	return s
+}
