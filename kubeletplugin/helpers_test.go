@@ -89,6 +89,20 @@ func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node
 	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1)), mps: mps, timeSlices: ts}
 }
 
+// backendGPU is the UUID of the simulated GPU at index.
+func (n *node) backendGPU(index int) string {
+	n.t.Helper()
+	dev, ret := n.backend.NVML.DeviceGetHandleByIndex(index)
+	if ret != nvml.SUCCESS {
+		n.t.Fatalf("GPU %d: %v", index, ret)
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		n.t.Fatalf("GPU %d: %v", index, ret)
+	}
+	return uuid
+}
+
 // fakeMPS is the node's MPS control daemons: the ones running, by pipe directory, and
 // every start.
 type fakeMPS struct {

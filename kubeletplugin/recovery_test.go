@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gpudra/gpudra/driver/config"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -40,7 +41,8 @@ func run(t *testing.T, f func()) (crashed bool) {
 	return false
 }
 
-// assertClean checks that the node holds nothing for the claim.
+// assertClean checks that the node holds nothing for the claim: no MIG instance, CDI
+// spec or MPS control daemon, and every GPU at its default time-slice.
 func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 	t.Helper()
 	if got := n.migInstances(); len(got) != 0 {
@@ -48,6 +50,26 @@ func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 	}
 	if n.spec(c) != nil {
 		t.Error("leaked CDI spec")
+	}
+	if got := n.mps.daemons(); len(got) != 0 {
+		t.Errorf("leaked MPS control daemons %v", got)
+	}
+	for gpu, iv := range n.timeSlices.intervals {
+		if iv != config.IntervalDefault {
+			t.Errorf("GPU %s left at time-slice %s", gpu, iv)
+		}
+	}
+}
+
+// assertSharing checks the claim's MPS control daemons and GPU 2's time-slice.
+func assertSharing(t *testing.T, n *node, daemons int, slice config.TimeSliceInterval) {
+	t.Helper()
+	if got := n.mps.daemons(); len(got) != daemons {
+		t.Errorf("MPS control daemons %v, want %d", got, daemons)
+	}
+	uuid := n.backendGPU(2)
+	if got := n.timeSlices.interval(uuid); got != slice {
+		t.Errorf("GPU 2 time-slice %s, want %s", got, slice)
 	}
 }
 
@@ -70,10 +92,14 @@ func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
 	claims := []struct {
 		name, spec string
 		mig        bool
+		mps        int // MPS control daemons while prepared
+		slice      config.TimeSliceInterval
 	}{
-		{"mig", migClaim, true},
-		{"share", shareClaim("4Gi", "20", ""), false},
-		{"whole", wholeGPU, false},
+		{"mig", migClaim, true, 0, config.IntervalDefault},
+		{"share", shareClaim("4Gi", "20", ""), false, 1, config.IntervalDefault},
+		{"whole", wholeGPU, false, 0, config.IntervalDefault},
+		{"mps", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault},
+		{"timeslice", gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"), false, 0, config.IntervalLong},
 	}
 	exercised := 0
 	for _, cl := range claims {
@@ -90,12 +116,14 @@ func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
 				d := n.newDriver(nil)
 				if point == plugin.PointPrepareCompleted {
 					assertPrepared(t, n, c, cl.mig)
+					assertSharing(t, n, cl.mps, cl.slice)
 				} else {
 					assertClean(t, n, c)
 				}
 				// The kubelet retries the prepare, later unprepares.
 				first := mustPrepare(t, d, c)
 				assertPrepared(t, n, c, cl.mig)
+				assertSharing(t, n, cl.mps, cl.slice)
 				if again := mustPrepare(t, n.newDriver(nil), c); !reflect.DeepEqual(first, again) {
 					t.Errorf("prepare after restart %+v, want %+v", again, first)
 				}
@@ -112,6 +140,7 @@ func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
 				var reached bool
 				d := n.newDriver(crashAt(point, &reached))
 				mustPrepare(t, d, c)
+				assertSharing(t, n, cl.mps, cl.slice)
 				if !run(t, func() { _ = unprepare(t, d, c) }) {
 					t.Fatalf("unprepare never reached %s", point)
 				}
