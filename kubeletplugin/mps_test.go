@@ -46,12 +46,15 @@ func TestMPSClaimStartsOneDaemonWithItsDevicesAndLimits(t *testing.T) {
 	d := n.newDriver(nil)
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
-	mustPrepare(t, d, c) // idempotent: no second daemon
 	pipe, log := mpsMounts(t, n, c)
 	want := plugin.MPSDaemon{PipeDir: pipe, LogDir: log, Devices: []string{d.Inventory().GPU(2).UUID},
 		ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{20 << 10}}
 	if len(n.mps.started) != 1 || !reflect.DeepEqual(n.mps.started[0], want) {
 		t.Fatalf("daemons started %+v, want exactly %+v", n.mps.started, want)
+	}
+	mustPrepare(t, d, c) // idempotent: no second daemon
+	if len(n.mps.started) != 1 {
+		t.Fatalf("a second prepare started another daemon: %+v", n.mps.started)
 	}
 	if got := n.mps.daemons(); len(got) != 1 {
 		t.Fatalf("running daemons %v, want one", got)
@@ -120,6 +123,9 @@ func TestMPSDaemonThatDiedIsRestartedAndUnknownOneIsStopped(t *testing.T) {
 	d := n.newDriver(nil)
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
+	if len(n.mps.started) != 1 {
+		t.Fatalf("daemons started %+v, want one", n.mps.started)
+	}
 	first := n.mps.started[0]
 
 	n.mps.kill() // the plugin's container restarted, its daemons with it
