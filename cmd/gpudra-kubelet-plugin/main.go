@@ -35,6 +35,7 @@ type flags struct {
 	cdiRoot, checkpointDir, metricsAt string
 	driverRoot, vgpuLibrary           string
 	healthInjectionFile, podUID       string
+	mpsControl, nvidiaSMI             string
 }
 
 func newCommand() *cobra.Command {
@@ -57,6 +58,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
 	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory under which the GPU device files (/dev/nvidia*) are found; a fake root prepared by the lab with --nvml=sim:<profile>")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
+	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
+	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
@@ -110,6 +113,8 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("--health-injection-file needs a simulated backend (--nvml=sim:<profile>), not --nvml=%s", f.nvml)
 	}
 
+	mps, timeSlicer := sharingTools(f, backend.Simulated)
+
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -126,6 +131,8 @@ func run(ctx context.Context, f flags) error {
 		CheckpointDir:       f.checkpointDir,
 		DriverRoot:          f.driverRoot,
 		VGPULibrary:         f.vgpuLibrary,
+		MPS:                 mps,
+		TimeSlicer:          timeSlicer,
 		HealthInjectionFile: f.healthInjectionFile,
 	})
 	if err != nil {
@@ -145,4 +152,26 @@ func run(ctx context.Context, f flags) error {
 		return cause
 	}
 	return nil
+}
+
+// sharingTools are what starts MPS control daemons and sets time-slices: the driver's
+// own tools, or, with a simulated backend and no path given, simulations of them.
+func sharingTools(f flags, simulated bool) (plugin.MPSControl, plugin.TimeSlicer) {
+	var mps plugin.MPSControl = plugin.MPSProcess{Binary: f.mpsControl}
+	if f.mpsControl == "" {
+		mps = plugin.MPSProcess{Binary: filepath.Join(f.driverRoot, "usr/bin/nvidia-cuda-mps-control")}
+		if simulated {
+			klog.InfoS("Using SIMULATED MPS control daemons: a file in each claim's MPS pipe directory", "file", plugin.SimulatedMPSFile)
+			mps = plugin.SimulatedMPS{}
+		}
+	}
+	var ts plugin.TimeSlicer = plugin.NvidiaSMI{Binary: f.nvidiaSMI}
+	if f.nvidiaSMI == "" {
+		ts = plugin.NvidiaSMI{Binary: filepath.Join(f.driverRoot, "usr/bin/nvidia-smi")}
+		if simulated {
+			klog.InfoS("Using SIMULATED GPU time-slices (logged, not applied)")
+			ts = &plugin.SimulatedTimeSlicer{}
+		}
+	}
+	return mps, ts
 }

@@ -91,6 +91,12 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--vgpu-library") }) {
 		t.Errorf("args %v: --vgpu-library without kubeletPlugin.vgpuLibrary", c.Args)
 	}
+	// The driver's MPS and time-slice tools are run from the driver root as the container sees it.
+	for _, arg := range []string{"--mps-control-daemon=/driver-root/usr/bin/nvidia-cuda-mps-control", "--nvidia-smi=/driver-root/usr/bin/nvidia-smi"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
 	if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rollingUpdate = %+v, want maxSurge 1 and maxUnavailable 0 (the new plugin starts beside the old one)", ru)
@@ -123,6 +129,11 @@ func TestLabPoolsRunSimulatedProfiles(t *testing.T) {
 			if !slices.Contains(c.Args, arg) {
 				t.Errorf("%s: args %v lack %s", want.name, c.Args, arg)
 			}
+		}
+		if slices.ContainsFunc(c.Args, func(a string) bool {
+			return strings.HasPrefix(a, "--mps-control-daemon") || strings.HasPrefix(a, "--nvidia-smi")
+		}) {
+			t.Errorf("%s: args %v: a simulated pool simulates MPS daemons and time-slices, it gets no driver tools", want.name, c.Args)
 		}
 		if got := ds.Spec.Template.Spec.NodeSelector; len(got) != 1 || got["lab.gpudra.dev/profile"] != want.profile {
 			t.Errorf("%s: nodeSelector = %v", want.name, got)

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+func TestSharingToolsAreSimulatedOnlyOnSimulatedNodesWithoutPaths(t *testing.T) {
+	tests := []struct {
+		name      string
+		f         flags
+		simulated bool
+		wantMPS   plugin.MPSControl
+		wantTS    plugin.TimeSlicer
+	}{
+		{"real node: the driver root's tools", flags{driverRoot: "/run/nvidia/driver"}, false,
+			plugin.MPSProcess{Binary: "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/run/nvidia/driver/usr/bin/nvidia-smi"}},
+		{"real node: paths given", flags{driverRoot: "/", mpsControl: "/driver-root/usr/bin/nvidia-cuda-mps-control", nvidiaSMI: "/driver-root/usr/bin/nvidia-smi"}, false,
+			plugin.MPSProcess{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
+		{"simulated node: simulated tools", flags{driverRoot: "/tmp/root"}, true,
+			plugin.SimulatedMPS{}, &plugin.SimulatedTimeSlicer{}},
+		{"simulated node: a path given is used", flags{driverRoot: "/tmp/root", mpsControl: "/opt/fake-mps"}, true,
+			plugin.MPSProcess{Binary: "/opt/fake-mps"}, &plugin.SimulatedTimeSlicer{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mps, ts := sharingTools(tc.f, tc.simulated)
+			if !reflect.DeepEqual(mps, tc.wantMPS) {
+				t.Errorf("MPS control %#v, want %#v", mps, tc.wantMPS)
+			}
+			if !reflect.DeepEqual(ts, tc.wantTS) {
+				t.Errorf("time-slicer %#v, want %#v", ts, tc.wantTS)
+			}
+		})
+	}
+}
