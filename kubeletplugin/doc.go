@@ -3,10 +3,11 @@
 // for the kubelet, built on k8s.io/dynamic-resource-allocation/kubeletplugin.
 //
 // Preparing a claim resolves each allocated device (whole GPU, share, MIG, NVLink
-// group), applies its gpu.gpudra.dev/v1alpha1 configuration, creates MIG instances and
-// writes one CDI spec; a versioned, checksummed checkpoint (PrepareStarted /
+// group), applies its gpu.gpudra.dev/v1alpha1 configuration, creates MIG instances,
+// sets GPU time-slices (TimeSlicer), starts the claim's MPS control daemon (MPSControl)
+// and writes one CDI spec; a versioned, checksummed checkpoint (PrepareStarted /
 // PrepareCompleted / UnprepareStarted, node boot id) lets a restarted plugin roll back
-// or finish interrupted work, so no MIG instance or CDI spec leaks.
+// or finish interrupted work, so no MIG instance, MPS daemon or CDI spec leaks.
 //
 // Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
 // GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished
