@@ -8,7 +8,7 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller
 PKGS := ./...
 
-.PHONY: all build test unit e2e lint bench demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build test unit e2e lint bench bench-admission demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -49,3 +49,6 @@ lab-status:
 
 clean:
 	rm -rf bin
+
+bench-admission: build ## Kueue admission throughput with and without the gpudra check on 640 simulated nodes (starts its own lab)
+	go run ./test/bench/admission

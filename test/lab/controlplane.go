@@ -16,7 +16,7 @@ import (
 
 // featureGates are set on every Kubernetes component: gang scheduling (PodGroup) needs
 // GenericWorkload and the scheduling.k8s.io/v1beta1 API.
-const featureGates = "GenericWorkload=true"
+const featureGates = "GenericWorkload=true,WorkloadWithJob=true"
 
 // Identities of the lab's clients (client certificate subjects).
 const (

@@ -107,6 +107,12 @@ func (u *upper) startNodes(ctx context.Context) error {
 	})
 }
 
+// AddKwokNode creates a Node that the lab's kwok makes Ready and runs pods on, labelled with
+// n's topology, without a kubelet plugin (benchmarks publish its ResourceSlices themselves).
+func AddKwokNode(ctx context.Context, cs kubernetes.Interface, n Node) error {
+	return createNode(ctx, cs, nodeObject(n))
+}
+
 func createNode(ctx context.Context, cs kubernetes.Interface, node *corev1.Node) error {
 	status := node.Status
 	created, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
