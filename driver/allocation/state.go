@@ -157,6 +157,14 @@ func SortedDevices(r resourceapi.AllocationResult) []string {
 
 type classLister map[string]*resourceapi.DeviceClass
 
+func (c classLister) all() []*resourceapi.DeviceClass {
+	out := make([]*resourceapi.DeviceClass, 0, len(c))
+	for _, dc := range c {
+		out = append(out, dc)
+	}
+	return out
+}
+
 func (c classLister) List() ([]*resourceapi.DeviceClass, error) {
 	out := make([]*resourceapi.DeviceClass, 0, len(c))
 	for _, v := range c {
@@ -174,6 +182,11 @@ func (c classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 
 // Clone returns an independent copy: allocating on it leaves s unchanged. Slices and
 // classes are shared (they are read-only).
+// Empty is s with nothing allocated: the same devices and classes, all free.
+func (s *State) Empty() *State {
+	return New(s.classes.all(), s.slices)
+}
+
 func (s *State) Clone() *State {
 	c := *s
 	c.allocated = structured.AllocatedState{

@@ -125,6 +125,9 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 			break
 		}
 		if !placed {
+			if never := neverFits(ctx, st, net, set); never != nil {
+				return nil, nil, never
+			}
 			where := "the cluster"
 			if set.Required != "" {
 				where = "any single " + set.Required
@@ -146,6 +149,23 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 		}
 	}
 	return out, work, nil
+}
+
+// neverFits returns bad input when not even one pod of the set fits on any node of the
+// network with nothing allocated and no taints: waiting would not help (a pod asking for
+// more GPUs than any node has), so the workload is rejected rather than retried.
+func neverFits(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet) error {
+	domains, err := net.Domains(topology.LevelBlock)
+	if err != nil {
+		return nil
+	}
+	nodes := allNodes(domains)
+	node, _, err := placePod(ctx, st.Empty(), set, 0, nodes)
+	if err != nil || node != "" {
+		return nil
+	}
+	return fmt.Errorf("podSet %s: one pod's claims do not fit on any of the %d nodes even with all their devices free: "+
+		"it asks for more (or other) devices than a single node has", set.Name, len(nodes))
 }
 
 // fitsIgnoringTaints reports whether the pod set would fit in one of the domains if no

@@ -144,11 +144,11 @@ devices:
 			}
 		}
 	})
-	t.Run("more GPUs per pod than any node has", func(t *testing.T) {
+	t.Run("more GPUs per pod than any node has is bad input (rejected), not a retry", func(t *testing.T) {
 		st, net := cluster(t, 1, 2)
 		big := strings.Replace(tensorParallel4, "count: 4", "count: 8", 1)
 		_, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{{Name: "big", Count: 1, Claims: []resourceapi.ResourceClaimSpec{spec(t, big)}}})
-		if !gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "the cluster fits 0 of 1") {
+		if err == nil || gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "do not fit on any of the 2 nodes even with all their devices free") {
 			t.Fatalf("err = %v", err)
 		}
 	})
