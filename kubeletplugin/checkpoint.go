@@ -140,10 +140,14 @@ func (s checkpointStore) save(d *checkpointData) error {
 	if err != nil {
 		return err
 	}
-	raw, err := json.Marshal(checkpointFile{Version: CheckpointVersion, Checksum: checksum(data), Data: data})
-	if err != nil {
-		return err
-	}
+	// The file is checkpointFile as JSON. data is compact JSON already: spliced in, not
+	// marshaled again (json.Marshal would validate and compact all of it a second time).
+	raw := make([]byte, 0, len(data)+len(CheckpointVersion)+128)
+	raw = append(raw, `{"version":"`+CheckpointVersion+`","checksum":"`...)
+	raw = append(raw, checksum(data)...)
+	raw = append(raw, `","data":`...)
+	raw = append(raw, data...)
+	raw = append(raw, '}')
 	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".checkpoint-*.tmp")
 	if err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
