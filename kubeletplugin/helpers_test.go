@@ -32,7 +32,7 @@ const nodeName = "node-a"
 // node is one simulated GPU node whose GPUs outlive plugin restarts: each newDriver
 // starts a fresh plugin on the same directories and the same simulated GPUs.
 type node struct {
-	t       *testing.T
+	t       testing.TB
 	backend *driver.Backend
 	cfg     plugin.Config
 	alloc   *allocation.State
@@ -43,7 +43,7 @@ type node struct {
 	timeSlices *fakeTimeSlicer
 }
 
-func newNode(t *testing.T, profile string, mutate ...func(*plugin.Config)) *node {
+func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node {
 	t.Helper()
 	b, err := driver.OpenBackend("sim:"+profile, nodeName)
 	if err != nil {
@@ -230,7 +230,7 @@ func (n *node) allocate(specYAML string) *resourceapi.ResourceClaim {
 	return c
 }
 
-func prepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func prepare(t testing.TB, d *plugin.Driver, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	t.Helper()
 	out, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil {
@@ -239,7 +239,7 @@ func prepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) ([]ku
 	return out[c.UID].Devices, out[c.UID].Err
 }
 
-func mustPrepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) []kubeletplugin.Device {
+func mustPrepare(t testing.TB, d *plugin.Driver, c *resourceapi.ResourceClaim) []kubeletplugin.Device {
 	t.Helper()
 	devs, err := prepare(t, d, c)
 	if err != nil {
@@ -248,7 +248,7 @@ func mustPrepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) [
 	return devs
 }
 
-func unprepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) error {
+func unprepare(t testing.TB, d *plugin.Driver, c *resourceapi.ResourceClaim) error {
 	t.Helper()
 	out, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: c.UID}})
 	if err != nil {
@@ -260,7 +260,7 @@ func unprepare(t *testing.T, d *plugin.Driver, c *resourceapi.ResourceClaim) err
 // spec reads the claim's CDI spec from disk; nil when there is none.
 func (n *node) spec(c *resourceapi.ResourceClaim) *cdispec.Spec {
 	n.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(c.UID)+".json"))
+	raw, err := os.ReadFile(n.specPath(c.UID))
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -272,6 +272,11 @@ func (n *node) spec(c *resourceapi.ResourceClaim) *cdispec.Spec {
 		n.t.Fatal(err)
 	}
 	return &s
+}
+
+// specPath is where the claim's CDI spec is written.
+func (n *node) specPath(uid types.UID) string {
+	return filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(uid)+".json")
 }
 
 // specCount counts gpudra CDI specs on disk.
