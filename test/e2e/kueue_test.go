@@ -173,3 +173,59 @@ func workloadPending(ns, job string) func(context.Context) error {
 		return fmt.Errorf("no Kueue workload for job %s yet", job)
 	}
 }
+
+// TestQueueWithoutGPUQuotaSaysSo: a GPU Job sent to a queue whose ClusterQueue has no
+// gpudra.dev/gpu quota stays suspended, and its Workload names the missing resource.
+func TestQueueWithoutGPUQuotaSaysSo(t *testing.T) {
+	if !state.Kueue {
+		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
+	}
+	ap, err := lab.NewApplier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := lab.DecodeManifests([]byte(`apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: e2e-cpu-only}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: e2e-cpu-only}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors:
+    - name: e2e-cpu-only
+      resources:
+      - {name: cpu, nominalQuota: "8"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ap.Delete(context.Background(), cluster...) })
+	if err := ap.Apply(t.Context(), cluster...); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, "e2e-no-gpu-quota")
+	apply(t, `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: cpu-only, namespace: `+ns+`}
+spec: {clusterQueue: e2e-cpu-only}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: `+ns+`}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
+`)
+	createQueuedJob(t, ns, "wants-gpus", "cpu-only")
+	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu quota", workloadSays(ns, "wants-gpus", "gpudra.dev/gpu"))
+	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "wants-gpus", metav1.GetOptions{}); err != nil || !suspended(j) {
+		t.Fatalf("the Job is not held suspended (err %v)", err)
+	}
+}
