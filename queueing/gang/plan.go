@@ -160,7 +160,7 @@ func neverFits(ctx context.Context, st *allocation.State, net *topology.Network,
 		return nil
 	}
 	nodes := allNodes(domains)
-	node, _, err := placePod(ctx, st.Empty(), set, 0, nodes)
+	node, _, err := placePod(ctx, st.Empty(), set, 0, nodes, nil)
 	if err != nil || node != "" {
 		return nil
 	}
@@ -234,11 +234,14 @@ func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, 
 		best := 0 // most pods of this slice any group took, for the reason
 		for _, g := range groups {
 			trial := st.Clone()
+			// The pods of a set ask for the same claims and each one only adds allocations,
+			// so a node one pod did not fit on will not take a later one either.
+			full := map[string]bool{}
 			var sliceNodes []string
 			var sliceAllocs [][]resourceapi.AllocationResult
 			for i := range size {
 				pod := slice*size + i
-				node, allocs, err := placePod(ctx, trial, set, pod, g)
+				node, allocs, err := placePod(ctx, trial, set, pod, g, full)
 				if err != nil {
 					return nil, nil, 0, err
 				}
@@ -265,7 +268,8 @@ func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, 
 }
 
 // placePod puts one pod's claims on the first node that takes them all, committing them.
-func placePod(ctx context.Context, st *allocation.State, set PodSet, pod int, nodes []string) (string, []resourceapi.AllocationResult, error) {
+// Nodes in full are skipped; nodes the claims do not fit on are added to it (full may be nil).
+func placePod(ctx context.Context, st *allocation.State, set PodSet, pod int, nodes []string, full map[string]bool) (string, []resourceapi.AllocationResult, error) {
 	claims := make([]*resourceapi.ResourceClaim, len(set.Claims))
 	for k, spec := range set.Claims {
 		c := &resourceapi.ResourceClaim{Spec: *spec.DeepCopy()}
@@ -275,8 +279,14 @@ func placePod(ctx context.Context, st *allocation.State, set PodSet, pod int, no
 		claims[k] = c
 	}
 	for _, n := range nodes {
+		if full[n] {
+			continue
+		}
 		res, err := st.AllocateAndCommit(ctx, n, claims...)
 		if errors.Is(err, allocation.ErrUnsatisfiable) {
+			if full != nil {
+				full[n] = true
+			}
 			continue
 		}
 		if err != nil {

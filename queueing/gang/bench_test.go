@@ -1,0 +1,68 @@
+package gang_test
+
+import (
+	"fmt"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/queueing/gang"
+	"github.com/gpudra/gpudra/topology"
+)
+
+const oneGPU = `
+devices:
+  requests:
+  - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
+`
+
+// BenchmarkPlanRackGang640 is the admission check's planning for the admission benchmark's
+// shape (test/bench/admission): 10 racks × 64 DGX H100 nodes, gangs of 2, 4 and 8 one-GPU
+// pods kept in one rack, planned and committed one after another until a third of the GPUs
+// are taken (so later gangs walk past full nodes, as in a busy cluster).
+func BenchmarkPlanRackGang640(b *testing.B) {
+	var slices []*resourceapi.ResourceSlice
+	labels := map[string]map[string]string{}
+	for r := range 10 {
+		for n := range 64 {
+			name := fmt.Sprintf("r%02d-n%02d", r, n)
+			_, rs, err := driver.SimulatedSlices("dgx-h100", name, driver.RenderOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			slices = append(slices, rs...)
+			labels[name] = map[string]string{topology.LabelBlock: "b", topology.LabelRack: fmt.Sprintf("r%02d", r)}
+		}
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		b.Fatal(err)
+	}
+	net, err := topology.NetworkFromLabels(labels, topology.DefaultLabelKeys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	claim, err := allocation.ParseClaimSpec([]byte(oneGPU))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fresh := allocation.New(classes, slices)
+	st := fresh
+	used, sizes := 0, []int{2, 4, 8}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		size := sizes[i%len(sizes)]
+		set := gang.PodSet{Name: "workers", Count: size, Required: topology.LevelRack, Claims: []resourceapi.ResourceClaimSpec{claim}}
+		_, next, err := gang.Plan(b.Context(), st, net, nil, []gang.PodSet{set})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, used = next, used+size
+		if used > 640*8/3 {
+			st, used = fresh, 0
+		}
+	}
+}
