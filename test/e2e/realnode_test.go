@@ -433,3 +433,45 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRealNodeBadConfigShowsInPodEvents: a config the webhook cannot judge (an MPS pinned
+// memory limit above the allocated GPU's memory) is refused at prepare, and the pod's events
+// name the field, as the kubelet reports the plugin's error.
+func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
+	node := realNode(t)
+	ns := namespace(t, "real-node-bad-config")
+	ctx := t.Context()
+	c := claimOf(ns, "too-much-pinned", "gpu.gpudra.dev", nil, "")
+	c.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver: lab.DriverName,
+			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig",
+				"sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "4Ti"}}}`),
+		}},
+	}}
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the webhook should let this config through (it cannot know the GPU): %v", err)
+	}
+	pod := lab.RealNodePod(ns, "bad-config", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(c.Name)}})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the pod's events name the config field the plugin refused", func(ctx context.Context) error {
+		events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad-config"})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, "defaultPinnedDeviceMemoryLimit") && strings.Contains(e.Message, "exceeds the device's memory") {
+				return nil
+			}
+			seen = append(seen, e.Reason+": "+e.Message)
+		}
+		return fmt.Errorf("no event names the field yet: %v", seen)
+	})
+	if p, err := client.CoreV1().Pods(ns).Get(ctx, "bad-config", metav1.GetOptions{}); err == nil && p.Status.Phase == corev1.PodRunning {
+		t.Errorf("the pod runs although its config was refused at prepare")
+	}
+}
