@@ -224,7 +224,7 @@ spec:
       - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
 `)
 	createQueuedJob(t, ns, "wants-gpus", "cpu-only")
-	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu quota", workloadSays(ns, "wants-gpus", "gpudra.dev/gpu"))
+	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu quota", workloadSays(ns, "wants-gpus", "resource gpudra.dev/gpu unavailable in ClusterQueue"))
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "wants-gpus", metav1.GetOptions{}); err != nil || !suspended(j) {
 		t.Fatalf("the Job is not held suspended (err %v)", err)
 	}
