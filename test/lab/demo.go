@@ -175,7 +175,7 @@ func demoRealNode(ctx context.Context, out io.Writer, cs kubernetes.Interface, s
 		printPending(ctx, out, cs)
 		return fmt.Errorf("the pod on real node %s did not report after %s (kubelet log: %s)", node, timeout, Layout{s.Dir}.Log(KubeletComponent(node)))
 	}
-	fmt.Fprintf(out, "  pod %s/%s: the container sees\n%s", DemoNamespace, demoRealNodePod, indent(strings.TrimSuffix(strings.TrimSpace(log), "probe-report-done"), "    "))
+	fmt.Fprintf(out, "  pod %s/%s: the container sees\n%s", DemoNamespace, demoRealNodePod, indent(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(log), "probe-report-done")), "    "))
 	fmt.Fprintln(out)
 	return nil
 }
