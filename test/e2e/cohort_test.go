@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/gpudra/gpudra/test/lab"
 )
 
 // TestBorrowedGPUsAreReclaimed: two teams share a cohort with 16 GPUs each. Team A's gang of
@@ -13,14 +10,7 @@ import (
 // reclaims B's nominal quota by preempting A's gang as a whole, and B's gang runs.
 func TestBorrowedGPUsAreReclaimed(t *testing.T) {
 	requireTrainingBlock(t)
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := lab.DecodeManifests([]byte(clusterQueue("e2e-team-a", true, 64, 16) + "---\n" + clusterQueue("e2e-team-b", true, 64, 16)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := decode(t, clusterQueue("e2e-team-a", true, 64, 16)+"---\n"+clusterQueue("e2e-team-b", true, 64, 16))
 	// Borrowing is per flavor: both teams' quota must be of one flavor (team A's).
 	shared := objs[:0]
 	for _, o := range objs {
@@ -36,11 +26,7 @@ func TestBorrowedGPUsAreReclaimed(t *testing.T) {
 		}
 		shared = append(shared, o)
 	}
-	objs = shared
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), objs...) })
-	if err := ap.Apply(t.Context(), objs...); err != nil {
-		t.Fatal(err)
-	}
+	applyForTest(t, shared...)
 	ns := namespace(t, "e2e-cohort")
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -175,19 +175,8 @@ func TestGangAdmissionByRack(t *testing.T) {
 		t.Skip("this lab runs without Kueue")
 	}
 	const queue = "e2e-gangs"
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := lab.DecodeManifests([]byte(clusterQueue(queue, true, 64, 64)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), cluster...) })
+	applyForTest(t, decode(t, clusterQueue(queue, true, 64, 64))...)
 	ns := namespace(t, "e2e-gangs")
-	if err := ap.Apply(t.Context(), cluster...); err != nil {
-		t.Fatal(err)
-	}
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue

@@ -97,6 +97,34 @@ func apply(t *testing.T, manifests string) []*unstructured.Unstructured {
 	return objs
 }
 
+// decode decodes YAML documents for a test that changes them before applyForTest.
+func decode(t *testing.T, manifests string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := lab.DecodeManifests([]byte(manifests))
+	if err != nil {
+		t.Fatalf("decode manifests: %v", err)
+	}
+	return objs
+}
+
+// applyForTest applies objects that outlive namespaces (Kueue ClusterQueues, flavors,
+// priority classes) and deletes them when the test ends.
+func applyForTest(t *testing.T, objs ...*unstructured.Unstructured) {
+	t.Helper()
+	ap, err := lab.NewApplier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ap.Delete(context.Background(), objs...); err != nil {
+			t.Errorf("clean up: %v", err)
+		}
+	})
+	if err := ap.Apply(t.Context(), objs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // podRunning is a condition: the pod exists and runs.
 func podRunning(ns, name string) func(context.Context) error {
 	return func(ctx context.Context) error {

@@ -30,38 +30,14 @@ func TestKueueAdmitsGPUJobsWithinQuota(t *testing.T) {
 		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
 	}
 	const queue = "e2e-gpus"
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := lab.DecodeManifests([]byte(clusterQueue(queue, false, 8, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := ap.Delete(context.Background(), cluster...); err != nil {
-			t.Errorf("clean up Kueue objects: %v", err)
-		}
-	})
+	applyForTest(t, decode(t, clusterQueue(queue, false, 8, 2))...)
 	ns := namespace(t, "e2e-kueue")
-	if err := ap.Apply(t.Context(), cluster...); err != nil {
-		t.Fatal(err)
-	}
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: team-a, namespace: `+ns+`}
 spec: {clusterQueue: `+queue+`}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: one-gpu, namespace: `+ns+`}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
-`)
+`+oneGPUTemplate(ns))
 
 	first := createQueuedJob(t, ns, "first", "team-a")
 	if !suspended(first) {
@@ -83,6 +59,22 @@ spec:
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Minute, "the second Job is admitted and runs once the first is gone", jobRuns(ns, "second", 2))
+}
+
+// oneGPUTemplate is the claim template createQueuedJob's workers use: one whole GPU, which
+// Kueue counts as gpudra.dev/gpu. It starts a new YAML document.
+func oneGPUTemplate(ns string) string {
+	return `
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: ` + ns + `}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
+`
 }
 
 func createQueuedJob(t *testing.T, ns, name, queue string) *unstructured.Unstructured {
@@ -180,11 +172,7 @@ func TestQueueWithoutGPUQuotaSaysSo(t *testing.T) {
 	if !state.Kueue {
 		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
 	}
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := lab.DecodeManifests([]byte(`apiVersion: kueue.x-k8s.io/v1beta2
+	applyForTest(t, decode(t, `apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor
 metadata: {name: e2e-cpu-only}
 ---
@@ -199,30 +187,14 @@ spec:
     - name: e2e-cpu-only
       resources:
       - {name: cpu, nominalQuota: "8"}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), cluster...) })
-	if err := ap.Apply(t.Context(), cluster...); err != nil {
-		t.Fatal(err)
-	}
+`)...)
 	ns := namespace(t, "e2e-no-gpu-quota")
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: cpu-only, namespace: `+ns+`}
 spec: {clusterQueue: e2e-cpu-only}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: one-gpu, namespace: `+ns+`}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
-`)
+`+oneGPUTemplate(ns))
 	createQueuedJob(t, ns, "wants-gpus", "cpu-only")
 	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu quota", workloadSays(ns, "wants-gpus", "resource gpudra.dev/gpu unavailable in ClusterQueue"))
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "wants-gpus", metav1.GetOptions{}); err != nil || !suspended(j) {

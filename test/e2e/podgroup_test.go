@@ -167,18 +167,7 @@ func TestGangJobBindsAllOrNothing(t *testing.T) {
 // binds all of it together.
 func TestKueueGangJobUsesPodGroup(t *testing.T) {
 	requireTrainingBlock(t)
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queues, err := lab.DecodeManifests([]byte(clusterQueue("e2e-podgroup", true, 64, 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), queues...) })
-	if err := ap.Apply(t.Context(), queues...); err != nil {
-		t.Fatal(err)
-	}
+	applyForTest(t, decode(t, clusterQueue("e2e-podgroup", true, 64, 32))...)
 	ns := namespace(t, "e2e-podgroup-kueue")
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2

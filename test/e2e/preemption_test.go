@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/gpudra/gpudra/test/lab"
 )
 
 // TestHigherPriorityPreemptsAWholeGang: a low-priority gang holds the training block's 32
@@ -14,11 +11,7 @@ import (
 func TestHigherPriorityPreemptsAWholeGang(t *testing.T) {
 	requireTrainingBlock(t)
 	const queue = "e2e-prio"
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := lab.DecodeManifests([]byte(clusterQueue(queue, true, 64, 32) + `---
+	objs := decode(t, clusterQueue(queue, true, 64, 32)+`---
 apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
 metadata: {name: e2e-research}
@@ -28,20 +21,14 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: WorkloadPriorityClass
 metadata: {name: e2e-production}
 value: 1000
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	// Preempt lower priority inside the queue.
 	for _, o := range objs {
 		if o.GetKind() == "ClusterQueue" {
 			o.Object["spec"].(map[string]any)["preemption"] = map[string]any{"withinClusterQueue": "LowerPriority"}
 		}
 	}
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), objs...) })
-	if err := ap.Apply(t.Context(), objs...); err != nil {
-		t.Fatal(err)
-	}
+	applyForTest(t, objs...)
 	ns := namespace(t, "e2e-prio")
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -475,3 +475,39 @@ func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
 		t.Errorf("the pod runs although its config was refused at prepare")
 	}
 }
+
+// TestRealNodeRunsTheGpudraImage: the gpudra image the lab builds (the Helm chart's default
+// image name; binaries with the C libraries they load) runs in a real container: its CLI
+// renders a simulated node there.
+func TestRealNodeRunsTheGpudraImage(t *testing.T) {
+	node := realNode(t)
+	ns := namespace(t, "real-node-image")
+	pod := lab.RealNodePod(ns, "inspect", node, nil)
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Name = "gpudra"
+	pod.Spec.Containers[0].Image = lab.GpudraImage
+	pod.Spec.Containers[0].Command = []string{"gpudra", "inspect", "--nvml=sim:l40s-pcie", "--node-name=in-a-container"}
+	if _, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	eventually(t, 2*time.Minute, "gpudra inspect runs to completion in the gpudra image", func(ctx context.Context) error {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "inspect", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		out, _ = lab.PodLog(state, node, ns, "inspect", "gpudra")
+		switch p.Status.Phase {
+		case corev1.PodSucceeded:
+			return nil
+		case corev1.PodFailed:
+			t.Fatalf("gpudra inspect failed in the image:\n%s", out)
+		}
+		return fmt.Errorf("pod is %s%s", p.Status.Phase, schedulingMessage(p))
+	})
+	for _, want := range []string{"L40S", "in-a-container"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("gpudra inspect in the image did not print %q:\n%s", want, out)
+		}
+	}
+}

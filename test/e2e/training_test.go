@@ -21,18 +21,7 @@ import (
 // pipeline must; without, it is left to chance.
 func TestThreeDParallelJob(t *testing.T) {
 	requireTrainingBlock(t)
-	ap, err := lab.NewApplier(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	queues, err := lab.DecodeManifests([]byte(clusterQueue("e2e-3d", true, 64, 32) + "---\n" + clusterQueue("e2e-3d-default", false, 64, 32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ap.Delete(context.Background(), queues...) })
-	if err := ap.Apply(t.Context(), queues...); err != nil {
-		t.Fatal(err)
-	}
+	applyForTest(t, decode(t, clusterQueue("e2e-3d", true, 64, 32)+"---\n"+clusterQueue("e2e-3d-default", false, 64, 32))...)
 	ns := namespace(t, "e2e-3d")
 	apply(t, `
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -49,16 +50,102 @@ func buildImages(ctx context.Context, progress io.Writer, repo, out string) erro
 	if err != nil {
 		return err
 	}
-	return writeImageArchive(out, program, map[string][]string{
-		PauseImage: {"/probe", "pause"},
-		ProbeImage: {"/probe", "report"},
+	files := []layerFile{{Path: "probe", Mode: 0o755, Data: program}}
+	return writeImageArchive(out, files, map[string]ocispec.ImageConfig{
+		PauseImage: {Entrypoint: []string{"/probe", "pause"}, Env: []string{"PATH=/"}},
+		ProbeImage: {Entrypoint: []string{"/probe", "report"}, Env: []string{"PATH=/"}},
 	})
 }
 
+// GpudraImage is the name the lab gives the gpudra image it builds: the Helm chart's default
+// (ghcr.io/gpudra/gpudra:<appVersion>), so that the chart's pods find it without a registry.
+const GpudraImage = "ghcr.io/gpudra/gpudra:0.1.0"
+
+// gpudraBinaries are the programs of the gpudra image, in /usr/bin.
+var gpudraBinaries = []string{"gpudra", "gpudra-kubelet-plugin", "gpudra-controller"}
+
+// gpudraLibraries are the C libraries the image carries besides the binaries' own (ldd): the
+// glibc parts NVIDIA's libnvidia-ml.so, loaded from the host's driver root, links against.
+var gpudraLibraries = []string{"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+
+// BuildGpudraImage builds gpudra's binaries (with cgo: go-nvml loads libnvidia-ml.so with
+// dlopen) and writes the gpudra image — the binaries in /usr/bin and the C libraries they need
+// from this machine — as an OCI image layout archive at out, named GpudraImage.
+func BuildGpudraImage(ctx context.Context, progress io.Writer, repo, out string) error {
+	dir, err := os.MkdirTemp("", "gpudra-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	var files []layerFile
+	libs := map[string]bool{}
+	for _, name := range gpudraBinaries {
+		bin := filepath.Join(dir, name)
+		if err := buildBinary(ctx, progress, repo, bin); err != nil {
+			return err
+		}
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			return err
+		}
+		files = append(files, layerFile{Path: "usr/bin/" + name, Mode: 0o755, Data: data})
+		deps, err := sharedLibraries(bin)
+		if err != nil {
+			return err
+		}
+		for _, l := range deps {
+			libs[l] = true
+		}
+	}
+	for l := range libs {
+		for _, extra := range gpudraLibraries {
+			if p := filepath.Join(filepath.Dir(l), extra); exists(p) {
+				libs[p] = true
+			}
+		}
+	}
+	for _, l := range slices.Sorted(maps.Keys(libs)) {
+		data, err := os.ReadFile(l) // follows the link to the library itself
+		if err != nil {
+			return fmt.Errorf("gpudra image: %w", err)
+		}
+		files = append(files, layerFile{Path: strings.TrimPrefix(l, "/"), Mode: 0o755, Data: data})
+	}
+	return writeImageArchive(out, files, map[string]ocispec.ImageConfig{
+		GpudraImage: {Env: []string{"PATH=/usr/bin:/bin"}, Cmd: []string{"gpudra", "--help"}},
+	})
+}
+
+// sharedLibraries lists the absolute paths of the shared libraries ldd says bin loads.
+func sharedLibraries(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0]) // the dynamic loader
+		}
+	}
+	return libs, nil
+}
+
+// layerFile is a regular file of an image layer; its folders are made as needed.
+type layerFile struct {
+	Path string // relative to the image's root
+	Mode int64
+	Data []byte
+}
+
 // writeImageArchive writes an OCI image layout archive holding one single-layer image per
-// name, each running program (at /probe) with its entrypoint.
-func writeImageArchive(out string, program []byte, entrypoints map[string][]string) error {
-	layer, diffID, err := rootfsLayer(program)
+// name (all sharing the layer with files), each with its config.
+func writeImageArchive(out string, files []layerFile, configs map[string]ocispec.ImageConfig) error {
+	layer, diffID, err := rootfsLayer(files)
 	if err != nil {
 		return err
 	}
@@ -72,11 +159,11 @@ func writeImageArchive(out string, program []byte, entrypoints map[string][]stri
 	platform := ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
 	index := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex}
 	created := time.Unix(0, 0).UTC()
-	for _, name := range slices.Sorted(maps.Keys(entrypoints)) {
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
 		cfg, err := json.Marshal(ocispec.Image{
 			Created:  &created,
 			Platform: platform,
-			Config:   ocispec.ImageConfig{Entrypoint: entrypoints[name], Env: []string{"PATH=/"}},
+			Config:   configs[name],
 			RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
 		})
 		if err != nil {
@@ -129,22 +216,31 @@ func writeImageArchive(out string, program []byte, entrypoints map[string][]stri
 	return err
 }
 
-// rootfsLayer is the images' only layer: /probe and the folders a container runtime mounts
-// over. It returns the gzipped layer and the digest of its uncompressed tar (the diff ID).
-func rootfsLayer(program []byte) ([]byte, digest.Digest, error) {
+// rootfsLayer is an image's only layer: the files, their folders, and the folders a
+// container runtime mounts over. It returns the gzipped layer and the digest of its
+// uncompressed tar (the diff ID).
+func rootfsLayer(files []layerFile) ([]byte, digest.Digest, error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	mtime := time.Unix(0, 0)
-	for _, dir := range []string{"dev", "proc", "sys", "etc", "tmp", "run", "var"} {
+	dirs := map[string]bool{"dev": true, "proc": true, "sys": true, "etc": true, "tmp": true, "run": true, "var": true}
+	for _, f := range files {
+		for d := filepath.Dir(f.Path); d != "." && d != "/"; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for _, dir := range slices.Sorted(maps.Keys(dirs)) { // parents sort before children
 		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: mtime}); err != nil {
 			return nil, "", err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: "probe", Mode: 0o755, Size: int64(len(program)), Typeflag: tar.TypeReg, ModTime: mtime}); err != nil {
-		return nil, "", err
-	}
-	if _, err := tw.Write(program); err != nil {
-		return nil, "", err
+	for _, f := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: f.Path, Mode: f.Mode, Size: int64(len(f.Data)), Typeflag: tar.TypeReg, ModTime: mtime}); err != nil {
+			return nil, "", err
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return nil, "", err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, "", err

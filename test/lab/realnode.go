@@ -183,15 +183,19 @@ func (u *upper) startRealNodes(ctx context.Context, plugin string) error {
 	if err := buildImages(ctx, u.out, u.opts.Repo, images); err != nil {
 		return err
 	}
+	gpudra := filepath.Join(u.layout.BinDir(), "gpudra-image.tar")
+	if err := BuildGpudraImage(ctx, u.out, u.opts.Repo, gpudra); err != nil {
+		return err
+	}
 	for _, n := range u.state.RealNodes() {
-		if err := u.startRealNode(ctx, n, plugin, images); err != nil {
+		if err := u.startRealNode(ctx, n, plugin, []string{images, gpudra}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (u *upper) startRealNode(ctx context.Context, n Node, plugin, images string) error {
+func (u *upper) startRealNode(ctx context.Context, n Node, plugin string, images []string) error {
 	p := u.layout.realNode(n.Name)
 	kubeletRoot := filepath.Join(p.kubelet, "root")
 	for _, d := range []string{p.containerd, p.runcRoot, kubeletRoot, p.cdi, p.cniConf, p.cniData,
@@ -272,8 +276,10 @@ state = %q
 	}); err != nil {
 		return err
 	}
-	if out, err := ctr(ctx, "images", "import", "--platform=linux/"+runtime.GOARCH, images); err != nil {
-		return &ComponentError{Component: ContainerdComponent(n.Name), Log: cd.Log, Err: fmt.Errorf("import the lab images: %v: %s", err, out)}
+	for _, archive := range images {
+		if out, err := ctr(ctx, "images", "import", "--platform=linux/"+runtime.GOARCH, archive); err != nil {
+			return &ComponentError{Component: ContainerdComponent(n.Name), Log: cd.Log, Err: fmt.Errorf("import %s: %v: %s", archive, err, out)}
+		}
 	}
 
 	// kubelet: cgroup v1 is accepted (failCgroupV1: false) since many machines still have it.
