@@ -465,12 +465,9 @@ func stopLab(s *State) error {
 func realNodeLeftovers(l Layout, node string, idx int) []string {
 	p := l.realNode(node)
 	var out []string
-	if data, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if mp, _ := mountinfoFields(line); mp == p.dir || strings.HasPrefix(mp, p.dir+"/") {
-				out = append(out, "mount "+mp)
-			}
-		}
+	mps, _ := mountsUnder(p.dir)
+	for _, mp := range mps {
+		out = append(out, "mount "+mp)
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, f := range procs {
@@ -563,34 +560,54 @@ func cleanRealNode(l Layout, node string, idx int) error {
 // killShims kills containerd shims still serving the containerd at sock (containerd does not
 // stop them on exit; they normally exit when their last container is deleted).
 func killShims(sock string) {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range procs {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			continue
+	shims := func() []int {
+		var pids []int
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range procs {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
+			if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") || !slices.Contains(args, sock) {
+				continue
+			}
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+				pids = append(pids, pid)
+			}
 		}
-		args := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-		if len(args) == 0 || !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") || !slices.Contains(args, sock) {
-			continue
-		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		return pids
+	}
+	for _, pid := range shims() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// Wait for them to be gone (a killed process lingers a moment), so that the leftover
+	// check after this does not see one on its way out.
+	for i := 0; i < 50 && len(shims()) > 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var mps []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if mp, _ := mountinfoFields(line); mp == dir || strings.HasPrefix(mp, dir+"/") {
+			mps = append(mps, mp)
 		}
 	}
+	return mps, nil
 }
 
 // unmountUnder detaches every mount at or below dir, deepest first.
 func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mps, err := mountsUnder(dir)
 	if err != nil {
 		return err
-	}
-	var mps []string
-	for _, line := range strings.Split(string(data), "\n") {
-		mp, _ := mountinfoFields(line)
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mps = append(mps, mp)
-		}
 	}
 	slices.SortFunc(mps, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
 	var errs []error
