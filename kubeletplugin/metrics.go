@@ -100,8 +100,8 @@ func (m *metrics) published(pool *driver.Pool) {
 }
 
 func deviceType(d resourceapi.Device) string {
-	if a, ok := d.Attributes[driver.AttrType]; ok && a.StringValue != nil {
-		return *a.StringValue
+	if t := driver.DeviceType(d); t != "" {
+		return t
 	}
 	return "unknown"
 }
