@@ -446,7 +446,7 @@ func stopLab(s *State) error {
 	err := stopProcesses(kubelets, 20*time.Second)
 	l := Layout{s.Dir}
 	for _, n := range real {
-		removeContainers(s, l.realNode(n.Name))
+		removeContainers(s, n.Name)
 	}
 	err = errors.Join(err, stopInTiers(s.Components))
 	for _, n := range real {
@@ -491,13 +491,15 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// removeContainers deletes every container runc knows under the node's runc root.
-func removeContainers(s *State, p realNodePaths) {
-	runc := realNodeRunc(s)
-	if runc == "" {
+// removeContainers deletes every container runc knows under the node's runc root. runc is
+// the toolchain's, beside the node's containerd.
+func removeContainers(s *State, node string) {
+	cd := s.Component(ContainerdComponent(node))
+	if cd == nil || len(cd.Argv) == 0 {
 		return
 	}
-	roots, _ := filepath.Glob(filepath.Join(p.runcRoot, "*"))
+	runc := filepath.Join(filepath.Dir(cd.Argv[0]), "runc")
+	roots, _ := filepath.Glob(filepath.Join(Layout{s.Dir}.realNode(node).runcRoot, "*"))
 	for _, root := range roots {
 		out, err := exec.Command(runc, "--root", root, "list", "-q").Output()
 		if err != nil {
@@ -509,24 +511,6 @@ func removeContainers(s *State, p realNodePaths) {
 			}
 		}
 	}
-}
-
-// realNodeRunc finds the runc binary a real node's containerd config names.
-func realNodeRunc(s *State) string {
-	for _, n := range s.RealNodes() {
-		data, err := os.ReadFile(filepath.Join(Layout{s.Dir}.realNode(n.Name).containerd, "config.toml"))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "BinaryName = "); ok {
-				if r, err := strconv.Unquote(v); err == nil {
-					return r
-				}
-			}
-		}
-	}
-	return ""
 }
 
 // cleanRealNode removes what a stopped real node leaves outside its processes.
