@@ -1,9 +1,6 @@
 package kubeletplugin_test
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -13,7 +10,7 @@ import (
 )
 
 func TestConcurrentPrepareAndUnprepareKeepTheCheckpointConsistent(t *testing.T) {
-	const claims = 200
+	const claims = 1000
 	n := newNode(t, "dgx-h100")
 	d := n.newDriver(nil)
 	all := make([]*resourceapi.ResourceClaim, claims)
@@ -36,6 +33,11 @@ func TestConcurrentPrepareAndUnprepareKeepTheCheckpointConsistent(t *testing.T) 
 	if got := checkpointClaims(t, n); got != claims {
 		t.Errorf("%d checkpoint entries after preparing %d claims", got, claims)
 	}
+	// The journal outgrew the checkpoint file while claims were prepared concurrently:
+	// compacted at least once after the two compactions of the plugin's start.
+	if _, gen, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir); err != nil || gen < 3 {
+		t.Errorf("checkpoint generation %d (%v): the journal was never compacted", gen, err)
+	}
 	for _, c := range all {
 		wg.Go(func() {
 			if err := unprepare(t, d, c); err != nil {
@@ -56,19 +58,18 @@ func TestConcurrentPrepareAndUnprepareKeepTheCheckpointConsistent(t *testing.T) 
 	}
 }
 
+// checkpointClaims counts the claims in the checkpoint on disk (with its journal), all
+// of them PrepareCompleted.
 func checkpointClaims(t *testing.T, n *node) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile))
+	claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var f struct {
-		Data struct {
-			Claims map[string]json.RawMessage `json:"claims"`
-		} `json:"data"`
+	for uid, st := range claims {
+		if st != plugin.PrepareCompleted {
+			t.Errorf("claim %s is %s in the checkpoint", uid, st)
+		}
 	}
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
-	}
-	return len(f.Data.Claims)
+	return len(claims)
 }

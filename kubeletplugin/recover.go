@@ -12,7 +12,8 @@ import (
 )
 
 // recover brings the node to a consistent state at start-up: a corrupt checkpoint is
-// set aside and rebuilt from the CDI specs; a checkpoint from another boot is dropped;
+// set aside and rebuilt from the CDI specs; a checkpoint from another boot is dropped; a
+// checkpoint and its journal (or a v1 checkpoint) are compacted into a new checkpoint;
 // interrupted prepares are rolled back and interrupted unprepares finished; completed
 // claims get back a missing MIG instance, CDI spec or MPS control daemon; CDI specs, MPS
 // control daemons and (with the dynamic MIG strategy) MIG instances that no claim
@@ -41,6 +42,10 @@ func (s *state) recover() error {
 	}
 	cp.BootID = s.bootID
 	s.cp = cp
+	// Records of the rollbacks below go to a journal of this checkpoint, this boot's.
+	if err := s.store.compact(cp); err != nil {
+		return err
+	}
 	uids := make([]types.UID, 0, len(cp.Claims))
 	for uid := range cp.Claims {
 		uids = append(uids, uid)
@@ -64,7 +69,7 @@ func (s *state) recover() error {
 			errs = append(errs, s.rollback(pc))
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.save())
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.store.compact(s.cp))
 	return errors.Join(errs...)
 }
 
@@ -118,7 +123,8 @@ func (s *state) restore(pc *PreparedClaim) error {
 		return err
 	}
 	if rewrite {
-		return s.writeSpec(pc)
+		_, err := s.writeSpec(pc)
+		return err
 	}
 	return nil
 }

@@ -29,25 +29,40 @@ func (h Hook) at(point string) error {
 	return h(point)
 }
 
-// The points at which Hook is called, in the order they are reached.
+// The points at which Hook is called, in the order they are reached. The ...Torn
+// points are reached with half of a journal record written (as when the plugin is
+// killed in the middle of the write).
 const (
-	PointPrepareStarted     = "prepare-started"      // checkpoint says PrepareStarted
-	PointMIGInstanceCreated = "mig-instance-created" // GPU instance exists, compute instance not yet
-	PointMIGReady           = "mig-ready"            // GPU and compute instance exist
-	PointMPSStarted         = "mps-started"          // the claim's MPS control daemon runs, not yet recorded
-	PointCDIWritten         = "cdi-written"          // CDI spec on disk
-	PointPrepareCompleted   = "prepare-completed"    // checkpoint says PrepareCompleted
-	PointUnprepareStarted   = "unprepare-started"    // checkpoint says UnprepareStarted
-	PointCDIRemoved         = "cdi-removed"
-	PointMPSStopped         = "mps-stopped" // the claim's MPS control daemon (if any) is gone
-	PointMIGDestroyed       = "mig-destroyed"
-	PointUnprepareCompleted = "unprepare-completed" // claim gone from the checkpoint
+	PointPrepareStartedTorn   = "prepare-started-torn"   // half the PrepareStarted record in the journal
+	PointPrepareStarted       = "prepare-started"        // checkpoint says PrepareStarted
+	PointMIGInstanceCreated   = "mig-instance-created"   // GPU instance exists, compute instance not yet
+	PointMIGReady             = "mig-ready"              // GPU and compute instance exist
+	PointMPSStarted           = "mps-started"            // the claim's MPS control daemon runs, not yet recorded
+	PointCDIWritten           = "cdi-written"            // CDI spec on disk
+	PointPrepareCompletedTorn = "prepare-completed-torn" // half the PrepareCompleted record in the journal
+	PointPrepareCompleted     = "prepare-completed"      // checkpoint says PrepareCompleted
+	PointUnprepareStartedTorn = "unprepare-started-torn" // half the UnprepareStarted record in the journal
+	PointUnprepareStarted     = "unprepare-started"      // checkpoint says UnprepareStarted
+	PointCDIRemoved           = "cdi-removed"
+	PointMPSStopped           = "mps-stopped" // the claim's MPS control daemon (if any) is gone
+	PointMIGDestroyed         = "mig-destroyed"
+	PointClaimRemovedTorn     = "claim-removed-torn"  // half the record removing the claim in the journal
+	PointUnprepareCompleted   = "unprepare-completed" // claim gone from the checkpoint
+
+	// PointCheckpointCompacted is reached when the journal has grown and its claims are
+	// in a new checkpoint file, before a new journal replaces the old one; at start-up
+	// (recovery compacts) or after any record.
+	PointCheckpointCompacted = "checkpoint-compacted"
 )
 
-// PreparePoints and UnpreparePoints list the hook points of each operation.
+// PreparePoints and UnpreparePoints list the hook points of each operation;
+// CompactionPoints those of a compaction.
 var (
-	PreparePoints   = []string{PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady, PointMPSStarted, PointCDIWritten, PointPrepareCompleted}
-	UnpreparePoints = []string{PointUnprepareStarted, PointCDIRemoved, PointMPSStopped, PointMIGDestroyed, PointUnprepareCompleted}
+	PreparePoints = []string{PointPrepareStartedTorn, PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady,
+		PointMPSStarted, PointCDIWritten, PointPrepareCompletedTorn, PointPrepareCompleted}
+	UnpreparePoints = []string{PointUnprepareStartedTorn, PointUnprepareStarted, PointCDIRemoved, PointMPSStopped,
+		PointMIGDestroyed, PointClaimRemovedTorn, PointUnprepareCompleted}
+	CompactionPoints = []string{PointCheckpointCompacted}
 )
 
 // state is the node's prepared claims: the checkpoint, the CDI specs, the MIG
@@ -57,7 +72,7 @@ var (
 type state struct {
 	mu         sync.Mutex
 	lockPath   string
-	store      checkpointStore
+	store      *checkpointStore
 	cp         *checkpointData
 	bootID     string
 	specs      *cdi.Specs
@@ -68,8 +83,6 @@ type state struct {
 	timeSlicer TimeSlicer
 	hook       Hook
 	logger     klog.Logger
-	// seen is the checkpoint file as this instance last wrote or read it.
-	seen os.FileInfo
 	// Corruptions counts corrupt checkpoints set aside.
 	corruptions int
 }
@@ -93,19 +106,21 @@ func (s *state) lock() (func(), error) {
 	}, nil
 }
 
-func (s *state) save() error {
-	if err := s.store.save(s.cp); err != nil {
-		return err
-	}
-	s.seen, _ = os.Stat(s.store.path)
-	return nil
+// record appends the claim's record, as it is now, to the checkpoint journal.
+func (s *state) record(pc *PreparedClaim, torn string) error {
+	return s.store.put(s.cp, pc, torn)
 }
 
-// reload re-reads the checkpoint when another plugin instance (a rolling update) has
-// written it since this one last did.
+// forget appends to the checkpoint journal that the claim is gone (deleted from s.cp).
+func (s *state) forget(uid types.UID) error {
+	return s.store.remove(s.cp, uid, PointClaimRemovedTorn)
+}
+
+// reload re-reads the checkpoint and its journal when another plugin instance (a
+// rolling update) has written them since this one last did, or when this one could not
+// finish a write.
 func (s *state) reload() error {
-	if now, err := os.Stat(s.store.path); err == nil && s.seen != nil && os.SameFile(now, s.seen) &&
-		now.ModTime().Equal(s.seen.ModTime()) && now.Size() == s.seen.Size() {
+	if s.store.unchanged() {
 		return nil
 	}
 	cp, err := s.store.load()
@@ -113,7 +128,6 @@ func (s *state) reload() error {
 		return err
 	}
 	s.cp = cp
-	s.seen, _ = os.Stat(s.store.path)
 	return nil
 }
 
@@ -150,7 +164,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 	if pc := s.cp.Claims[uid]; pc != nil {
 		if pc.State == PrepareCompleted {
 			if !s.specs.Exists(string(uid)) {
-				if err := s.writeSpec(pc); err != nil {
+				if _, err := s.writeSpec(pc); err != nil {
 					return nil, err
 				}
 			}
@@ -160,7 +174,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 				return nil, err
 			}
 			if pc.MPS != before {
-				if err := s.save(); err != nil {
+				if err := s.record(pc, PointPrepareCompletedTorn); err != nil {
 					return nil, err
 				}
 			}
@@ -182,18 +196,20 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 		return nil, err
 	}
 	s.cp.Claims[uid] = pc
-	if err := s.save(); err != nil {
+	if err := s.record(pc, PointPrepareStartedTorn); err != nil {
 		delete(s.cp.Claims, uid)
 		return nil, err
 	}
 	if err := s.hook.at(PointPrepareStarted); err != nil {
 		return nil, errors.Join(err, s.rollback(pc))
 	}
-	if err := s.realize(pc); err != nil {
+	rec, err := s.realize(pc)
+	if err != nil {
 		return nil, errors.Join(err, s.rollback(pc))
 	}
 	pc.State = PrepareCompleted
-	if err := s.save(); err != nil {
+	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
+	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
 		return nil, errors.Join(err, s.rollback(pc))
 	}
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
@@ -220,44 +236,46 @@ func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
 }
 
 // realize creates the claim's MIG instances and directories, sets its GPUs'
-// time-slices, starts its MPS control daemon and writes its CDI spec.
-func (s *state) realize(pc *PreparedClaim) error {
+// time-slices, starts its MPS control daemon and writes its CDI spec. It returns the
+// claim's completed record as JSON (the spec's annotation).
+func (s *state) realize(pc *PreparedClaim) ([]byte, error) {
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
 		if d.MIG == nil {
 			if s.dynamic {
 				for _, g := range d.GPUs {
 					if err := s.mig.setMode(g, false); err != nil {
-						return err
+						return nil, err
 					}
 				}
 			}
 			continue
 		}
 		if err := s.createMIG(d); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.hook.at(PointMIGReady); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := s.applyTimeSlices(pc); err != nil {
-		return err
+		return nil, err
 	}
 	for _, d := range pc.Devices {
 		for _, dir := range claimDirs(d.CDI) {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return fmt.Errorf("creating %s: %w", dir, err)
+				return nil, fmt.Errorf("creating %s: %w", dir, err)
 			}
 		}
 	}
 	if err := s.startMPS(pc); err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.writeSpec(pc); err != nil {
-		return err
+	rec, err := s.writeSpec(pc)
+	if err != nil {
+		return nil, err
 	}
-	return s.hook.at(PointCDIWritten)
+	return rec, s.hook.at(PointCDIWritten)
 }
 
 func (s *state) createMIG(d *PreparedDevice) error {
@@ -279,20 +297,23 @@ func (s *state) createMIG(d *PreparedDevice) error {
 	return nil
 }
 
-// writeSpec writes the claim's CDI spec, annotated with the completed record.
-func (s *state) writeSpec(pc *PreparedClaim) error {
+// writeSpec writes the claim's CDI spec, annotated with the completed record, and
+// returns that record.
+func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
 	rec := *pc
 	rec.State = PrepareCompleted
 	raw, err := json.Marshal(&rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	devs := make([]cdi.Device, len(pc.Devices))
 	for k, d := range pc.Devices {
 		devs[k] = d.CDI
 	}
-	_, err = s.specs.Write(string(pc.UID), s.planner.node, devs, raw)
-	return err
+	if _, err := s.specs.Write(string(pc.UID), s.planner.node, devs, raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }
 
 func claimDirs(d cdi.Device) []string {
@@ -312,7 +333,7 @@ func (s *state) rollback(pc *PreparedClaim) error {
 		return fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
 	}
 	delete(s.cp.Claims, pc.UID)
-	return s.save()
+	return s.forget(pc.UID)
 }
 
 // teardown removes the claim's CDI spec, MPS control daemon, MIG instances, time-slices
@@ -372,7 +393,7 @@ func (s *state) unprepare(uid types.UID) error {
 		return s.specs.Remove(string(uid))
 	}
 	pc.State = UnprepareStarted
-	if err := s.save(); err != nil {
+	if err := s.record(pc, PointUnprepareStartedTorn); err != nil {
 		return err
 	}
 	if err := s.hook.at(PointUnprepareStarted); err != nil {
@@ -382,7 +403,7 @@ func (s *state) unprepare(uid types.UID) error {
 		return err
 	}
 	delete(s.cp.Claims, uid)
-	if err := s.save(); err != nil {
+	if err := s.forget(uid); err != nil {
 		return err
 	}
 	return s.hook.at(PointUnprepareCompleted)
@@ -416,7 +437,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	strategy := cfg.Render.MIG
 	return &state{
 		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
-		store:      checkpointStore{path: filepath.Join(cfg.CheckpointDir, CheckpointFile)},
+		store:      newCheckpointStore(cfg.CheckpointDir, cfg.Hook, logger),
 		bootID:     bootID,
 		specs:      specs,
 		planner:    newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),

@@ -1,0 +1,30 @@
+package kubeletplugin
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// CompactJournalAfterEachRecord makes d fold the checkpoint journal into a new
+// checkpoint after every record it appends.
+func CompactJournalAfterEachRecord(d *Driver) {
+	d.state.mu.Lock()
+	defer d.state.mu.Unlock()
+	d.state.store.everyRecord = true
+}
+
+// ReadCheckpoint returns the claims that the checkpoint in dir, with its journal, holds,
+// their states, and the checkpoint's generation (how many times it was written).
+func ReadCheckpoint(dir string) (map[types.UID]ClaimState, uint64, error) {
+	s := newCheckpointStore(dir, nil, klog.Background())
+	defer s.closeJournal()
+	d, err := s.load()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make(map[types.UID]ClaimState, len(d.Claims))
+	for uid, pc := range d.Claims {
+		out[uid] = pc.State
+	}
+	return out, d.Generation, nil
+}
