@@ -5,7 +5,7 @@ export CGO_ENABLED := 1
 # go-nvml's C bindings use deprecated NVML declarations; keep builds readable.
 export CGO_CFLAGS := -Wno-deprecated-declarations
 
-BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller
+BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller gpudra-scheduler
 PKGS := ./...
 
 .PHONY: all build test unit e2e lint bench bench-admission demo lab-up lab-down lab-status toolchain clean

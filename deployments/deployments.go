@@ -24,6 +24,13 @@ var deviceClasses embed.FS
 //go:embed kueue/config/kueue-config.yaml
 var KueueConfiguration []byte
 
+// SchedulerConfiguration is gpudra-scheduler's KubeSchedulerConfiguration
+// (scheduler/scheduler-config.yaml): the default profile with GPU fragmentation scoring,
+// and the gpudra-fragmentation profile that scores by it alone.
+//
+//go:embed scheduler/scheduler-config.yaml
+var SchedulerConfiguration []byte
+
 // DeviceClasses returns the DeviceClasses gpudra ships.
 func DeviceClasses() ([]*resourceapi.DeviceClass, error) {
 	entries, err := deviceClasses.ReadDir("deviceclasses")

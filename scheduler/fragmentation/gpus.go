@@ -1,0 +1,172 @@
+package fragmentation
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/topology/placement"
+)
+
+// nodeGPUs is one node's GPUs as the placement policies see them: the model and the
+// milli-GPU left on each GPU, by GPU index.
+type nodeGPUs struct {
+	model string
+	free  []int64
+}
+
+// gpuDevice is a published device and the GPUs it uses.
+type gpuDevice struct {
+	id    structured.DeviceID
+	kind  string
+	gpus  []int
+	model string
+}
+
+// layouts caches what each ResourceSlice says about GPUs, by slice name, until the
+// slice changes: reading attributes of every device on every scheduling cycle cost
+// the plugin ~40 µs per node.
+type layouts struct {
+	mu     sync.Mutex
+	slices map[string]*sliceLayout
+}
+
+type sliceLayout struct {
+	resourceVersion string
+	node            string
+	devices         []gpuDevice
+}
+
+// gpusByNode reads the GPUs of the given nodes from gpudra's ResourceSlices and takes off
+// what allocated claims hold: a GPU allocated whole, as a MIG device or in an NVLink group
+// has nothing left; a shared GPU has 1000 minus ten times the compute percent its shares
+// reserve.
+func (c *layouts) gpusByNode(slices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState, nodes sets.Set[string]) map[string]*nodeGPUs {
+	byNode := make(map[string][]*sliceLayout, len(nodes))
+	c.mu.Lock()
+	if c.slices == nil {
+		c.slices = map[string]*sliceLayout{}
+	}
+	current := 0
+	for _, s := range slices {
+		if s.Spec.Driver != driver.DriverName || s.Spec.NodeName == nil {
+			continue
+		}
+		current++
+		l := c.slices[s.Name]
+		if l == nil || l.resourceVersion != s.ResourceVersion || s.ResourceVersion == "" {
+			l = &sliceLayout{resourceVersion: s.ResourceVersion, node: *s.Spec.NodeName, devices: parseSlice(s)}
+			c.slices[s.Name] = l
+		}
+		if nodes.Has(l.node) {
+			byNode[l.node] = append(byNode[l.node], l)
+		}
+	}
+	if len(c.slices) > current { // slices were deleted: forget them
+		keep := make(map[string]*sliceLayout, current)
+		for _, s := range slices {
+			if l := c.slices[s.Name]; l != nil {
+				keep[s.Name] = l
+			}
+		}
+		c.slices = keep
+	}
+	c.mu.Unlock()
+	out := make(map[string]*nodeGPUs, len(byNode))
+	for node, ls := range byNode {
+		out[node] = freeGPUs(ls, allocated)
+	}
+	return out
+}
+
+// parseSlice lists a slice's devices and the GPUs each uses.
+func parseSlice(s *resourceapi.ResourceSlice) []gpuDevice {
+	out := make([]gpuDevice, 0, len(s.Spec.Devices))
+	for i := range s.Spec.Devices {
+		d := &s.Spec.Devices[i]
+		g := gpuDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), kind: driver.DeviceType(*d)}
+		switch g.kind {
+		case driver.TypeGPU, driver.TypeShare:
+			g.gpus = intAttr(d, driver.AttrIndex)
+			g.model = stringAttr(d, driver.AttrProductName)
+		case driver.TypeMIG:
+			g.gpus = intAttr(d, driver.AttrParentIndex)
+		case driver.TypeNVLinkGroup:
+			for _, m := range strings.Split(stringAttr(d, driver.AttrMembers), "-") {
+				if i, err := strconv.Atoi(m); err == nil {
+					g.gpus = append(g.gpus, i)
+				}
+			}
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// freeGPUs is one node's GPUs given its devices and what is allocated.
+func freeGPUs(ls []*sliceLayout, allocated *structured.AllocatedState) *nodeGPUs {
+	n := &nodeGPUs{}
+	for _, l := range ls {
+		for _, d := range l.devices {
+			if d.kind == driver.TypeGPU && len(d.gpus) == 1 && d.gpus[0] >= 0 {
+				for len(n.free) <= d.gpus[0] {
+					n.free = append(n.free, 0)
+				}
+				n.free[d.gpus[0]] = placement.MilliPerGPU
+				if n.model == "" {
+					n.model = d.model
+				}
+			}
+		}
+	}
+	for _, l := range ls {
+		for _, d := range l.devices {
+			for _, i := range d.gpus {
+				if i < 0 || i >= len(n.free) {
+					continue
+				}
+				switch {
+				case d.kind == driver.TypeShare:
+					n.free[i] -= reservedMilli(allocated, d.id)
+				case allocated != nil && allocated.AllocatedDevices.Has(d.id):
+					n.free[i] = 0
+				}
+			}
+		}
+	}
+	for i := range n.free {
+		n.free[i] = max(n.free[i], 0)
+	}
+	return n
+}
+
+// reservedMilli is the compute that allocated shares reserve on a share device.
+func reservedMilli(allocated *structured.AllocatedState, id structured.DeviceID) int64 {
+	if allocated == nil {
+		return 0
+	}
+	q, ok := allocated.AggregatedCapacity[id][driver.CapCompute]
+	if !ok || q == nil {
+		return 0
+	}
+	return q.Value() * placement.MilliPerGPU / 100
+}
+
+func intAttr(d *resourceapi.Device, name resourceapi.QualifiedName) []int {
+	if a, ok := d.Attributes[name]; ok && a.IntValue != nil {
+		return []int{int(*a.IntValue)}
+	}
+	return nil
+}
+
+func stringAttr(d *resourceapi.Device, name resourceapi.QualifiedName) string {
+	if a, ok := d.Attributes[name]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return ""
+}

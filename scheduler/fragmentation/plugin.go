@@ -1,0 +1,156 @@
+package fragmentation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/gpudra/gpudra/topology/placement"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "GPUFragmentation"
+
+const stateKey fwk.StateKey = Name
+
+// Plugin scores nodes with gpudra's placement policy: FGD's fragmentation gradient for
+// the GPUs the DRA allocator's first fit will take on the node.
+type Plugin struct {
+	dra      fwk.SharedDRAManager
+	tieBreak string
+	layouts  layouts
+	// policies are placement policies built over the typical pods; a policy keeps
+	// scratch space, so each concurrent Score call takes its own.
+	policies sync.Pool
+}
+
+var (
+	_ fwk.PreScorePlugin             = (*Plugin)(nil)
+	_ fwk.ScorePlugin                = (*Plugin)(nil)
+	_ fwk.ScoreExtensions            = (*Plugin)(nil)
+	_ frameworkruntime.PluginFactory = New
+)
+
+// New builds the plugin from its args; it needs the DRA manager kube-scheduler gives
+// plugins when the DynamicResourceAllocation feature is on (the default).
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	var args Args
+	if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	if err := args.Validate(); err != nil {
+		return nil, fmt.Errorf("%s args: %w", Name, err)
+	}
+	dra := h.SharedDRAManager()
+	if dra == nil {
+		return nil, fmt.Errorf("%s needs dynamic resource allocation (feature DynamicResourceAllocation) enabled", Name)
+	}
+	pods := args.Pods()
+	p := &Plugin{dra: dra, tieBreak: args.TieBreak}
+	p.policies.New = func() any { return placement.NewGpudra(pods) }
+	klog.FromContext(ctx).Info("GPU fragmentation scoring", "typicalPodShapes", len(args.TypicalPods), "tieBreak", args.TieBreak)
+	return p, nil
+}
+
+func (*Plugin) Name() string { return Name }
+
+// cycleState is what PreScore learned for one pod.
+type cycleState struct {
+	pod   placement.Pod
+	nodes map[string]*nodeGPUs
+}
+
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+// PreScore reads the pod's GPU demand and the candidate nodes' GPUs once per cycle. Pods
+// asking for gpudra devices the policies do not model are left to the other plugins.
+func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	demand, ok, err := demandOf(pod, p.dra.ResourceClaims())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if !ok {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	slices, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("list ResourceSlices: %w", err))
+	}
+	allocated, err := p.dra.ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("allocated devices: %w", err))
+	}
+	names := sets.New[string]()
+	for _, n := range nodes {
+		names.Insert(n.Node().Name)
+	}
+	cs.Write(stateKey, &cycleState{pod: demand, nodes: p.layouts.gpusByNode(slices, allocated, names)})
+	return nil
+}
+
+// Score is the policy's score for the node, 0 (worst) to 100: how little placing the pod
+// on the GPUs first fit takes there raises the node's expected unusable GPU capacity.
+func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	data, err := cs.Read(stateKey)
+	if err != nil {
+		return 0, fwk.AsStatus(fmt.Errorf("%s: PreScore state: %w", Name, err))
+	}
+	s := data.(*cycleState)
+	n := nodeOf(ni, s.nodes[ni.Node().Name])
+	if !n.Fits(&s.pod) {
+		// Filtering let it through (the model counts only CPU, memory and GPUs); the
+		// policy has no opinion on a node it would not have chosen.
+		return fwk.MinNodeScore, nil
+	}
+	policy := p.policies.Get().(placement.Policy)
+	defer p.policies.Put(policy)
+	return min(max(policy.Score(n, &s.pod).Score, fwk.MinNodeScore), fwk.MaxNodeScore), nil
+}
+
+// nodeOf is the node as the placement policies see it.
+func nodeOf(ni fwk.NodeInfo, gpus *nodeGPUs) *placement.Node {
+	alloc, used := ni.GetAllocatable(), ni.GetRequested()
+	spec := placement.NodeSpec{Name: ni.Node().Name, CPU: alloc.GetMilliCPU(), Memory: alloc.GetMemory() >> 20}
+	n := placement.NewNode(spec, 0)
+	n.CPUFree = alloc.GetMilliCPU() - used.GetMilliCPU()
+	n.MemoryFree = (alloc.GetMemory() - used.GetMemory()) >> 20
+	n.Pods = len(ni.GetPods())
+	if gpus != nil {
+		n.Model, n.GPUs = gpus.model, len(gpus.free)
+		n.GPUFree = append([]int64(nil), gpus.free...)
+	}
+	return n
+}
+
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return p }
+
+// NormalizeScore leaves scores as they are for the Random tie-break (kube-scheduler
+// chooses among equal totals at random). With NodeName, the first node by name among the
+// best gets the maximum and every other node at most one less, so the choice is
+// reproducible when this plugin is the only one scoring.
+func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if p.tieBreak != TieBreakNodeName || len(scores) == 0 {
+		return nil
+	}
+	best := 0
+	for i := range scores {
+		if scores[i].Score > scores[best].Score || scores[i].Score == scores[best].Score && scores[i].Name < scores[best].Name {
+			best = i
+		}
+	}
+	for i := range scores {
+		if i == best {
+			scores[i].Score = fwk.MaxNodeScore
+		} else {
+			scores[i].Score = min(scores[i].Score, fwk.MaxNodeScore-1)
+		}
+	}
+	return nil
+}
