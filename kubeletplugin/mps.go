@@ -170,7 +170,7 @@ func (s *state) removeUnknownMPS() error {
 	var errs []error
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if !e.IsDir() || s.cp.Claims[uid] != nil {
+		if !e.IsDir() || s.cp.Claims[uid] != nil || isSpare(e.Name()) {
 			continue
 		}
 		if running, _ := s.mps.Running(s.planner.mpsPipeDir(string(uid))); running {

@@ -69,7 +69,7 @@ func (s *state) recover() error {
 			errs = append(errs, s.rollback(pc))
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.store.compact(s.cp))
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.resetSpareMPSDirs(), s.store.compact(s.cp))
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -85,6 +86,8 @@ type state struct {
 	logger     klog.Logger
 	// Corruptions counts corrupt checkpoints set aside.
 	corruptions int
+	// spares are the empty MPS directory trees ready for claims (spares.go).
+	spares []string
 }
 
 func (s *state) lock() (func(), error) {
@@ -261,6 +264,9 @@ func (s *state) realize(pc *PreparedClaim) ([]byte, error) {
 	if err := s.applyTimeSlices(pc); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(pc.Devices, func(d PreparedDevice) bool { return d.CDI.MPS != nil }) {
+		s.takeSpareMPSDir(string(pc.UID))
+	}
 	for _, d := range pc.Devices {
 		for _, dir := range claimDirs(d.CDI) {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -405,6 +411,9 @@ func (s *state) unprepare(uid types.UID) error {
 	delete(s.cp.Claims, uid)
 	if err := s.forget(uid); err != nil {
 		return err
+	}
+	if err := s.makeSpareMPSDirs(); err != nil {
+		s.logger.Error(err, "Creating spare MPS directories")
 	}
 	return s.hook.at(PointUnprepareCompleted)
 }
