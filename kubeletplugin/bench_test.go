@@ -23,7 +23,8 @@ import (
 )
 
 // backgroundClaims are the share claims already prepared on the benchmark's node, so
-// that each prepare rewrites a checkpoint of a node in use, not an empty one.
+// that each prepare runs on a node in use (its checks and its checkpoint's compactions
+// see them), not an empty one.
 const backgroundClaims = 8
 
 // BenchmarkPrepareVsFloor measures what the kubelet waits for when it prepares a claim
@@ -32,7 +33,10 @@ const backgroundClaims = 8
 // with the same CDI library call to another directory. Each iteration prepares a claim
 // under a fresh UID, writes the floor spec, unprepares the claim and removes the floor
 // spec; which of prepare and floor goes first alternates, so that machine noise and warm
-// caches land on both. p99-x-floor is the prepare's p99 over the floor's p99.
+// caches land on both. p99-x-floor is the prepare's p99 over the floor's p99. Neither
+// fsyncs: the CDI library writes the plugin's spec and the floor's alike (temporary file,
+// rename), and the plugin's checkpoint journal is not fsynced either (after a power loss
+// the boot id changes and the checkpoint is dropped).
 func BenchmarkPrepareVsFloor(b *testing.B) {
 	kinds := []struct{ name, spec string }{
 		{"whole-gpu", wholeGPU},

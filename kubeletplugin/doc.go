@@ -7,7 +7,11 @@
 // sets GPU time-slices (TimeSlicer), starts the claim's MPS control daemon (MPSControl)
 // and writes one CDI spec; a versioned, checksummed checkpoint (PrepareStarted /
 // PrepareCompleted / UnprepareStarted, node boot id) lets a restarted plugin roll back
-// or finish interrupted work, so no MIG instance, MPS daemon or CDI spec leaks.
+// or finish interrupted work, so no MIG instance, MPS daemon or CDI spec leaks. Each
+// state change is one checksummed line appended to the checkpoint's journal
+// (checkpoint.journal); checkpoint.json is rewritten only when the journal outgrows it,
+// and at start-up (checkpoint.go). Claims under MPS take a spare, new directory tree
+// made at start-up or by an earlier unprepare (spares.go).
 //
 // Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
 // GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished
