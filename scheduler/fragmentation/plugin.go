@@ -26,6 +26,8 @@ type Plugin struct {
 	dra      fwk.SharedDRAManager
 	tieBreak string
 	layouts  layouts
+	// typical are the typical pods as FGD weighs them (placement scoring).
+	typical []placement.TypicalPod
 	// policies are placement policies built over the typical pods; a policy keeps
 	// scratch space, so each concurrent Score call takes its own.
 	policies sync.Pool
@@ -53,7 +55,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s needs dynamic resource allocation (feature DynamicResourceAllocation) enabled", Name)
 	}
 	pods := args.Pods()
-	p := &Plugin{dra: dra, tieBreak: args.TieBreak}
+	p := &Plugin{dra: dra, tieBreak: args.TieBreak, typical: placement.TypicalPods(pods)}
 	p.policies.New = func() any { return placement.NewGpudra(pods) }
 	klog.FromContext(ctx).Info("GPU fragmentation scoring", "typicalPodShapes", len(args.TypicalPods), "tieBreak", args.TieBreak)
 	return p, nil
@@ -114,17 +116,18 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, 
 	return min(max(policy.Score(n, &s.pod).Score, fwk.MinNodeScore), fwk.MaxNodeScore), nil
 }
 
-// nodeOf is the node as the placement policies see it.
+// nodeOf is the node as the placement policies see it (read only: policies score, they
+// do not place).
 func nodeOf(ni fwk.NodeInfo, gpus *nodeGPUs) *placement.Node {
 	alloc, used := ni.GetAllocatable(), ni.GetRequested()
-	spec := placement.NodeSpec{Name: ni.Node().Name, CPU: alloc.GetMilliCPU(), Memory: alloc.GetMemory() >> 20}
-	n := placement.NewNode(spec, 0)
-	n.CPUFree = alloc.GetMilliCPU() - used.GetMilliCPU()
-	n.MemoryFree = (alloc.GetMemory() - used.GetMemory()) >> 20
-	n.Pods = len(ni.GetPods())
+	n := &placement.Node{
+		NodeSpec:   placement.NodeSpec{Name: ni.Node().Name, CPU: alloc.GetMilliCPU(), Memory: alloc.GetMemory() >> 20},
+		CPUFree:    alloc.GetMilliCPU() - used.GetMilliCPU(),
+		MemoryFree: (alloc.GetMemory() - used.GetMemory()) >> 20,
+		Pods:       len(ni.GetPods()),
+	}
 	if gpus != nil {
-		n.Model, n.GPUs = gpus.model, len(gpus.free)
-		n.GPUFree = append([]int64(nil), gpus.free...)
+		n.Model, n.GPUs, n.GPUFree = gpus.model, len(gpus.free), gpus.free
 	}
 	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -12,6 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpudra/gpudra/deployments"
 )
 
 // featureGates are set on every Kubernetes component: gang scheduling (PodGroup) needs
@@ -160,17 +164,27 @@ func (u *upper) startControllers(ctx context.Context) error {
 		"--service-cluster-ip-range=" + serviceClusterCIDR,
 		"--leader-elect=false", "--feature-gates=" + featureGates, "--profiling=false",
 	}
-	sched := []string{u.tc.Scheduler,
+	binary := u.tc.Scheduler
+	var config []string
+	if u.state.Scheduler == GpudraScheduler {
+		binary = filepath.Join(u.layout.BinDir(), GpudraScheduler)
+		path, err := u.schedulerConfig(schedConfig)
+		if err != nil {
+			return err
+		}
+		config = []string{"--config=" + path}
+	}
+	sched := append([]string{binary,
 		"--kubeconfig=" + schedConfig, "--authentication-kubeconfig=" + schedConfig, "--authorization-kubeconfig=" + schedConfig,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(schedPort),
 		"--tls-cert-file=" + p.SchedulerServing.Cert, "--tls-private-key-file=" + p.SchedulerServing.Key,
 		"--leader-elect=false", "--feature-gates=" + featureGates, "--profiling=false",
-	}
+	}, config...)
 	kc, err := u.start("kube-controller-manager", kcm, nil, map[string]int{"secure": kcmPort})
 	if err != nil {
 		return err
 	}
-	sc, err := u.start("kube-scheduler", sched, nil, map[string]int{"secure": schedPort})
+	sc, err := u.start(u.state.Scheduler, sched, nil, map[string]int{"secure": schedPort})
 	if err != nil {
 		return err
 	}
@@ -178,4 +192,24 @@ func (u *upper) startControllers(ctx context.Context) error {
 		return err
 	}
 	return waitReady(ctx, sc, "healthy", componentTimeout, httpsGetter(url(schedPort)+"/healthz", u.caPool, nil, "ok"))
+}
+
+// schedulerConfig writes gpudra-scheduler's configuration: the shipped one
+// (deployments/scheduler/scheduler-config.yaml) with the lab's kubeconfig, since
+// kube-scheduler ignores --kubeconfig when it is given --config.
+func (u *upper) schedulerConfig(kubeconfig string) (string, error) {
+	var cfg map[string]any
+	if err := yaml.Unmarshal(deployments.SchedulerConfiguration, &cfg); err != nil {
+		return "", fmt.Errorf("scheduler configuration: %w", err)
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(u.layout.ComponentDir(GpudraScheduler), "scheduler-config.yaml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, data, 0o600)
 }

@@ -36,10 +36,20 @@ type File struct {
 	NodeDefaults NodeResources `json:"nodeDefaults,omitempty"`
 	// MIG is every plugin's MIG strategy (--mig: static, dynamic or none) unless a node
 	// says otherwise; empty leaves the plugin's default.
-	MIG    string    `json:"mig,omitempty"`
-	Kueue  KueueSpec `json:"kueue,omitempty"`
-	Blocks []Block   `json:"blocks"`
+	MIG   string    `json:"mig,omitempty"`
+	Kueue KueueSpec `json:"kueue,omitempty"`
+	// Scheduler is the scheduler the lab runs: kube-scheduler (the default) or
+	// gpudra-scheduler (kube-scheduler with gpudra's plugins, configured with
+	// deployments/scheduler/scheduler-config.yaml).
+	Scheduler string  `json:"scheduler,omitempty"`
+	Blocks    []Block `json:"blocks"`
 }
+
+// The schedulers a lab can run.
+const (
+	KubeScheduler   = "kube-scheduler"
+	GpudraScheduler = "gpudra-scheduler"
+)
 
 // KueueSpec says whether the lab runs Kueue.
 type KueueSpec struct {
@@ -166,6 +176,11 @@ func (f *File) validate() field.ErrorList {
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{fileKind}))
 	}
 	errs = append(errs, f.NodeDefaults.validate(field.NewPath("nodeDefaults"))...)
+	switch f.Scheduler {
+	case "", KubeScheduler, GpudraScheduler:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("scheduler"), f.Scheduler, []string{KubeScheduler, GpudraScheduler}))
+	}
 	if len(f.Blocks) == 0 {
 		errs = append(errs, field.Required(field.NewPath("blocks"), "a lab needs at least one block with one rack and one node"))
 	}
@@ -229,6 +244,14 @@ func dnsLabel(p *field.Path, v string) field.ErrorList {
 		errs = append(errs, field.Invalid(p, v, msg))
 	}
 	return errs
+}
+
+// scheduler is the scheduler the lab runs.
+func (f *File) scheduler() string {
+	if f.Scheduler == "" {
+		return KubeScheduler
+	}
+	return f.Scheduler
 }
 
 // Nodes lists the lab's nodes in file order with inherited topology and resources.

@@ -40,6 +40,7 @@ type State struct {
 	Kubectl    string      `json:"kubectl"` // the toolchain's kubectl, matching the API server
 	Nodes      []Node      `json:"nodes"`
 	Kueue      bool        `json:"kueue"`
+	Scheduler  string      `json:"scheduler"`  // KubeScheduler or GpudraScheduler
 	Components []Component `json:"components"` // in start order
 	// RealNodesLeftOut says why the lab file's real nodes were left out (this machine cannot
 	// run containers); empty when there were none or they run.

@@ -122,7 +122,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		return nil, err
 	}
 	u := &upper{opts: opts, layout: Layout{dir}, file: file, out: opts.Progress,
-		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled}}
+		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler()}}
 	if len(u.state.RealNodes()) > 0 {
 		if err := CheckRealNodeHost(); err != nil {
 			// The rest of the lab still works; tests of real nodes skip and say why.
@@ -173,6 +173,11 @@ func (u *upper) run(ctx context.Context) error {
 	if plugin == "" {
 		plugin = filepath.Join(u.layout.BinDir(), "gpudra-kubelet-plugin")
 		if err := buildBinary(ctx, u.out, u.opts.Repo, plugin); err != nil {
+			return err
+		}
+	}
+	if u.state.Scheduler == GpudraScheduler {
+		if err := buildBinary(ctx, u.out, u.opts.Repo, filepath.Join(u.layout.BinDir(), GpudraScheduler)); err != nil {
 			return err
 		}
 	}
@@ -232,7 +237,7 @@ func (u *upper) run(ctx context.Context) error {
 	if err := installDeviceClasses(ctx, u.client); err != nil {
 		return &ComponentError{Component: "kube-apiserver", Log: u.layout.Log("kube-apiserver"), Err: err}
 	}
-	u.step("starting kube-controller-manager and kube-scheduler")
+	u.step("starting kube-controller-manager and %s", u.state.Scheduler)
 	if err := u.startControllers(ctx); err != nil {
 		return err
 	}
