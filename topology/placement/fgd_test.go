@@ -30,7 +30,14 @@ func TestTypicalPods(t *testing.T) {
 	if !reflect.DeepEqual(shapes, want) {
 		t.Fatalf("shapes %v, want %v", shapes, want)
 	}
-	if w := []float64{50.0 / 96, 30.0 / 96, 8.0 / 96, 8.0 / 96}; !reflect.DeepEqual(weights, w) {
+	// Computed in float64 as the reference does, (count/total)/(covered/total), which
+	// for 8 of 96 is one bit above 8/96.
+	total, covered := 100.0, 96.0
+	ref := func(c float64) float64 { return (c / total) / (covered / total) }
+	if ref(8) == 8/covered {
+		t.Fatalf("(8/100)/(96/100) == 8/96 in float64: the example no longer shows the difference")
+	}
+	if w := []float64{ref(50), ref(30), ref(8), ref(8)}; !reflect.DeepEqual(weights, w) {
 		t.Fatalf("weights %v, want %v (renormalised over the prefix)", weights, w)
 	}
 }
@@ -52,6 +59,10 @@ func TestFragmentation(t *testing.T) {
 		{"each typical pod counts what it cannot use", 8000, []int64{1000, 300, 600}, 0.4*300 + 0.3*900 + 0.2*1900 + 0.1*1900},
 		{"a pod that does not fit for CPU counts everything", 500, []int64{1000, 300, 600}, 1900},
 		{"a node with nothing left has no fragmentation", 8000, []int64{0, 0}, 0},
+		// Every case of the reference: CPU for none of the GPU pods (lack CPU / lack
+		// both), the CPU pod lacking CPU, the A10 pod without access.
+		{"a node short of CPU counts everything for every pod", 500, []int64{1000, 300}, 1300},
+		{"lack both: neither GPUs nor CPU", 500, []int64{300, 300}, 600},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
