@@ -87,7 +87,7 @@ func TestFGDChoosesTheGPUThatFragmentsLeast(t *testing.T) {
 		t.Fatalf("FGD: got %+v, want %+v", got, want)
 	}
 	// gpudra's policy scores what the allocator will do: first fit, GPU 0.
-	g := &Gpudra{fgd: fgd}
+	g := &Gpudra{typical: typical}
 	if got := g.Score(n, share(0, 500)); !reflect.DeepEqual(got.GPUs, []int{0}) {
 		t.Fatalf("gpudra: got %+v, want GPU 0 (the allocator's first fit)", got)
 	}
