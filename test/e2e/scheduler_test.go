@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +46,10 @@ func TestGpudraSchedulerPlacesLikeTheSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addReplayNodes(t, specs)
+	addNodes(t, specs, func(s placement.NodeSpec) lab.Node {
+		return lab.Node{Name: s.Name, Profile: "trace-replay", Block: "block-replay", Rack: "rack-replay", ToR: "tor-replay",
+			Resources: lab.NodeResources{CPU: strconv.FormatInt(s.CPU, 10) + "m", Memory: strconv.FormatInt(s.Memory, 10) + "Mi", Pods: 110}}
+	})
 	ns := namespace(t, "trace-replay")
 
 	// The simulator: same nodes (GPU models by product name, as the plugin sees them),
@@ -102,9 +106,10 @@ func TestGpudraSchedulerPlacesLikeTheSimulator(t *testing.T) {
 	}
 }
 
-// addReplayNodes creates the trace's nodes as kwok nodes with the ResourceSlices gpudra
-// publishes for them (what `gpudra sim` allocates from), and removes them afterwards.
-func addReplayNodes(t *testing.T, specs []placement.NodeSpec) {
+// addNodes creates trace-like nodes as kwok nodes (labels and resources from node) with
+// the ResourceSlices gpudra publishes for them (what `gpudra sim` allocates from), and
+// removes them afterwards.
+func addNodes(t *testing.T, specs []placement.NodeSpec, node func(placement.NodeSpec) lab.Node) {
 	ctx := t.Context()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -121,9 +126,7 @@ func addReplayNodes(t *testing.T, specs []placement.NodeSpec) {
 		}
 	})
 	for _, s := range specs {
-		n := lab.Node{Name: s.Name, Profile: "trace-replay", Block: "block-replay", Rack: "rack-replay", ToR: "tor-replay",
-			Resources: lab.NodeResources{CPU: strconv.FormatInt(s.CPU, 10) + "m", Memory: strconv.FormatInt(s.Memory, 10) + "Mi", Pods: 110}}
-		if err := lab.AddKwokNode(ctx, client, n); err != nil {
+		if err := lab.AddKwokNode(ctx, client, node(s)); err != nil {
 			t.Fatal(err)
 		}
 		rs, err := sim.Slices(s)
@@ -136,7 +139,7 @@ func addReplayNodes(t *testing.T, specs []placement.NodeSpec) {
 			}
 		}
 	}
-	eventually(t, time.Minute, "the replay nodes are Ready", func(ctx context.Context) error {
+	eventually(t, time.Minute, "the added nodes are Ready", func(ctx context.Context) error {
 		for _, s := range specs {
 			n, err := client.CoreV1().Nodes().Get(ctx, s.Name, metav1.GetOptions{})
 			if err != nil {
@@ -260,4 +263,112 @@ func replayPod(t *testing.T, ns string, p *placement.Pod, uid int64) (string, []
 
 func shape(p *placement.Pod) string {
 	return fmt.Sprintf("cpu %dm, %d GPU × %d‰", p.CPU, p.GPUs, p.GPUMilli)
+}
+
+// TestGpudraSchedulerPicksTheRackAGangFragmentsLeast: a PodGroup of two 4-GPU pods that
+// must share one rack (schedulingConstraints.topology on topology.gpudra.dev/rack), five
+// racks of two 8-GPU nodes, one of them (not the first by name) already half used. Every
+// rack fits the gang, so kube-scheduler's own PlacementScore (pods count) ties them all;
+// gpudra's GPUFragmentation scores each rack by the fragmentation the gang adds and must
+// pick the half-used one, keeping the other racks' nodes whole (a random choice would be
+// right one time in five).
+func TestGpudraSchedulerPicksTheRackAGangFragmentsLeast(t *testing.T) {
+	if state.Scheduler != lab.GpudraScheduler {
+		t.Skipf("the lab runs %s, not %s", state.Scheduler, lab.GpudraScheduler)
+	}
+	ctx := t.Context()
+	const profile = "placement-test"
+	var specs []placement.NodeSpec
+	rackOf := map[string]string{}
+	for r := 1; r <= 5; r++ {
+		for k := 1; k <= 2; k++ {
+			name := fmt.Sprintf("gang-r%d-n%d", r, k)
+			specs = append(specs, placement.NodeSpec{Name: name, CPU: 96000, Memory: 786432, GPUs: 8, Model: "V100M32"})
+			rackOf[name] = fmt.Sprintf("rack-g%d", r)
+		}
+	}
+	addNodes(t, specs, func(s placement.NodeSpec) lab.Node {
+		return lab.Node{Name: s.Name, Profile: profile, Block: "block-g", Rack: rackOf[s.Name], ToR: "tor-" + rackOf[s.Name],
+			Resources: lab.NodeResources{CPU: "96", Memory: "768Gi", Pods: 110}}
+	})
+	ns := namespace(t, "gang-placement")
+
+	fourGPUs := func(name string, pin map[string]string, group string) *corev1.Pod {
+		p := &placement.Pod{Name: name, CPU: 8000, Memory: 65536, GPUs: 4, GPUMilli: 1000}
+		claim, err := sim.Claim(p, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim.Namespace, claim.UID = ns, ""
+		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{
+				NodeSelector:   pin,
+				Containers:     []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}},
+			},
+		}
+		if group != "" {
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return pod
+	}
+	// Half-use rack-g3: four GPUs on each of its nodes.
+	for _, n := range []string{"gang-r3-n1", "gang-r3-n2"} {
+		fourGPUs("busy-"+n, map[string]string{lab.LabelHostname: n}, "")
+	}
+	for _, n := range []string{"gang-r3-n1", "gang-r3-n2"} {
+		eventually(t, time.Minute, "busy-"+n+" bound", func(ctx context.Context) error {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, "busy-"+n, metav1.GetOptions{})
+			if err == nil && p.Spec.NodeName != n {
+				err = fmt.Errorf("on %q", p.Spec.NodeName)
+			}
+			return err
+		})
+	}
+
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: lab.LabelRack}}},
+		},
+	}
+	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.SchedulingV1beta1().PodGroups(ns).Get(ctx, pg.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.SchedulingConstraints == nil || len(got.Spec.SchedulingConstraints.Topology) == 0 {
+		t.Fatal("the API server dropped the PodGroup's topology constraint: TopologyAwareWorkloadScheduling is not enabled")
+	}
+	for i := range 2 {
+		fourGPUs(fmt.Sprintf("worker-%d", i), map[string]string{lab.LabelProfile: profile}, pg.Name)
+	}
+	racks := map[string]bool{}
+	eventually(t, 2*time.Minute, "both gang pods bound", func(ctx context.Context) error {
+		clear(racks)
+		for i := range 2 {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("worker-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Spec.NodeName == "" {
+				return fmt.Errorf("pod %s not bound: %s", p.Name, schedulingMessage(p))
+			}
+			racks[rackOf[p.Spec.NodeName]] = true
+		}
+		return nil
+	})
+	if len(racks) != 1 || !racks["rack-g3"] {
+		t.Fatalf("the gang went to racks %v; want only rack-g3, the half-used one", racks)
+	}
 }

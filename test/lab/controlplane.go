@@ -19,8 +19,10 @@ import (
 )
 
 // featureGates are set on every Kubernetes component: gang scheduling (PodGroup) needs
-// GenericWorkload and the scheduling.k8s.io/v1beta1 API.
-const featureGates = "GenericWorkload=true,WorkloadWithJob=true"
+// GenericWorkload and the scheduling.k8s.io/v1beta1 API; TopologyAwareWorkloadScheduling
+// (alpha) lets a PodGroup ask for one topology domain (spec.schedulingConstraints) and
+// kube-scheduler score each candidate domain with PlacementScore plugins, gpudra's included.
+const featureGates = "GenericWorkload=true,WorkloadWithJob=true,TopologyAwareWorkloadScheduling=true"
 
 // Identities of the lab's clients (client certificate subjects).
 const (
