@@ -26,6 +26,9 @@ type Args struct {
 type TypicalPod struct {
 	// CPU the pod requests.
 	CPU resource.Quantity `json:"cpu"`
+	// Memory the pod requests; omitted, the policy does not count GPUs stranded by a
+	// node's memory for this shape.
+	Memory resource.Quantity `json:"memory,omitempty"`
 	// GPUs is the number of GPUs; 0 for a CPU-only pod.
 	GPUs int `json:"gpus"`
 	// GPUMilli is the share of each GPU in thousandths: 1000 for whole GPUs, less for a
@@ -58,6 +61,8 @@ func (a *Args) Validate() error {
 		switch {
 		case t.CPU.Sign() < 0:
 			return fmt.Errorf("%s.cpu %s: must not be negative", f, t.CPU.String())
+		case t.Memory.Sign() < 0:
+			return fmt.Errorf("%s.memory %s: must not be negative", f, t.Memory.String())
 		case t.GPUs < 0:
 			return fmt.Errorf("%s.gpus %d: must not be negative", f, t.GPUs)
 		case t.GPUs > 0 && (t.GPUMilli < 1 || t.GPUMilli > placement.MilliPerGPU):
@@ -78,7 +83,7 @@ func (a *Args) Validate() error {
 func (a *Args) Pods() []placement.Pod {
 	var out []placement.Pod
 	for i, t := range a.TypicalPods {
-		p := placement.Pod{Name: fmt.Sprintf("typical-%d", i), CPU: t.CPU.MilliValue(), GPUs: t.GPUs, GPUMilli: t.GPUMilli}
+		p := placement.Pod{Name: fmt.Sprintf("typical-%d", i), CPU: t.CPU.MilliValue(), Memory: t.Memory.Value() >> 20, GPUs: t.GPUs, GPUMilli: t.GPUMilli}
 		if len(t.ProductNames) > 0 {
 			p.Models = append([]string(nil), t.ProductNames...)
 		}

@@ -251,8 +251,8 @@ func (l *lab) bind(pod *corev1.Pod, claim *resourceapi.ResourceClaim, node strin
 }
 
 var replayArgs = Args{TieBreak: TieBreakNodeName, TypicalPods: []TypicalPod{
-	{CPU: resource.MustParse("4"), GPUs: 1, GPUMilli: 1000, Count: 30},
-	{CPU: resource.MustParse("2"), GPUs: 1, GPUMilli: 500, Count: 25},
+	{CPU: resource.MustParse("4"), Memory: resource.MustParse("16Gi"), GPUs: 1, GPUMilli: 1000, Count: 30},
+	{CPU: resource.MustParse("2"), Memory: resource.MustParse("8Gi"), GPUs: 1, GPUMilli: 500, Count: 25},
 	{CPU: resource.MustParse("8"), GPUs: 2, GPUMilli: 1000, Count: 10},
 	{CPU: resource.MustParse("1"), GPUs: 1, GPUMilli: 250, Count: 15},
 	{CPU: resource.MustParse("16"), GPUs: 8, GPUMilli: 1000, Count: 5, ProductNames: []string{"Tesla V100-SXM2-32GB"}},
