@@ -32,19 +32,20 @@ import "slices"
 //   - FGD's measure on first fit (this policy until now): 95.41 / 95.34 / 95.03 /
 //     94.09 / 94.85 / 96.46 — below FGD on four traces.
 //   - memory in FGD's feasibility only (no copy cap): 95.41 / 95.36 / 95.12 / 94.20 /
-//     95.05 / 96.58 — above everywhere (multigpu20 95.93, gpushare80 89.32), but by
-//     0.01 on cpu100 and gpushare80.
+//     95.05 / 96.58 — above everywhere (multigpu20 95.93, gpushare60 91.42,
+//     gpushare80 89.32), but by only 0.01–0.02 on cpu100, gpushare60 and gpushare80.
 //   - the cap in milli (usable ≤ copies × GPUs × per-GPU milli) for every typical
-//     pod: – / 95.46 / 95.43 / 93.99 / 95.53 / –; with memory 95.34 / 95.45 / 93.97 /
-//     95.56; with both 95.45 / 95.44 / 93.89 / 95.52 — loses gpushare40.
+//     pod (cpu100 / cpu200 / gpushare40 / gpuspec10 only): CPU 95.46 / 95.43 / 93.99 /
+//     95.53; memory 95.34 / 95.45 / 93.97 / 95.56; both 95.45 / 95.44 / 93.89 / 95.52
+//     — loses gpushare40.
 //   - typical memory as the median instead of the mean (memory feasibility only):
 //     95.33 on cpu100 (vs 95.36), 95.01 on gpuspec10.
 //   - the cap in GPUs for every typical pod, whole-GPU ones too: CPU only 95.64 /
 //     95.59 / 95.66 / 94.37 / 95.64 / 96.20; CPU and memory 95.67 / 95.66 / 95.67 /
 //     94.28 / 95.81 / 96.32 — below FGD on multigpu30. Capping only whole-GPU typical
-//     pods: 96.31 (CPU) / 96.43 (CPU and memory) on multigpu30. A whole-GPU pod's CPU
-//     is already FGD's feasibility check; capping it as well over-counts nodes that
-//     multi-GPU pods need empty.
+//     pods: 96.31 (CPU) / 96.43 (CPU and memory) on multigpu30. Presumably because a
+//     whole-GPU pod's CPU is already FGD's feasibility check, and capping it as well
+//     over-counts the nodes that multi-GPU pods need empty.
 //   - the cap for shares on CPU only (no memory): 95.80 / 95.79 / 95.85 / 94.46 /
 //     95.60 / 96.53 — above everywhere but below this policy on 10 of 12 traces.
 //
