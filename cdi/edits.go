@@ -24,6 +24,9 @@ type Node struct {
 	DriverRoot string
 	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
 	VGPULibrary string
+	// Driver, when set, gives the GPU parts of the specs (device nodes, driver libraries
+	// and binaries, hooks) from nvcdi; nil: gpudra writes the device nodes only.
+	Driver *Driver
 }
 
 // GPU is one physical GPU as the container sees it.
@@ -94,6 +97,29 @@ func (d Device) uuids() []string {
 		out[k] = g.UUID
 	}
 	return out
+}
+
+// SpecEdits are the edits of the whole spec: nvcdi's common edits when it found a
+// driver, else the control device nodes.
+func (n Node) SpecEdits() cdispec.ContainerEdits {
+	if n.Driver != nil && n.Driver.Common() != nil {
+		return merged(cdispec.ContainerEdits{}, *n.Driver.Common())
+	}
+	return cdispec.ContainerEdits{DeviceNodes: n.ControlNodes()}
+}
+
+// DeviceEdits are dev's edits: own (from ClaimEdits) with its device nodes replaced by
+// nvcdi's device nodes and hooks when nvcdi describes the device.
+func (n Node) DeviceEdits(dev Device, own cdispec.ContainerEdits) (cdispec.ContainerEdits, error) {
+	if n.Driver == nil {
+		return own, nil
+	}
+	gpu, err := n.Driver.deviceEdits(dev)
+	if err != nil || gpu == nil {
+		return own, err
+	}
+	own.DeviceNodes = nil
+	return merged(*gpu, own), nil
 }
 
 // ControlNodes are the device nodes every GPU container needs.

@@ -61,13 +61,17 @@ func (s *Specs) Path(claimUID string) string { return filepath.Join(s.dir, specN
 func (s *Specs) Write(claimUID string, node Node, devs []Device, record []byte) ([]string, error) {
 	spec := &cdispec.Spec{
 		Kind:           Kind,
-		ContainerEdits: cdispec.ContainerEdits{DeviceNodes: node.ControlNodes()},
+		ContainerEdits: node.SpecEdits(),
 	}
 	if record != nil {
 		spec.Annotations = map[string]string{ClaimAnnotation: string(record)}
 	}
 	ids := make([]string, len(devs))
-	for k, e := range node.ClaimEdits(devs) {
+	for k, own := range node.ClaimEdits(devs) {
+		e, err := node.DeviceEdits(devs[k], own)
+		if err != nil {
+			return nil, fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)
+		}
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: devs[k].Name, ContainerEdits: e})
 		ids[k] = DeviceID(devs[k].Name)
 	}
