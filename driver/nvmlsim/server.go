@@ -86,6 +86,8 @@ func (n *node) wireDevice(d *server.Device, i int, all []*server.Device, switche
 	mig := len(d.Config.MIGProfiles.GpuInstanceProfiles) > 0
 	d.MemoryInfo = nvml.Memory{Total: d.Config.MemoryMB << 20, Free: d.Config.MemoryMB << 20}
 
+	// Handles from DeviceGetHandleBy* are whole GPUs (nvcdi asks before describing one).
+	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
 		return slot.addr.pciInfo(d.Config.PciDeviceId), nvml.SUCCESS
 	}
