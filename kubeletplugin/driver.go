@@ -29,11 +29,15 @@ type Config struct {
 	RegistrarDir  string
 	CDIRoot       string
 	CheckpointDir string
-	// DriverRoot is where the GPU device files are found ("" or "/" on a GPU node; the
-	// lab's fake root with a simulated backend).
+	// DriverRoot is where the NVIDIA driver's device files, libraries and binaries are
+	// found ("" or "/" on a GPU node; the lab's fake root with a simulated backend). The
+	// CDI specs' GPU parts come from nvcdi reading it (cdi.Driver).
 	DriverRoot string
 	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
 	VGPULibrary string
+	// CDIHookPath is the host path of nvidia-cdi-hook, which runs the hooks nvcdi puts
+	// in the CDI specs (update-ldcache, create-symlinks, ...); "" writes no hooks.
+	CDIHookPath string
 	// MPS starts and stops the per-claim MPS control daemons. nil: MPSProcess running
 	// <DriverRoot>/usr/bin/nvidia-cuda-mps-control. SimulatedMPS needs a simulated backend.
 	MPS MPSControl
@@ -90,12 +94,12 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("simulated time-slicing needs a simulated NVML backend, not %s", cfg.Backend.Name)
 		}
 	}
+	if cfg.HealthInjectionFile != "" && !cfg.Backend.Simulated {
+		return nil, fmt.Errorf("health event injection (%s) needs a simulated NVML backend, not %s", cfg.HealthInjectionFile, cfg.Backend.Name)
+	}
 	st, err := newStateFor(cfg, inv, pool, klog.FromContext(ctx))
 	if err != nil {
 		return nil, err
-	}
-	if cfg.HealthInjectionFile != "" && !cfg.Backend.Simulated {
-		return nil, fmt.Errorf("health event injection (%s) needs a simulated NVML backend, not %s", cfg.HealthInjectionFile, cfg.Backend.Name)
 	}
 	m := newMetrics(st.preparedClaims)
 	err = st.recover()

@@ -435,7 +435,12 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	if err != nil {
 		return nil, err
 	}
-	node := cdi.Node{DriverRoot: cfg.DriverRoot, VGPULibrary: cfg.VGPULibrary}
+	gpuParts, err := cdi.NewDriver(cdi.DriverOptions{Root: cfg.DriverRoot, NVML: cfg.Backend.NVML,
+		HookPath: cfg.CDIHookPath, Simulated: cfg.Backend.Simulated, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	node := cdi.Node{DriverRoot: cfg.DriverRoot, VGPULibrary: cfg.VGPULibrary, Driver: gpuParts}
 	mps, timeSlicer := cfg.MPS, cfg.TimeSlicer
 	if mps == nil {
 		mps = MPSProcess{Binary: filepath.Join(node.DriverRoot, "usr/bin/nvidia-cuda-mps-control")}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
@@ -35,7 +36,7 @@ type flags struct {
 	cdiRoot, checkpointDir, metricsAt string
 	driverRoot, vgpuLibrary           string
 	healthInjectionFile, podUID       string
-	mpsControl, nvidiaSMI             string
+	mpsControl, nvidiaSMI, cdiHook    string
 }
 
 func newCommand() *cobra.Command {
@@ -56,10 +57,11 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
 	fs.StringVar(&f.cdiRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
-	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory under which the GPU device files (/dev/nvidia*) are found; a fake root prepared by the lab with --nvml=sim:<profile>")
+	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory holding the NVIDIA driver (/dev/nvidia*, libnvidia-ml.so.<version> and the other libraries and binaries), which nvcdi reads for the GPU parts of the CDI specs; a fake root prepared by the lab with --nvml=sim:<profile>")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
 	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
+	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
@@ -114,6 +116,7 @@ func run(ctx context.Context, f flags) error {
 	}
 
 	mps, timeSlicer := sharingTools(f, backend.Simulated)
+	hook := cdiHookPath(f.cdiHook, backend.Simulated)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -131,6 +134,7 @@ func run(ctx context.Context, f flags) error {
 		CheckpointDir:       f.checkpointDir,
 		DriverRoot:          f.driverRoot,
 		VGPULibrary:         f.vgpuLibrary,
+		CDIHookPath:         hook,
 		MPS:                 mps,
 		TimeSlicer:          timeSlicer,
 		HealthInjectionFile: f.healthInjectionFile,
@@ -152,6 +156,22 @@ func run(ctx context.Context, f flags) error {
 		return cause
 	}
 	return nil
+}
+
+// cdiHookPath is the nvidia-cdi-hook the CDI specs' hooks name: the flag's value, else
+// nvidia-container-toolkit's default path; none ("") with a simulated backend, whose
+// node has no toolkit installed (a hook binary missing at container creation fails it).
+func cdiHookPath(flag string, simulated bool) string {
+	switch {
+	case flag == "none":
+		return ""
+	case flag != "":
+		return flag
+	case simulated:
+		klog.InfoS("Writing no nvidia-cdi-hook hooks in CDI specs with a simulated backend (set --nvidia-cdi-hook to add them)")
+		return ""
+	}
+	return cdi.DefaultHookPath
 }
 
 // sharingTools are what starts MPS control daemons and sets time-slices: the driver's

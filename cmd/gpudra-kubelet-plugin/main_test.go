@@ -36,3 +36,25 @@ func TestSharingToolsAreSimulatedOnlyOnSimulatedNodesWithoutPaths(t *testing.T) 
 		})
 	}
 }
+
+func TestCDIHookPathIsOffOnSimulatedNodesUnlessGiven(t *testing.T) {
+	tests := []struct {
+		name      string
+		flag      string
+		simulated bool
+		want      string
+	}{
+		{"real node: the toolkit's default path", "", false, "/usr/bin/nvidia-cdi-hook"},
+		{"real node: a path given", "/home/kubernetes/bin/nvidia/nvidia-cdi-hook", false, "/home/kubernetes/bin/nvidia/nvidia-cdi-hook"},
+		{"real node: none", "none", false, ""},
+		{"simulated node: no hooks", "", true, ""},
+		{"simulated node: a path given is used", "/opt/lab/nvidia-cdi-hook", true, "/opt/lab/nvidia-cdi-hook"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cdiHookPath(tc.flag, tc.simulated); got != tc.want {
+				t.Errorf("cdiHookPath(%q, %v) = %q, want %q", tc.flag, tc.simulated, got, tc.want)
+			}
+		})
+	}
+}
