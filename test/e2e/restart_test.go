@@ -32,20 +32,23 @@ func TestPluginRestartRepublishesIdenticalSlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The restarted plugin got as far as serving the kubelet: it created its DRA socket anew.
-	sock := filepath.Join(lab.Layout{Root: state.Dir}.NodeDir(node), "plugin", "dra.sock")
-	eventually(t, time.Minute, "the restarted plugin serves "+sock, func(ctx context.Context) error {
+	// The restarted plugin got as far as serving the kubelet: it created its DRA socket anew
+	// (dra.sock, or dra-<pod UID>.sock when it runs as the chart's pod, with rolling updates).
+	sockets := filepath.Join(lab.Layout{Root: state.Dir}.NodeDir(node), "plugin", "dra*.sock")
+	eventually(t, time.Minute, "the restarted plugin serves "+sockets, func(ctx context.Context) error {
 		if gone, why := lab.Exited(c); gone {
 			t.Fatalf("the restarted plugin exited: %v (log %s)", why, c.Log)
 		}
-		st, err := os.Stat(sock)
-		if err != nil {
-			return err
+		found, err := filepath.Glob(sockets)
+		if err != nil || len(found) == 0 {
+			return fmt.Errorf("no socket %s: %v", sockets, err)
 		}
-		if st.ModTime().Before(restarted.Add(-time.Second)) {
-			return fmt.Errorf("%s is the old process's socket", sock)
+		for _, sock := range found {
+			if st, err := os.Stat(sock); err == nil && !st.ModTime().Before(restarted.Add(-time.Second)) {
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("%v: only the old process's socket", found)
 	})
 
 	victim := before[len(before)-1]

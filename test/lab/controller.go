@@ -77,6 +77,12 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 	if err != nil {
 		return err
 	}
+	return u.waitController(ctx, c, health)
+}
+
+// waitController waits until gpudra-controller is ready and the API server calls its
+// config webhook.
+func (u *upper) waitController(ctx context.Context, c Component, health int) error {
 	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", nil, "ok")); err != nil {
 		return err
 	}

@@ -41,8 +41,12 @@ type File struct {
 	// Scheduler is the scheduler the lab runs: kube-scheduler (the default) or
 	// gpudra-scheduler (kube-scheduler with gpudra's plugins, configured with
 	// deployments/scheduler/scheduler-config.yaml).
-	Scheduler string  `json:"scheduler,omitempty"`
-	Blocks    []Block `json:"blocks"`
+	Scheduler string `json:"scheduler,omitempty"`
+	// Install is how gpudra is installed: processes (the default: the lab starts the
+	// plugins and the controller itself, with its own RBAC) or chart (helm install of
+	// deployments/helm/gpudra; see chart.go).
+	Install string  `json:"install,omitempty"`
+	Blocks  []Block `json:"blocks"`
 }
 
 // The schedulers a lab can run.
@@ -180,6 +184,11 @@ func (f *File) validate() field.ErrorList {
 	case "", KubeScheduler, GpudraScheduler:
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("scheduler"), f.Scheduler, []string{KubeScheduler, GpudraScheduler}))
+	}
+	switch f.Install {
+	case "", InstallProcesses, InstallChart:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("install"), f.Install, []string{InstallProcesses, InstallChart}))
 	}
 	if len(f.Blocks) == 0 {
 		errs = append(errs, field.Required(field.NewPath("blocks"), "a lab needs at least one block with one rack and one node"))

@@ -53,6 +53,7 @@ func TestParseFileRejects(t *testing.T) {
 		{"duplicate field", head + "kind: Lab\nblocks: []\n", `key "kind" already set`},
 		{"wrong kind", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Cluster\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `kind: Unsupported value: "Cluster"`},
 		{"unknown scheduler", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nscheduler: volcano\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `scheduler: Unsupported value: "volcano": supported values: "kube-scheduler", "gpudra-scheduler"`},
+		{"unknown install", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\ninstall: kustomize\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `install: Unsupported value: "kustomize": supported values: "processes", "chart"`},
 		{"no blocks", head, "blocks: Required value"},
 		{"missing profile", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1}]}]}]\n", "blocks[0].racks[0].nodes[0].profile: Required value"},
 		{"duplicate node", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}, {name: n1, profile: p}]}]}]\n", `blocks[0].racks[0].nodes[1].name: Duplicate value: "n1"`},

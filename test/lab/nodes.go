@@ -18,8 +18,10 @@ import (
 	"k8s.io/client-go/util/retry"
 )
 
-// DriverName is the DRA driver the plugins publish for (driver.DriverName; the lab does not
-// import the device model so that it builds and runs without cgo).
+// DriverName is the DRA driver the plugins publish for (driver.DriverName, repeated here:
+// the lab talks to the cluster, not to the device model; it imports only the simulated
+// NVML profiles, for the real node's fake driver files, which makes it need cgo like the
+// rest of gpudra).
 const DriverName = "gpu.gpudra.dev"
 
 // kwokAnnotation marks the nodes kwok manages.

@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/driver/nvmlsim"
 )
 
 // A real node is a kubelet, containerd and runc on this machine, beside the kwok nodes: its
@@ -206,6 +208,12 @@ func (u *upper) startRealNode(ctx context.Context, n Node, plugin string, images
 	}
 	if err := makeFakeDriverRoot(p.driverRoot); err != nil {
 		return fmt.Errorf("real node %s: fake driver root: %w", n.Name, err)
+	}
+	// The driver's user-space files (empty libraries named for the profile's driver
+	// version, an nvidia-smi stub): the plugin's nvcdi finds a driver there and the CDI
+	// specs mount them into containers, as on a GPU node.
+	if _, err := nvmlsim.WriteDriverFiles(p.driverRoot, n.Profile); err != nil {
+		return fmt.Errorf("real node %s: fake driver files: %w", n.Name, err)
 	}
 	if err := makeCgroupRoot(cgroupRootName(n.Name)); err != nil {
 		return fmt.Errorf("real node %s: %w", n.Name, err)

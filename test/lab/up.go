@@ -166,7 +166,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.Kueue.Enabled, len(u.state.RealNodes()) > 0); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.Kueue.Enabled, len(u.state.RealNodes()) > 0, u.chart()); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary
@@ -234,8 +234,10 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.grantPlugins(ctx, u.client); err != nil {
 		return &ComponentError{Component: "kube-apiserver", Log: u.layout.Log("kube-apiserver"), Err: err}
 	}
-	if err := installDeviceClasses(ctx, u.client); err != nil {
-		return &ComponentError{Component: "kube-apiserver", Log: u.layout.Log("kube-apiserver"), Err: err}
+	if !u.chart() {
+		if err := installDeviceClasses(ctx, u.client); err != nil {
+			return &ComponentError{Component: "kube-apiserver", Log: u.layout.Log("kube-apiserver"), Err: err}
+		}
 	}
 	u.step("starting kube-controller-manager and %s", u.state.Scheduler)
 	if err := u.startControllers(ctx); err != nil {
@@ -245,6 +247,9 @@ func (u *upper) run(ctx context.Context) error {
 	u.step("creating %d nodes and starting kwok", kwokNodes)
 	if err := u.startNodes(ctx); err != nil {
 		return err
+	}
+	if u.chart() {
+		return u.runChart(ctx, plugin)
 	}
 	u.step("starting %d gpudra-kubelet-plugin processes", kwokNodes)
 	if err := u.startPlugins(ctx, plugin); err != nil {
@@ -264,6 +269,42 @@ func (u *upper) run(ctx context.Context) error {
 		// gpudra-controller watches Kueue's kinds, so it needs Kueue's CRDs served.
 		u.step("starting gpudra-controller (admission check, config webhook)")
 		if err := u.startController(ctx, controller); err != nil {
+			return err
+		}
+	}
+	return u.state.write()
+}
+
+// chart reports whether the lab installs gpudra from its Helm chart.
+func (u *upper) chart() bool { return u.file.Install == InstallChart }
+
+// runChart is the rest of run for install: chart: Kueue first (the chart creates Kueue
+// objects), then helm install, then the chart's pods on kwok nodes, the real nodes and the
+// controller.
+func (u *upper) runChart(ctx context.Context, plugin string) error {
+	if u.file.Kueue.Enabled {
+		u.step("starting Kueue")
+		if err := u.startKueue(ctx); err != nil {
+			return err
+		}
+	}
+	u.step("installing gpudra from deployments/helm/gpudra with helm")
+	if err := u.installChart(ctx); err != nil {
+		return err
+	}
+	u.step("running the chart's gpudra-kubelet-plugin pods of %d kwok nodes", len(u.kwokNodes()))
+	if err := u.startChartPlugins(ctx); err != nil {
+		return err
+	}
+	if real := u.state.RealNodes(); len(real) > 0 {
+		u.step("starting %d real node(s): containerd, kubelet and gpudra-kubelet-plugin", len(real))
+		if err := u.startRealNodes(ctx, plugin); err != nil {
+			return err
+		}
+	}
+	if u.file.Kueue.Enabled {
+		u.step("running the chart's gpudra-controller pod (admission check, config webhook)")
+		if err := u.startChartController(ctx); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,299 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+)
+
+// Chart mode (`install: chart` in the lab file): the lab installs gpudra with helm from
+// deployments/helm/gpudra — DeviceClasses, RBAC, the node-restriction admission policy,
+// the webhook configuration, the Kueue admission check, the plugin DaemonSets and the
+// controller Deployment — and the end-to-end tests run against what the chart made.
+//
+// kwok has no container runtime: it only marks the pods it is given Running. So the lab
+// runs each gpudra pod kwok holds as a process on this machine, the way a runtime would
+// run its container: the container's command, args and environment (field references
+// resolved), with the pod's service-account token (bound to the pod, so the API server
+// records its node and the chart's admission policy applies), and only these flags
+// added, which a container gets from its own filesystem and network namespace: the
+// kubeconfig (in place of the in-cluster one), the node's lab folders in place of host
+// paths, and listen addresses on 127.0.0.1. The webhook is called at its 127.0.0.1 URL
+// (the chart's webhook.url), since the lab has no kube-proxy. Real (kubelet) nodes keep
+// the plugin the lab starts for them (see startRealNodes).
+const (
+	chartRelease   = "gpudra"
+	chartNamespace = controllerNamespace
+	// chartTokenLifetime is how long the pods' tokens last; a lab lives shorter.
+	chartTokenLifetime = 48 * time.Hour
+)
+
+// The lab file's install modes.
+const (
+	InstallProcesses = "processes"
+	InstallChart     = "chart"
+)
+
+// chartValues are the chart values of a lab: one plugin DaemonSet pool per simulated
+// profile (its NVML profile and MIG strategy) on the kwok nodes, the controller with
+// the webhook at its 127.0.0.1 URL and the Kueue admission check, the image the real
+// nodes import.
+func (u *upper) chartValues() ([]byte, error) {
+	type pool struct {
+		Name         string            `json:"name"`
+		NVML         string            `json:"nvml"`
+		MIG          string            `json:"mig,omitempty"`
+		NodeSelector map[string]string `json:"nodeSelector"`
+	}
+	mig := map[string]string{}
+	for _, n := range u.kwokNodes() {
+		if m, ok := mig[n.Profile]; ok && m != n.MIG {
+			return nil, fmt.Errorf("install: chart needs one MIG strategy per profile (the chart's plugin pools select nodes by profile); profile %s has %q and %q", n.Profile, m, n.MIG)
+		}
+		mig[n.Profile] = n.MIG
+	}
+	var pools []pool
+	for profile, m := range mig {
+		name := strings.ToLower(profile)
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return nil, fmt.Errorf("profile %s cannot name a chart pool: %s", profile, strings.Join(errs, "; "))
+		}
+		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}})
+	}
+	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
+	repo, tag, _ := strings.Cut(GpudraImage, ":")
+	values := map[string]any{
+		"image": map[string]any{"repository": repo, "tag": tag},
+		// Real nodes keep the plugin the lab starts for them; their taint keeps the pools'
+		// pods off them.
+		"kubeletPlugin": map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
+		"controller":    map[string]any{"enabled": u.file.Kueue.Enabled},
+		"webhook": map[string]any{
+			"url":            "https://127.0.0.1:" + strconv.Itoa(u.port("controller-webhook")) + webhookPath,
+			"extraCertNames": []string{"127.0.0.1", "localhost"},
+		},
+		"topology": map[string]any{"labels": map[string]any{"block": LabelBlock, "rack": LabelRack, "tor": LabelToR}},
+		"kueue":    map[string]any{"admissionCheck": u.file.Kueue.Enabled},
+	}
+	return yaml.Marshal(values)
+}
+
+// webhookPath is where gpudra-controller serves its config webhook (the chart's path).
+const webhookPath = "/validate-gpudra-config"
+
+// installChart runs helm install of the chart with the lab's values.
+func (u *upper) installChart(ctx context.Context) error {
+	values, err := u.chartValues()
+	if err != nil {
+		return err
+	}
+	dir := u.layout.ComponentDir("helm")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	valuesFile := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(valuesFile, values, 0o600); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, u.tc.Helm, "install", chartRelease, filepath.Join(u.opts.Repo, "deployments/helm/gpudra"),
+		"--namespace", chartNamespace, "--create-namespace", "--values", valuesFile, "--kubeconfig", u.layout.Kubeconfig())
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+dir, "HELM_CACHE_HOME="+dir, "HELM_DATA_HOME="+dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return &ComponentError{Component: "helm install", Err: fmt.Errorf("%w\n%s", err, out.String())}
+	}
+	return os.WriteFile(filepath.Join(dir, "install.log"), out.Bytes(), 0o600)
+}
+
+// chartPod waits until the chart's pod of the given component runs on a kwok node
+// (node: that node; "" any) and returns it.
+func (u *upper) chartPod(ctx context.Context, component, node string) (*corev1.Pod, error) {
+	var found *corev1.Pod
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, componentTimeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := u.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/instance=" + chartRelease + ",app.kubernetes.io/component=" + component})
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp == nil && p.Spec.NodeName != "" && (node == "" || p.Spec.NodeName == node) {
+				found = p
+				return true, nil
+			}
+		}
+		last = fmt.Errorf("no %s pod of release %s%s yet (%d pods of the component)", component, chartRelease, onNode(node), len(pods.Items))
+		return false, nil
+	})
+	if err != nil {
+		return nil, &ComponentError{Component: "helm release " + chartRelease, Log: u.layout.Log("kube-controller-manager"), Err: fmt.Errorf("the chart's %s pod%s: %w (last: %v)", component, onNode(node), err, last)}
+	}
+	return found, nil
+}
+
+func onNode(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " on node " + node
+}
+
+// podProcess is what the lab runs for one container of a chart pod: the binary named by
+// its command (from the lab's bin folder), its args, then extra; its environment; and a
+// kubeconfig with the pod's own service-account token.
+func (u *upper) podProcess(ctx context.Context, pod *corev1.Pod, component string, extra ...string) (argv, env []string, err error) {
+	if len(pod.Spec.Containers) != 1 || len(pod.Spec.Containers[0].Command) != 1 {
+		return nil, nil, fmt.Errorf("pod %s: the lab runs pods of one container with a one-word command", pod.Name)
+	}
+	c := pod.Spec.Containers[0]
+	for _, e := range c.Env {
+		v, err := envValue(pod, e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pod %s, env %s: %w", pod.Name, e.Name, err)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	tr, err := u.client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			ExpirationSeconds: ptrTo(int64(chartTokenLifetime.Seconds())),
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("token of service account %s for pod %s: %w", pod.Spec.ServiceAccountName, pod.Name, err)
+	}
+	kubeconfig := u.layout.ComponentKubeconfig(component)
+	if err := writeTokenKubeconfig(kubeconfig, u.state.Server, u.pki.CA.CertPEM(), tr.Status.Token, pod.Spec.ServiceAccountName); err != nil {
+		return nil, nil, err
+	}
+	argv = append([]string{filepath.Join(u.layout.BinDir(), filepath.Base(c.Command[0]))}, c.Args...)
+	argv = append(argv, "--kubeconfig="+kubeconfig)
+	return append(argv, extra...), env, nil
+}
+
+// envValue resolves a container's environment variable: literal values and the pod field
+// references a container runtime's kubelet resolves.
+func envValue(pod *corev1.Pod, e corev1.EnvVar) (string, error) {
+	if e.ValueFrom == nil {
+		return e.Value, nil
+	}
+	if f := e.ValueFrom.FieldRef; f != nil {
+		switch f.FieldPath {
+		case "spec.nodeName":
+			return pod.Spec.NodeName, nil
+		case "metadata.uid":
+			return string(pod.UID), nil
+		case "metadata.name":
+			return pod.Name, nil
+		case "metadata.namespace":
+			return pod.Namespace, nil
+		case "spec.serviceAccountName":
+			return pod.Spec.ServiceAccountName, nil
+		}
+		return "", fmt.Errorf("field %s: the lab resolves spec.nodeName, metadata.uid, metadata.name, metadata.namespace, spec.serviceAccountName", f.FieldPath)
+	}
+	return "", fmt.Errorf("the lab resolves only values and field references")
+}
+
+func writeTokenKubeconfig(path, server string, caPEM []byte, token, user string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["gpudra-lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["gpudra-lab"] = &clientcmdapi.Context{Cluster: "gpudra-lab", AuthInfo: user}
+	cfg.CurrentContext = "gpudra-lab"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// startChartPlugins runs the chart's kubelet-plugin pod of every kwok node and waits until
+// each node's pool is published.
+func (u *upper) startChartPlugins(ctx context.Context) error {
+	nodes := u.kwokNodes()
+	var cs []Component
+	for _, n := range nodes {
+		pod, err := u.chartPod(ctx, "kubelet-plugin", n.Name)
+		if err != nil {
+			return err
+		}
+		d := u.layout.NodeDir(n.Name)
+		for _, sub := range []string{"plugin", "registry", "cdi", "checkpoint"} {
+			if err := os.MkdirAll(filepath.Join(d, sub), 0o700); err != nil {
+				return err
+			}
+		}
+		name := PluginComponent(n.Name)
+		argv, env, err := u.podProcess(ctx, pod, name,
+			"--plugin-data-dir="+filepath.Join(d, "plugin"), "--registrar-dir="+filepath.Join(d, "registry"),
+			"--cdi-root="+filepath.Join(d, "cdi"), "--checkpoint-dir="+filepath.Join(d, "checkpoint"),
+			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(u.port("metrics-"+n.Name)))
+		if err != nil {
+			return &ComponentError{Component: name, Err: err}
+		}
+		if u.opts.PluginBinary != "" {
+			argv[0] = u.opts.PluginBinary
+		}
+		c, err := u.start(name, argv, env, map[string]int{"metrics": u.port("metrics-" + n.Name)})
+		if err != nil {
+			return err
+		}
+		cs = append(cs, c)
+	}
+	for i, n := range nodes {
+		if err := waitReady(ctx, cs[i], "publishing the ResourceSlices of node "+n.Name, componentTimeout, func(ctx context.Context) error {
+			return poolPublished(ctx, u.client, n.Name)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startChartController runs the chart's controller pod and waits until it is ready and
+// the API server calls its webhook.
+func (u *upper) startChartController(ctx context.Context) error {
+	pod, err := u.chartPod(ctx, "controller", "")
+	if err != nil {
+		return err
+	}
+	health, metrics, webhook := u.port("controller-health"), u.port("controller-metrics"), u.port("controller-webhook")
+	argv, env, err := u.podProcess(ctx, pod, controllerComponent,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
+		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(webhook),
+		"--webhook-cert-dir="+filepath.Join(u.layout.ComponentDir(controllerComponent), "certs"))
+	if err != nil {
+		return &ComponentError{Component: controllerComponent, Err: err}
+	}
+	if !slices.ContainsFunc(argv, func(a string) bool { return strings.HasPrefix(a, "--webhook-self-signed=") }) {
+		return &ComponentError{Component: controllerComponent, Err: fmt.Errorf("the chart's controller has no --webhook-self-signed: the lab cannot give its webhook a certificate")}
+	}
+	c, err := u.start(controllerComponent, argv, env, map[string]int{"health": health, "metrics": metrics, "webhook": webhook})
+	if err != nil {
+		return err
+	}
+	return u.waitController(ctx, c, health)
+}
