@@ -201,6 +201,15 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 			t.Errorf("claim %s is prepared but no CDI spec of node %s names it", c.Name, node)
 		}
 	}
+	// The driver's user-space files, found by nvcdi in the node's driver root (the lab's
+	// empty stand-ins), are mounted into every GPU container, as on a GPU node.
+	for name, r := range reports {
+		for _, want := range []string{"/libnvidia-ml.so.", "/libcuda.so.", "/usr/bin/nvidia-smi"} {
+			if !slices.ContainsFunc(r.mounts, func(m string) bool { return strings.Contains(m, want) }) {
+				t.Errorf("claim %s: no %s mount in the container; it reports mounts %v", name, want, r.mounts)
+			}
+		}
+	}
 	if r := reports["whole"]; r.env["GPUDRA_COMPUTE_PERCENT_0"] != "100" {
 		t.Errorf("whole GPU: GPUDRA_COMPUTE_PERCENT_0=%q, want 100", r.env["GPUDRA_COMPUTE_PERCENT_0"])
 	}
