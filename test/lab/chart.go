@@ -262,14 +262,7 @@ func (u *upper) startChartPlugins(ctx context.Context) error {
 		}
 		cs = append(cs, c)
 	}
-	for i, n := range nodes {
-		if err := waitReady(ctx, cs[i], "publishing the ResourceSlices of node "+n.Name, componentTimeout, func(ctx context.Context) error {
-			return poolPublished(ctx, u.client, n.Name)
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return u.waitPoolsPublished(ctx, nodes, cs)
 }
 
 // startChartController runs the chart's controller pod and waits until it is ready and

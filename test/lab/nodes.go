@@ -190,6 +190,12 @@ func (u *upper) startPlugins(ctx context.Context, binary string) error {
 		}
 		cs = append(cs, c)
 	}
+	return u.waitPoolsPublished(ctx, nodes, cs)
+}
+
+// waitPoolsPublished waits until each node's plugin (cs, in node order) has published
+// the node's whole pool of ResourceSlices.
+func (u *upper) waitPoolsPublished(ctx context.Context, nodes []Node, cs []Component) error {
 	for i, n := range nodes {
 		if err := waitReady(ctx, cs[i], "publishing the ResourceSlices of node "+n.Name, componentTimeout, func(ctx context.Context) error {
 			return poolPublished(ctx, u.client, n.Name)

@@ -248,12 +248,27 @@ func (u *upper) run(ctx context.Context) error {
 	if err := u.startNodes(ctx); err != nil {
 		return err
 	}
-	if u.chart() {
-		return u.runChart(ctx, plugin)
+	// The chart creates Kueue objects, so with install: chart Kueue starts first.
+	if u.chart() && u.file.Kueue.Enabled {
+		u.step("starting Kueue")
+		if err := u.startKueue(ctx); err != nil {
+			return err
+		}
 	}
-	u.step("starting %d gpudra-kubelet-plugin processes", kwokNodes)
-	if err := u.startPlugins(ctx, plugin); err != nil {
-		return err
+	if u.chart() {
+		u.step("installing gpudra from deployments/helm/gpudra with helm")
+		if err := u.installChart(ctx); err != nil {
+			return err
+		}
+		u.step("running the chart's gpudra-kubelet-plugin pods of %d kwok nodes", kwokNodes)
+		if err := u.startChartPlugins(ctx); err != nil {
+			return err
+		}
+	} else {
+		u.step("starting %d gpudra-kubelet-plugin processes", kwokNodes)
+		if err := u.startPlugins(ctx, plugin); err != nil {
+			return err
+		}
 	}
 	if real := u.state.RealNodes(); len(real) > 0 {
 		u.step("starting %d real node(s): containerd, kubelet and gpudra-kubelet-plugin", len(real))
@@ -262,14 +277,21 @@ func (u *upper) run(ctx context.Context) error {
 		}
 	}
 	if u.file.Kueue.Enabled {
-		u.step("starting Kueue")
-		if err := u.startKueue(ctx); err != nil {
-			return err
-		}
 		// gpudra-controller watches Kueue's kinds, so it needs Kueue's CRDs served.
-		u.step("starting gpudra-controller (admission check, config webhook)")
-		if err := u.startController(ctx, controller); err != nil {
-			return err
+		if u.chart() {
+			u.step("running the chart's gpudra-controller pod (admission check, config webhook)")
+			if err := u.startChartController(ctx); err != nil {
+				return err
+			}
+		} else {
+			u.step("starting Kueue")
+			if err := u.startKueue(ctx); err != nil {
+				return err
+			}
+			u.step("starting gpudra-controller (admission check, config webhook)")
+			if err := u.startController(ctx, controller); err != nil {
+				return err
+			}
 		}
 	}
 	return u.state.write()
@@ -277,36 +299,3 @@ func (u *upper) run(ctx context.Context) error {
 
 // chart reports whether the lab installs gpudra from its Helm chart.
 func (u *upper) chart() bool { return u.file.Install == InstallChart }
-
-// runChart is the rest of run for install: chart: Kueue first (the chart creates Kueue
-// objects), then helm install, then the chart's pods on kwok nodes, the real nodes and the
-// controller.
-func (u *upper) runChart(ctx context.Context, plugin string) error {
-	if u.file.Kueue.Enabled {
-		u.step("starting Kueue")
-		if err := u.startKueue(ctx); err != nil {
-			return err
-		}
-	}
-	u.step("installing gpudra from deployments/helm/gpudra with helm")
-	if err := u.installChart(ctx); err != nil {
-		return err
-	}
-	u.step("running the chart's gpudra-kubelet-plugin pods of %d kwok nodes", len(u.kwokNodes()))
-	if err := u.startChartPlugins(ctx); err != nil {
-		return err
-	}
-	if real := u.state.RealNodes(); len(real) > 0 {
-		u.step("starting %d real node(s): containerd, kubelet and gpudra-kubelet-plugin", len(real))
-		if err := u.startRealNodes(ctx, plugin); err != nil {
-			return err
-		}
-	}
-	if u.file.Kueue.Enabled {
-		u.step("running the chart's gpudra-controller pod (admission check, config webhook)")
-		if err := u.startChartController(ctx); err != nil {
-			return err
-		}
-	}
-	return u.state.write()
-}
