@@ -3,7 +3,12 @@ package fragmentation
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -81,5 +86,27 @@ func TestArgsRefusedWithTheField(t *testing.T) {
 	}
 	if err := (&Args{}).Validate(); err == nil {
 		t.Fatal("args without typical pods were accepted")
+	}
+}
+
+func TestSignPod(t *testing.T) {
+	p := &Plugin{}
+	pod := func(cpu string, claim bool) *corev1.Pod {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}
+		if claim {
+			name := "gpu"
+			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}}
+		}
+		return pod
+	}
+	if _, st := p.SignPod(t.Context(), pod("1", true)); st.Code() != fwk.Unschedulable {
+		t.Fatalf("a pod with a claim was signable: %v", st)
+	}
+	a, st := p.SignPod(t.Context(), pod("1", false))
+	b, _ := p.SignPod(t.Context(), pod("1000m", false))
+	c, _ := p.SignPod(t.Context(), pod("2", false))
+	if !st.IsSuccess() || !reflect.DeepEqual(a, b) || reflect.DeepEqual(a, c) {
+		t.Fatalf("signatures: 1 CPU %v, 1000m %v, 2 CPUs %v (%v); want equal requests to sign alike and others not", a, b, c, st)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -156,4 +157,22 @@ func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *cor
 		}
 	}
 	return nil
+}
+
+var _ fwk.SignPlugin = (*Plugin)(nil)
+
+// signerName is the key of the plugin's signature fragment: what it scores a pod without
+// claims by (its CPU and memory requests).
+const signerName = "v1.Pod.Spec.ContainerRequestsAndOverheads().GPUFragmentation()"
+
+// SignPod lets kube-scheduler 1.37 reuse scores across pods that are alike (opportunistic
+// batching): a pod without claims is scored by its CPU and memory requests alone; a pod
+// with claims depends on them and on the devices' state, so it is not signable (as the
+// DynamicResources plugin says too).
+func (p *Plugin) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if len(pod.Spec.ResourceClaims) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with resource claims are not signable: their GPU score depends on the claims")
+	}
+	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return []fwk.SignFragment{{Key: signerName, Value: [2]int64{req.Cpu().MilliValue(), req.Memory().Value()}}}, nil
 }
