@@ -183,19 +183,7 @@ func TestCorruptJournalIsSetAsideAndRebuilt(t *testing.T) {
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d = n.newDriver(nil)
-	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
-		t.Errorf("corrupt journal set aside as %v, want one file", aside)
-	}
-	if got := mustPrepare(t, d, mig); !reflect.DeepEqual(got, wantMIG) {
-		t.Errorf("rebuilt claim prepares as %+v, want %+v", got, wantMIG)
-	}
-	for _, c := range []*resourceapi.ResourceClaim{mig, whole} {
-		if err := unprepare(t, d, c); err != nil {
-			t.Fatal(err)
-		}
-		assertClean(t, n, c)
-	}
+	recoversFromCorruption(t, n, "journal", path, mig, wantMIG, whole)
 }
 
 // Two plugin instances on one node (a rolling update) take turns under the node lock:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpudra/gpudra/driver/config"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -206,21 +207,28 @@ func TestCorruptCheckpointIsSetAsideAndRebuilt(t *testing.T) {
 			if err := corruption.apply(path); err != nil {
 				t.Fatal(err)
 			}
-			d = n.newDriver(nil) // must not fail: no crash loop
-			aside, _ := filepath.Glob(path + ".corrupt-*")
-			if len(aside) != 1 {
-				t.Errorf("corrupt checkpoint set aside as %v, want one file", aside)
-			}
-			if got := mustPrepare(t, d, mig); !reflect.DeepEqual(got, wantMIG) {
-				t.Errorf("rebuilt claim prepares as %+v, want %+v", got, wantMIG)
-			}
-			for _, c := range []*resourceapi.ResourceClaim{mig, whole} {
-				if err := unprepare(t, d, c); err != nil {
-					t.Fatal(err)
-				}
-				assertClean(t, n, c)
-			}
+			recoversFromCorruption(t, n, "checkpoint", path, mig, wantMIG, whole)
 		})
+	}
+}
+
+// recoversFromCorruption starts a plugin over a corrupted file (the checkpoint or its
+// journal, at path): it must start (no crash loop), set the file aside, prepare the MIG
+// claim it rebuilt from the CDI specs as before, and clean up both claims.
+func recoversFromCorruption(t *testing.T, n *node, what, path string, mig *resourceapi.ResourceClaim, wantMIG []kubeletplugin.Device, whole *resourceapi.ResourceClaim) {
+	t.Helper()
+	d := n.newDriver(nil)
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 1 {
+		t.Errorf("corrupt %s set aside as %v, want one file", what, aside)
+	}
+	if got := mustPrepare(t, d, mig); !reflect.DeepEqual(got, wantMIG) {
+		t.Errorf("rebuilt claim prepares as %+v, want %+v", got, wantMIG)
+	}
+	for _, c := range []*resourceapi.ResourceClaim{mig, whole} {
+		if err := unprepare(t, d, c); err != nil {
+			t.Fatal(err)
+		}
+		assertClean(t, n, c)
 	}
 }
 
