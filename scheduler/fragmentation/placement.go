@@ -39,15 +39,10 @@ func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, 
 	for _, ni := range a.Nodes {
 		infos[ni.Node().Name] = ni
 	}
-	rs, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
+	gpus, err := p.gpusOf(sets.KeySet(pods))
 	if err != nil {
-		return 0, fwk.AsStatus(fmt.Errorf("list ResourceSlices: %w", err))
+		return 0, fwk.AsStatus(err)
 	}
-	allocated, err := p.dra.ResourceClaims().GatherAllocatedState()
-	if err != nil {
-		return 0, fwk.AsStatus(fmt.Errorf("allocated devices: %w", err))
-	}
-	gpus := p.layouts.gpusByNode(rs, allocated, sets.KeySet(pods))
 	var added float64
 	for name, onNode := range pods {
 		ni, ok := infos[name]

@@ -82,20 +82,30 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	slices, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("list ResourceSlices: %w", err))
-	}
-	allocated, err := p.dra.ResourceClaims().GatherAllocatedState()
-	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("allocated devices: %w", err))
-	}
 	names := sets.New[string]()
 	for _, n := range nodes {
 		names.Insert(n.Node().Name)
 	}
-	cs.Write(stateKey, &cycleState{pod: demand, nodes: p.layouts.gpusByNode(slices, allocated, names)})
+	gpus, err := p.gpusOf(names)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	cs.Write(stateKey, &cycleState{pod: demand, nodes: gpus})
 	return nil
+}
+
+// gpusOf is the GPUs of the named nodes as the DRA manager sees them now: gpudra's
+// ResourceSlices less what allocated and pending claims hold.
+func (p *Plugin) gpusOf(nodes sets.Set[string]) (map[string]*nodeGPUs, error) {
+	slices, err := p.dra.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	allocated, err := p.dra.ResourceClaims().GatherAllocatedState()
+	if err != nil {
+		return nil, fmt.Errorf("allocated devices: %w", err)
+	}
+	return p.layouts.gpusByNode(slices, allocated, nodes), nil
 }
 
 // Score is the policy's score for the node, 0 (worst) to 100: how little placing the pod
