@@ -163,12 +163,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 // write is always the last line): the checkpoint and journal are set aside and the
 // claims rebuilt from the CDI specs.
 func TestCorruptJournalIsSetAsideAndRebuilt(t *testing.T) {
-	n := newNode(t, "dgx-h100")
-	d := n.newDriver(nil)
-	mig := n.allocate(migClaim)
-	whole := n.allocate(wholeGPU)
-	wantMIG := mustPrepare(t, d, mig)
-	mustPrepare(t, d, whole)
+	n, mig, whole, wantMIG := preparedMIGAndWhole(t)
 	path := filepath.Join(n.cfg.CheckpointDir, plugin.JournalFile)
 	raw, err := os.ReadFile(path)
 	if err != nil {

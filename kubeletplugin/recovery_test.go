@@ -197,12 +197,7 @@ func TestCorruptCheckpointIsSetAsideAndRebuilt(t *testing.T) {
 		}},
 	} {
 		t.Run(corruption.name, func(t *testing.T) {
-			n := newNode(t, "dgx-h100")
-			d := n.newDriver(nil)
-			mig := n.allocate(migClaim)
-			whole := n.allocate(wholeGPU)
-			wantMIG := mustPrepare(t, d, mig)
-			mustPrepare(t, d, whole)
+			n, mig, whole, wantMIG := preparedMIGAndWhole(t)
 			path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
 			if err := corruption.apply(path); err != nil {
 				t.Fatal(err)
@@ -210,6 +205,18 @@ func TestCorruptCheckpointIsSetAsideAndRebuilt(t *testing.T) {
 			recoversFromCorruption(t, n, "checkpoint", path, mig, wantMIG, whole)
 		})
 	}
+}
+
+// preparedMIGAndWhole is a node whose plugin prepared a MIG and a whole-GPU claim, and
+// what the MIG claim prepared as.
+func preparedMIGAndWhole(t *testing.T) (n *node, mig, whole *resourceapi.ResourceClaim, wantMIG []kubeletplugin.Device) {
+	t.Helper()
+	n = newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	mig, whole = n.allocate(migClaim), n.allocate(wholeGPU)
+	wantMIG = mustPrepare(t, d, mig)
+	mustPrepare(t, d, whole)
+	return n, mig, whole, wantMIG
 }
 
 // recoversFromCorruption starts a plugin over a corrupted file (the checkpoint or its
