@@ -1,12 +1,15 @@
 package cdi_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
@@ -79,7 +82,7 @@ func TestWholeGPUSpecHasItsDeviceNodeAndUUID(t *testing.T) {
 	if got := hostPaths(e.DeviceNodes); !slices.Equal(got, []string{filepath.Join(root, "dev/nvidia3")}) || e.DeviceNodes[0].Path != "/dev/nvidia3" {
 		t.Errorf("device nodes %v", got)
 	}
-	for _, kv := range []string{"NVIDIA_VISIBLE_DEVICES=GPU-dddd", "GPUDRA_DEVICES=gpu-3", "GPUDRA_MEMORY_MIB_0=81920", "GPUDRA_COMPUTE_PERCENT_0=100"} {
+	for _, kv := range []string{"GPUDRA_VISIBLE_DEVICES=GPU-dddd", "GPUDRA_DEVICES=gpu-3", "GPUDRA_MEMORY_MIB_0=81920", "GPUDRA_COMPUTE_PERCENT_0=100"} {
 		if !hasEnv(e, kv) {
 			t.Errorf("env %v lacks %s", e.Env, kv)
 		}
@@ -178,7 +181,7 @@ func TestMIGSpecHasCapsAndParent(t *testing.T) {
 	if got := hostPaths(e.DeviceNodes); !slices.Equal(got, want) {
 		t.Errorf("nodes %v, want %v", got, want)
 	}
-	if !hasEnv(e, "NVIDIA_VISIBLE_DEVICES=MIG-GPU-bbbb/2/0") {
+	if !hasEnv(e, "GPUDRA_VISIBLE_DEVICES=MIG-GPU-bbbb/2/0") {
 		t.Errorf("env %v", e.Env)
 	}
 }
@@ -189,12 +192,81 @@ func TestClaimWithSeveralDevicesAgreesOnClaimWideEnv(t *testing.T) {
 		cdi.Device{Name: claimUID + "-gpu-3", Device: "gpu-3", GPUs: []cdi.GPU{gpu3}, MemoryBytes: 2 << 30, ComputePercent: 100})
 	for _, id := range ids {
 		e := edits(t, cache, id)
-		if !hasEnv(e, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa,GPU-dddd") || !hasEnv(e, "GPUDRA_DEVICES=gpu-0,gpu-3") {
+		if !hasEnv(e, "GPUDRA_VISIBLE_DEVICES=GPU-aaaa,GPU-dddd") || !hasEnv(e, "GPUDRA_DEVICES=gpu-0,gpu-3") {
 			t.Errorf("%s env %v", id, e.Env)
 		}
 	}
 	if e := edits(t, cache, ids[1]); !hasEnv(e, "GPUDRA_MEMORY_MIB_1=2048") {
 		t.Errorf("second device is at position 1: %v", e.Env)
+	}
+}
+
+// containerEnv is the environment of a container made from a CUDA image (whose
+// Dockerfile sets NVIDIA_VISIBLE_DEVICES=all) and given the CDI devices ids, as
+// containerd makes it before it runs the OCI runtime, which may be NVIDIA's.
+// The spec's device nodes are made FIFOs (the CDI library takes them, and making them
+// needs no privilege).
+func containerEnv(t *testing.T, cache *cdiapi.Cache, ids ...string) map[string]string {
+	t.Helper()
+	for _, id := range ids {
+		d := cache.GetDevice(id)
+		for _, n := range slices.Concat(d.GetSpec().ContainerEdits.DeviceNodes, d.ContainerEdits.DeviceNodes) {
+			if err := os.MkdirAll(filepath.Dir(n.HostPath), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(n.HostPath, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}}}
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
+	}
+	out := map[string]string{}
+	for _, kv := range spec.Process.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+// The NVIDIA Container Runtime, on nodes that run it, injects the devices that
+// NVIDIA_VISIBLE_DEVICES names (and every GPU for "all"); gpudra's containers have them
+// from the CDI spec already, so the runtime must see "void", and the workload reads its
+// devices' UUIDs from GPUDRA_VISIBLE_DEVICES.
+func TestContainersHideTheirDevicesFromNVIDIAsRuntime(t *testing.T) {
+	mig := &cdi.MIG{Parent: cdi.GPU{Index: 1, Minor: 1, UUID: "GPU-bbbb"}, GI: 2, UUID: "MIG-GPU-bbbb/2/0", GICapMinor: 40, CICapMinor: 41}
+	tests := []struct {
+		name        string
+		devs        []cdi.Device
+		wantVisible string
+	}{
+		{"whole GPU", []cdi.Device{{Name: claimUID + "-gpu-3", Device: "gpu-3", GPUs: []cdi.GPU{gpu3}}}, "GPU-dddd"},
+		{"NVLink group", []cdi.Device{{Name: claimUID + "-nvlink-0-3", Device: "nvlink-0-3", GPUs: []cdi.GPU{gpu0, gpu3}}}, "GPU-aaaa,GPU-dddd"},
+		{"MIG device", []cdi.Device{{Name: claimUID + "-gpu-1-mig-1g10gb-4", Device: "gpu-1-mig-1g10gb-4", MIG: mig}}, "MIG-GPU-bbbb/2/0"},
+		{"two devices of one claim", []cdi.Device{
+			{Name: claimUID + "-gpu-0", Device: "gpu-0", GPUs: []cdi.GPU{gpu0}},
+			{Name: claimUID + "-gpu-3", Device: "gpu-3", GPUs: []cdi.GPU{gpu3}},
+		}, "GPU-aaaa,GPU-dddd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cache, ids, _ := written(t, cdi.Node{DriverRoot: t.TempDir()}, tc.devs...)
+			env := containerEnv(t, cache, ids...)
+			if got := env["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+				t.Errorf("the container's NVIDIA_VISIBLE_DEVICES=%q: NVIDIA's runtime would inject those devices again; want void", got)
+			}
+			if got := env["GPUDRA_VISIBLE_DEVICES"]; got != tc.wantVisible {
+				t.Errorf("the container's GPUDRA_VISIBLE_DEVICES=%q, want %q", got, tc.wantVisible)
+			}
+			// Each device alone too: the guard is spec-wide, no device replaces it.
+			for _, id := range ids {
+				if got := containerEnv(t, cache, id)["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+					t.Errorf("given only %s, NVIDIA_VISIBLE_DEVICES=%q, want void", id, got)
+				}
+			}
+		})
 	}
 }
 

@@ -96,8 +96,8 @@ func NewDriver(o DriverOptions) (*Driver, error) {
 }
 
 // commonEdits are nvcdi's common edits less what gpudra sets itself: NVIDIA_VISIBLE_DEVICES
-// (nvcdi writes "void"; gpudra's devices list their UUIDs) and the node-wide MPS pipe
-// directory (gpudra mounts each claim's own daemon, and only under MPS).
+// (every spec's guard, see SpecEdits) and the node-wide MPS pipe directory (gpudra mounts
+// each claim's own daemon, and only under MPS).
 func commonEdits(e *cdispec.ContainerEdits) cdispec.ContainerEdits {
 	out := *e
 	out.Env = slices.DeleteFunc(slices.Clone(e.Env), func(kv string) bool {

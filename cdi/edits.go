@@ -40,7 +40,7 @@ type GPU struct {
 type MIG struct {
 	Parent GPU
 	GI, CI int
-	// UUID is the MIG device's identifier for NVIDIA_VISIBLE_DEVICES.
+	// UUID is the MIG device's identifier, as GPUDRA_VISIBLE_DEVICES lists it.
 	UUID string
 	// GICapMinor and CICapMinor are the minors of /dev/nvidia-caps/nvidia-cap<N>.
 	GICapMinor, CICapMinor int
@@ -87,7 +87,7 @@ type Device struct {
 	TimeSlice string
 }
 
-// uuids is what NVIDIA_VISIBLE_DEVICES lists for the device.
+// uuids is what GPUDRA_VISIBLE_DEVICES lists for the device.
 func (d Device) uuids() []string {
 	if d.MIG != nil {
 		return []string{d.MIG.UUID}
@@ -99,13 +99,23 @@ func (d Device) uuids() []string {
 	return out
 }
 
+// VisibleDevicesGuard is in every spec, as nvcdi and NVIDIA's DRA driver write it: the
+// NVIDIA Container Runtime, where a node runs it, reads NVIDIA_VISIBLE_DEVICES from the
+// container's environment and would inject the devices it names a second time (jit-cdi
+// and cdi modes as CDI devices, legacy mode through nvidia-container-cli), or every GPU
+// for a CUDA image's NVIDIA_VISIBLE_DEVICES=all; "void" asks it for none. The workload
+// learns its devices from GPUDRA_VISIBLE_DEVICES.
+const VisibleDevicesGuard = "NVIDIA_VISIBLE_DEVICES=void"
+
 // SpecEdits are the edits of the whole spec: nvcdi's common edits when it found a
-// driver, else the control device nodes.
+// driver, else the control device nodes; and VisibleDevicesGuard.
 func (n Node) SpecEdits() cdispec.ContainerEdits {
+	e := cdispec.ContainerEdits{DeviceNodes: n.ControlNodes()}
 	if n.Driver != nil && n.Driver.Common() != nil {
-		return merged(cdispec.ContainerEdits{}, *n.Driver.Common())
+		e = merged(cdispec.ContainerEdits{}, *n.Driver.Common())
 	}
-	return cdispec.ContainerEdits{DeviceNodes: n.ControlNodes()}
+	e.Env = append(e.Env, VisibleDevicesGuard)
+	return e
 }
 
 // DeviceEdits are dev's edits: own (from ClaimEdits) with its device nodes replaced by
@@ -139,10 +149,12 @@ func (n Node) root() string {
 }
 
 // ClaimEdits computes the container edits of each device of one claim. Variables that
-// describe the whole claim (NVIDIA_VISIBLE_DEVICES, GPUDRA_DEVICES) carry the same value
-// on every device, so a container given several of the claim's devices sees no conflict;
-// per-GPU variables are suffixed with the GPU's position k in NVIDIA_VISIBLE_DEVICES,
-// as HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<k> is.
+// describe the whole claim (GPUDRA_VISIBLE_DEVICES: the UUIDs of its GPUs and MIG
+// devices; GPUDRA_DEVICES: its device names) carry the same value on every device, so a
+// container given several of the claim's devices sees no conflict; per-GPU variables are
+// suffixed with the GPU's position k in GPUDRA_VISIBLE_DEVICES, as HAMi-core's
+// CUDA_DEVICE_MEMORY_LIMIT_<k> is. No device sets NVIDIA_VISIBLE_DEVICES: a device's
+// value would replace the spec's guard (SpecEdits).
 func (n Node) ClaimEdits(devs []Device) []cdispec.ContainerEdits {
 	var all, names []string
 	first := make([]int, len(devs)) // position of each device's first GPU
@@ -155,7 +167,7 @@ func (n Node) ClaimEdits(devs []Device) []cdispec.ContainerEdits {
 	for i, d := range devs {
 		e := &out[i]
 		e.Env = []string{
-			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(all, ","),
+			"GPUDRA_VISIBLE_DEVICES=" + strings.Join(all, ","),
 			"GPUDRA_DEVICES=" + strings.Join(names, ","),
 		}
 		for k := range d.uuids() {

@@ -12,9 +12,12 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpudra/gpudra/cdi"
@@ -102,7 +105,7 @@ func TestSpecsCarryNvcdiDriverFilesDeviceNodesAndHooks(t *testing.T) {
 				version := withDriverFiles(t, root, "dgx-h100")
 				d := n.newDriver(nil)
 				c := n.allocate(tc.spec)
-				mustPrepare(t, d, c)
+				devs := mustPrepare(t, d, c)
 				spec := n.spec(c)
 
 				// The spec-wide part: nvcdi's control nodes, driver libraries and binaries.
@@ -119,9 +122,6 @@ func TestSpecsCarryNvcdiDriverFilesDeviceNodesAndHooks(t *testing.T) {
 				if got := hostPaths(spec.ContainerEdits.DeviceNodes); !slices.Contains(got, filepath.Join(root, "dev/nvidiactl")) {
 					t.Errorf("spec device nodes %v lack nvidiactl", got)
 				}
-				if slices.Contains(spec.ContainerEdits.Env, "NVIDIA_VISIBLE_DEVICES=void") {
-					t.Errorf("spec env %v hides the claim's devices", spec.ContainerEdits.Env)
-				}
 
 				// The device: its own nodes, gpudra's environment, MPS mounts when shared.
 				e := spec.Devices[0].ContainerEdits
@@ -135,8 +135,17 @@ func TestSpecsCarryNvcdiDriverFilesDeviceNodesAndHooks(t *testing.T) {
 				if want := tc.nodes(d, c, n); !slices.Equal(paths[:len(want)], want) {
 					t.Errorf("device nodes %v, want %v first", paths, want)
 				}
-				if env(e)["NVIDIA_VISIBLE_DEVICES"] == "" || env(e)["GPUDRA_DEVICES"] == "" {
+				if env(e)["GPUDRA_VISIBLE_DEVICES"] == "" || env(e)["GPUDRA_DEVICES"] == "" {
 					t.Errorf("device env %v lacks gpudra's variables", e.Env)
+				}
+				// The container, from a CUDA image (NVIDIA_VISIBLE_DEVICES=all), tells NVIDIA's
+				// runtime to inject nothing more, and the workload which GPUs it has.
+				ctr := containerEnv(t, n, devs...)
+				if got := ctr["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+					t.Errorf("the container's NVIDIA_VISIBLE_DEVICES=%q: NVIDIA's runtime would inject those devices again; want void", got)
+				}
+				if got, want := ctr["GPUDRA_VISIBLE_DEVICES"], env(e)["GPUDRA_VISIBLE_DEVICES"]; got != want {
+					t.Errorf("the container's GPUDRA_VISIBLE_DEVICES=%q, want the device's %q", got, want)
 				}
 				if _, ok := mountedAt(e.Mounts)[cdi.MPSPipeDir]; ok != tc.mps {
 					t.Errorf("device mounts the claim's MPS pipe directory: %v, want %v", ok, tc.mps)
@@ -180,6 +189,9 @@ func TestDriverRootWithoutLibrariesStillPrepares(t *testing.T) {
 	c := n.allocate(wholeGPU)
 	mustPrepare(t, d, c)
 	spec := n.spec(c)
+	if !slices.Contains(spec.ContainerEdits.Env, cdi.VisibleDevicesGuard) {
+		t.Errorf("spec env %v lacks %s: NVIDIA's runtime would inject the claim's devices again", spec.ContainerEdits.Env, cdi.VisibleDevicesGuard)
+	}
 	if len(spec.ContainerEdits.Mounts) != 0 {
 		t.Errorf("spec mounts %v without a driver", spec.ContainerEdits.Mounts)
 	}
@@ -201,6 +213,36 @@ func TestRealBackendRefusesADriverRootWithoutLibraries(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no NVIDIA driver under driver root "+cfg.DriverRoot) {
 		t.Errorf("got %v, want an error naming the driver root without a driver", err)
 	}
+}
+
+// containerEnv is the environment of a container made from a CUDA image (whose Dockerfile
+// sets NVIDIA_VISIBLE_DEVICES=all) and given the prepared devices, as containerd makes it
+// from the node's CDI specs before it runs the OCI runtime, which may be NVIDIA's. Device
+// nodes the driver root lacks (MIG capability nodes) are made FIFOs, which the CDI
+// library takes.
+func containerEnv(t *testing.T, n *node, devs ...kubeletplugin.Device) map[string]string {
+	t.Helper()
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(n.cfg.CDIRoot), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, d := range devs {
+		ids = append(ids, d.CDIDeviceIDs...)
+		for _, id := range d.CDIDeviceIDs {
+			dev := cache.GetDevice(id)
+			for _, dn := range slices.Concat(dev.GetSpec().ContainerEdits.DeviceNodes, dev.ContainerEdits.DeviceNodes) {
+				if err := unix.Mkfifo(dn.HostPath, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all"}}}
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
+	}
+	return env(cdispec.ContainerEdits{Env: spec.Process.Env})
 }
 
 func hostPaths(nodes []*cdispec.DeviceNode) []string {

@@ -31,8 +31,8 @@ func TestWholeGPUClaimGetsItsDeviceNodeAndUUID(t *testing.T) {
 		t.Errorf("device nodes %+v", e.DeviceNodes)
 	}
 	uuid := d.Inventory().GPU(2).UUID
-	if got := env(e)["NVIDIA_VISIBLE_DEVICES"]; got != uuid {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES=%s, want %s", got, uuid)
+	if got := env(e)["GPUDRA_VISIBLE_DEVICES"]; got != uuid {
+		t.Errorf("GPUDRA_VISIBLE_DEVICES=%s, want %s", got, uuid)
 	}
 	if got := env(e)["GPUDRA_MEMORY_MIB_0"]; got != "81559" && got != "81920" {
 		t.Errorf("GPUDRA_MEMORY_MIB_0=%s", got)
@@ -161,8 +161,8 @@ func TestMIGClaimCreatesOneInstanceAtItsPlacement(t *testing.T) {
 	if len(paths) != 3 || paths[0] != "/dev/nvidia"+itoa(want.gpu) || !strings.HasPrefix(paths[1], "/dev/nvidia-caps/nvidia-cap") {
 		t.Errorf("MIG device nodes %v", paths)
 	}
-	if v := env(e)["NVIDIA_VISIBLE_DEVICES"]; !strings.HasPrefix(v, "MIG-") {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES=%s", v)
+	if v := env(e)["GPUDRA_VISIBLE_DEVICES"]; !strings.HasPrefix(v, "MIG-") {
+		t.Errorf("GPUDRA_VISIBLE_DEVICES=%s", v)
 	}
 	if len(devs) != 1 {
 		t.Fatalf("devices %+v", devs)
