@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -99,12 +102,15 @@ func TestKueueConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range classes {
-		if mapped[c.Name] == "" {
-			t.Errorf("DeviceClass %s has no deviceClassMapping: Kueue cannot count its claims against a quota", c.Name)
+		if mapped[c.Name] == "" && c.Spec.ExtendedResourceName == nil {
+			t.Errorf("DeviceClass %s has no deviceClassMapping and no extendedResourceName: Kueue cannot count it against a quota", c.Name)
 		}
 	}
 	if !cfg.FeatureGates["DynamicResourceAllocation"] {
 		t.Error("featureGates.DynamicResourceAllocation is off: Kueue would ignore ResourceClaimTemplates in quota")
+	}
+	if cfg.FeatureGates["DRAExtendedResources"] {
+		t.Error("featureGates.DRAExtendedResources is on: Kueue would charge an NVLink group's extended resource on top of its transformed GPUs")
 	}
 	w := cfg.WaitForPodsReady
 	if w == nil || w.Timeout.Duration <= 0 {
@@ -112,5 +118,69 @@ func TestKueueConfiguration(t *testing.T) {
 	}
 	if w.BlockAdmission != nil && *w.BlockAdmission {
 		t.Error("waitForPodsReady.blockAdmission would admit one gang at a time")
+	}
+}
+
+// TestNVLinkGroupsAreChargedInGPUs: every sized NVLink-group DeviceClass is an extended
+// resource that the Kueue configuration transforms into gpudra.dev/gpu, as many as the GPUs
+// its selector asks for (gpuCount == k), replacing the group itself, so a ClusterQueue's
+// gpudra.dev/gpu quota covers it; and every transformation takes a shipped class's resource.
+func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
+	var cfg kueueconfig.Configuration
+	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Resources == nil {
+		t.Fatal("kueue-config.yaml has no resources")
+	}
+	transforms := map[corev1.ResourceName]kueueconfig.ResourceTransformation{}
+	for _, tr := range cfg.Resources.Transformations {
+		transforms[tr.Input] = tr
+	}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuCount := regexp.MustCompile(`gpuCount == (\d+)`)
+	sized := 0
+	for _, c := range classes {
+		if c.Spec.ExtendedResourceName == nil {
+			continue
+		}
+		ext := corev1.ResourceName(*c.Spec.ExtendedResourceName)
+		var want int64
+		for _, s := range c.Spec.Selectors {
+			if m := gpuCount.FindStringSubmatch(s.CEL.Expression); m != nil {
+				want, _ = strconv.ParseInt(m[1], 10, 64)
+			}
+		}
+		if want == 0 {
+			t.Errorf("DeviceClass %s (extended resource %s) selects no fixed gpuCount: Kueue cannot know how many GPUs it is", c.Name, ext)
+			continue
+		}
+		sized++
+		tr, ok := transforms[ext]
+		delete(transforms, ext)
+		if !ok {
+			t.Errorf("DeviceClass %s: no resources.transformations entry for %s: Kueue would charge it as 1 %s, not %d GPUs", c.Name, ext, ext, want)
+			continue
+		}
+		if tr.Strategy == nil || *tr.Strategy != kueueconfig.Replace {
+			t.Errorf("transformation of %s: strategy %v, want Replace (Retain would also charge the group itself)", ext, tr.Strategy)
+		}
+		got := tr.Outputs["gpudra.dev/gpu"]
+		if len(tr.Outputs) != 1 || got.Value() != want {
+			var outputs []string
+			for name, q := range tr.Outputs {
+				outputs = append(outputs, string(name)+": "+q.String())
+			}
+			t.Errorf("transformation of %s: outputs {%s}, want {gpudra.dev/gpu: %d}", ext, strings.Join(outputs, ", "), want)
+		}
+	}
+	if sized == 0 {
+		t.Error("no sized NVLink-group DeviceClass is shipped")
+	}
+	for in := range transforms {
+		t.Errorf("transformation of %s: no shipped DeviceClass has that extendedResourceName", in)
 	}
 }

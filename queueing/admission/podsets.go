@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -31,12 +32,14 @@ const (
 type badInput struct{ error }
 
 // podSets turns a Workload's pod sets into gang pod sets, reading the pods' claim
-// templates. Pods that use ResourceClaims directly (not templates) share them, which a
+// templates and the claim kube-scheduler makes for their DRA-backed extended resources
+// (extended.go). Pods that use ResourceClaims directly (not templates) share them, which a
 // gang placement cannot split: they are reported as bad input. The node labels and
 // tolerations of the ResourceFlavors Kueue assigned are added to the pods' own, as Kueue
 // adds them to the pods when it admits the workload.
 func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.PodSet, error) {
 	var out []gang.PodSet
+	extended := &extendedClasses{c: c}
 	for i, ps := range wl.Spec.PodSets {
 		path := fmt.Sprintf("spec.podSets[%d] (%s)", i, ps.Name)
 		set := gang.PodSet{Name: string(ps.Name), Count: int(ps.Count), NodeSelector: ps.Template.Spec.NodeSelector, Tolerations: ps.Template.Spec.Tolerations}
@@ -63,6 +66,16 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 			spec := *tmpl.Spec.Spec.DeepCopy()
 			allocation.Default(&spec)
 			set.Claims = append(set.Claims, spec)
+		}
+		spec, err := extended.claim(ctx, &ps.Template.Spec)
+		var bad badInput
+		switch {
+		case errors.As(err, &bad):
+			return nil, badInput{fmt.Errorf("%s: %w", path, err)}
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", path, err)
+		case spec != nil:
+			set.Claims = append(set.Claims, *spec)
 		}
 		if err := set.Validate(); err != nil {
 			return nil, badInput{fmt.Errorf("%s: %w", path, err)}

@@ -18,30 +18,40 @@ import (
 )
 
 // TestShippedThreeDJob admits the sample users apply (deployments/kueue) as Kueue turns it
-// into a Workload: one pod set of 8 pods, 4 NVLinked GPUs each, pipelines of 4 per rack.
+// into a Workload: one pod set of 8 pods, one 4-GPU NVLink group each (its claim templates,
+// or the extended resource kube-scheduler makes a claim for), pipelines of 4 per rack.
 func TestShippedThreeDJob(t *testing.T) {
 	data, err := os.ReadFile("../../deployments/kueue/20-train-3d-parallel.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tmpl resourceapi.ResourceClaimTemplate
-	var job batchv1.Job
+	var objs []client.Object
+	var job *batchv1.Job
 	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
 		switch {
 		case bytes.Contains(doc, []byte("kind: ResourceClaimTemplate")):
-			err = yaml.UnmarshalStrict(doc, &tmpl)
+			tmpl := &resourceapi.ResourceClaimTemplate{}
+			err = yaml.UnmarshalStrict(doc, tmpl)
+			objs = append(objs, tmpl)
 		case bytes.Contains(doc, []byte("kind: Job")):
-			err = yaml.UnmarshalStrict(doc, &job)
+			job = &batchv1.Job{}
+			err = yaml.UnmarshalStrict(doc, job)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	wl := job3D(&job)
-	r := newReconciler(lab(t, []client.Object{&tmpl, wl}...))
+	if job == nil {
+		t.Fatal("the sample has no Job")
+	}
+	wl := job3D(job)
+	r := newReconciler(lab(t, append(objs, wl)...))
 	got := reconcile(t, r, wl.Name)
 	if got.State != kueue.CheckStateReady {
 		t.Fatalf("state %s: %s", got.State, got.Message)
+	}
+	if groups := plannedDevices(r, wl.UID); len(groups) != 8 || !allNVLinkQuads(groups) {
+		t.Errorf("planned devices %v, want eight 4-GPU NVLink groups", groups)
 	}
 	nodes := strings.Split(got.PodSetUpdates[0].Annotations[AnnotationPlacement], ",")
 	if len(nodes) != 8 {
