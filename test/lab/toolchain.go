@@ -32,6 +32,9 @@ type Toolchain struct {
 	// A real node's programs (only when the lab has real nodes).
 	Kubelet, Containerd, Ctr, Runc string
 	CNIBin                         string // the CNI plugins' folder
+	// CDIHook is nvidia-cdi-hook, for the hooks in a real node's CDI specs
+	// (gpudra-kubelet-plugin --nvidia-cdi-hook).
+	CDIHook string
 }
 
 // runToolchain runs toolchain.sh with args, streaming its progress to progress.
@@ -71,7 +74,7 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, 
 		comps = append(comps, "helm")
 	}
 	if realNodes {
-		comps = append(comps, "node")
+		comps = append(comps, "node", "cdihook")
 	}
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
@@ -129,8 +132,13 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, 
 		}
 		t.Kubelet, t.Containerd = filepath.Join(nd, "bin/kubelet"), filepath.Join(nd, "bin/containerd")
 		t.Ctr, t.Runc, t.CNIBin = filepath.Join(nd, "bin/ctr"), filepath.Join(nd, "bin/runc"), filepath.Join(nd, "cni")
+		hook, err := dir("cdihook")
+		if err != nil {
+			return nil, err
+		}
+		t.CDIHook = filepath.Join(hook, "bin/nvidia-cdi-hook")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Helm, t.Kubelet, t.Containerd, t.Ctr, t.Runc} {
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Helm, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook} {
 		if p == "" {
 			continue
 		}

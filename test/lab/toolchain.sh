@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node
+#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node, cdihook
 #   test/lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -17,6 +17,9 @@ HELM_VERSION=${HELM_VERSION:-v4.3.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
+# nvidia-container-toolkit of go.mod: its nvcdi writes the hooks this nvidia-cdi-hook runs
+# (test/lab/toolchain_test.go keeps the two equal).
+NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
 CACHE=${GPUDRA_CACHE:-$HOME/.cache/gpudra}
 TOOLS=$CACHE/toolchain
 export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
@@ -29,7 +32,8 @@ dir_of() { # component → cache folder
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
     helm) echo "$TOOLS/helm-$HELM_VERSION" ;;
     node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm node)" >&2; return 2 ;;
+    cdihook) echo "$TOOLS/nvidia-cdi-hook-$NVIDIA_CTK_VERSION" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm node cdihook)" >&2; return 2 ;;
   esac
 }
 
@@ -133,6 +137,16 @@ build_node() {
   )
 }
 
+# cdihook: nvidia-container-toolkit's nvidia-cdi-hook, which runc runs on a real node for the
+# hooks nvcdi puts in gpudra's CDI specs (create-symlinks, update-ldcache, ...). cgo: it links
+# go-nvml. Not a default component: `gpudra lab up` asks for it when the lab has real nodes.
+build_cdihook() {
+  local out=$1
+  CGO_ENABLED=1 CGO_CFLAGS=-Wno-deprecated-declarations GOBIN=$out/bin go install -trimpath \
+    -ldflags "-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=${NVIDIA_CTK_VERSION#v}" \
+    "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook@$NVIDIA_CTK_VERSION"
+}
+
 build_etcd() {
   local out=$1
   go mod init gpudra.dev/lab-etcd >/dev/null
@@ -168,7 +182,7 @@ build_helm() {
 
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue helm node; do
+  for c in k8s etcd kwok kueue helm node cdihook; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done
