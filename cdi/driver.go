@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
+	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
+	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	"github.com/go-logr/logr"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -20,8 +22,14 @@ const DefaultHookPath = "/usr/bin/nvidia-cdi-hook"
 // DriverOptions say where the NVIDIA driver is and how nvcdi reads it.
 type DriverOptions struct {
 	// Root is the host directory holding the driver's libraries, binaries and device
-	// nodes: "/" on a GPU node, the lab's fake root with a simulated backend.
+	// nodes: "/" on a GPU node, the lab's fake root with a simulated backend. The specs
+	// name its files by host path: the container runtime reads them on the host.
 	Root string
+	// ContainerRoot is where this process sees Root when it runs in a container that
+	// mounts Root elsewhere (the chart's plugin pod: /driver-root); "" when it sees Root
+	// where the host does. nvcdi reads the driver there, and the paths it finds are
+	// rewritten to Root's, as NVIDIA's DRA driver does (--container-driver-root).
+	ContainerRoot string
 	// NVML is gpudra's own NVML: the real library or a simulated server. nvcdi asks it
 	// for the driver version and the devices, so both go through the same code.
 	NVML nvml.Interface
@@ -41,6 +49,7 @@ type DriverOptions struct {
 // nvidia-container-toolkit's nvcdi in NVML mode.
 type Driver struct {
 	lib       nvcdi.Interface
+	toHost    transform.Transformer // ContainerRoot's paths to Root's
 	simulated bool
 	logger    logr.Logger
 	// common is nil when nvcdi found no driver (simulated backends only).
@@ -50,18 +59,17 @@ type Driver struct {
 	gpus map[string]*cdispec.ContainerEdits // whole GPUs' edits by UUID; nil: gpudra's own
 }
 
-// NewDriver reads the driver installation under o.Root. With a real backend, a root
-// without the driver's libraries is an error: containers would get a GPU they cannot use.
+// NewDriver reads the driver installation under o.Root (as this process sees it:
+// o.ContainerRoot). With a real backend, a root without the driver's libraries is an
+// error: containers would get a GPU they cannot use.
 func NewDriver(o DriverOptions) (*Driver, error) {
-	root := o.Root
-	if root == "" {
-		root = "/"
-	}
+	root := cmp.Or(o.Root, "/")
+	read := cmp.Or(o.ContainerRoot, root)
 	opts := []nvcdi.Option{
 		nvcdi.WithMode(nvcdi.ModeNvml),
 		nvcdi.WithNvmlLib(o.NVML),
-		nvcdi.WithDriverRoot(root),
-		nvcdi.WithDevRoot(root),
+		nvcdi.WithDriverRoot(read),
+		nvcdi.WithDevRoot(read),
 		nvcdi.WithVendor(Vendor),
 		nvcdi.WithClass(Class),
 		nvcdi.WithLogger(nvcdiLogger{o.Logger.WithName("nvcdi")}),
@@ -74,21 +82,29 @@ func NewDriver(o DriverOptions) (*Driver, error) {
 	} else {
 		opts = append(opts, nvcdi.WithNVIDIACDIHookPath(o.HookPath))
 	}
-	d := &Driver{simulated: o.Simulated, logger: o.Logger, gpus: map[string]*cdispec.ContainerEdits{}}
+	d := &Driver{simulated: o.Simulated, logger: o.Logger, gpus: map[string]*cdispec.ContainerEdits{},
+		toHost: transformroot.New(transformroot.WithRoot(read), transformroot.WithTargetRoot(root), transformroot.WithRelativeTo("host"))}
+	where := root
+	if read != root {
+		where = fmt.Sprintf("%s (mounted at %s)", root, read)
+	}
 	var err error
 	d.lib, err = guard(o.Simulated, func() (nvcdi.Interface, error) { return nvcdi.New(opts...) })
 	if err != nil {
-		return nil, fmt.Errorf("nvcdi for driver root %s: %w", root, err)
+		return nil, fmt.Errorf("nvcdi for driver root %s: %w", where, err)
 	}
 	common, err := guard(o.Simulated, d.lib.GetCommonEdits)
 	switch {
 	case err != nil && !o.Simulated:
-		return nil, fmt.Errorf("no NVIDIA driver under driver root %s (is --driver-root the directory holding the driver's libnvidia-ml.so.<version>?): %w", root, err)
+		return nil, fmt.Errorf("no NVIDIA driver under driver root %s (is --driver-root the directory holding the driver's libnvidia-ml.so.<version>, and --container-driver-root where the plugin's container mounts it?): %w", where, err)
 	case err != nil:
 		o.Logger.Info("WARNING: the simulated node's driver root has no NVIDIA driver libraries for its driver version; containers get device nodes but no driver libraries, binaries or hooks",
-			"driverRoot", root, "err", err)
+			"driverRoot", where, "err", err)
 	default:
 		e := commonEdits(common.ContainerEdits)
+		if err := d.onHost(&e); err != nil {
+			return nil, err
+		}
 		d.common = &e
 		o.Logger.Info("NVIDIA driver files for CDI specs", "driverRoot", root, "deviceNodes", len(e.DeviceNodes), "mounts", len(e.Mounts), "hooks", len(e.Hooks))
 	}
@@ -169,7 +185,21 @@ func (d *Driver) described(uuid, what string) (*cdispec.ContainerEdits, error) {
 		return nil, nil
 	}
 	e := devs[0].ContainerEdits
+	if err := d.onHost(&e); err != nil {
+		return nil, fmt.Errorf("CDI edits of %s (%s): %w", what, uuid, err)
+	}
 	return &e, nil
+}
+
+// onHost rewrites e's host paths (device nodes, mounts, the arguments of hooks the
+// runtime runs on the host) from where this process reads the driver to Root.
+func (d *Driver) onHost(e *cdispec.ContainerEdits) error {
+	spec := &cdispec.Spec{ContainerEdits: *e}
+	if err := d.toHost.Transform(spec); err != nil {
+		return fmt.Errorf("driver root paths to host paths: %w", err)
+	}
+	*e = spec.ContainerEdits
+	return nil
 }
 
 // guard runs f; with a simulated backend, a panic (a go-nvml mock method the simulation

@@ -22,6 +22,9 @@ type Node struct {
 	// DriverRoot is the host directory under which /dev/nvidia* and /proc/driver/nvidia*
 	// are found: "/" on a GPU node, a directory the lab prepares with a simulated backend.
 	DriverRoot string
+	// ContainerDriverRoot is where this process sees DriverRoot when it runs in a
+	// container that mounts it elsewhere (DriverOptions.ContainerRoot); "" is DriverRoot.
+	ContainerDriverRoot string
 	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
 	VGPULibrary string
 	// Driver, when set, gives the GPU parts of the specs (device nodes, driver libraries

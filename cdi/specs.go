@@ -2,6 +2,7 @@ package cdi
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,12 +131,13 @@ func (s *Specs) Claims() (map[string]string, error) {
 
 // MIGCapMinors returns the minors of the /dev/nvidia-caps nodes granting access to GPU
 // instance gi and its compute instance ci on the GPU with the given minor, read from
-// the driver's <root>/proc/driver/nvidia-caps/mig-minors, or computed with the driver's
+// the driver's <root>/proc/driver/nvidia-caps/mig-minors (where this process sees the
+// driver root), or computed with the driver's
 // numbering (config 1, monitor 2, then per GPU 15 GIs of 1+8 entries) when it is absent.
 func (n Node) MIGCapMinors(gpuMinor, gi, ci int) (giMinor, ciMinor int, err error) {
 	giKey := fmt.Sprintf("gpu%d/gi%d/access", gpuMinor, gi)
 	ciKey := fmt.Sprintf("gpu%d/gi%d/ci%d/access", gpuMinor, gi, ci)
-	f, err := os.Open(filepath.Join(n.root(), "proc/driver/nvidia-caps/mig-minors"))
+	f, err := os.Open(filepath.Join(cmp.Or(n.ContainerDriverRoot, n.root()), "proc/driver/nvidia-caps/mig-minors"))
 	if errors.Is(err, fs.ErrNotExist) {
 		base := 3 + gpuMinor*15*9 + gi*9
 		return base, base + 1 + ci, nil

@@ -33,16 +33,20 @@ type Config struct {
 	// found ("" or "/" on a GPU node; the lab's fake root with a simulated backend). The
 	// CDI specs' GPU parts come from nvcdi reading it (cdi.Driver).
 	DriverRoot string
+	// ContainerDriverRoot is where the plugin sees DriverRoot when it runs in a container
+	// that mounts it elsewhere (the chart's pod: /driver-root); "" when it runs on the host.
+	// nvcdi and the default MPS and nvidia-smi paths read it; the CDI specs name DriverRoot.
+	ContainerDriverRoot string
 	// VGPULibrary is the host path of HAMi-core's libvgpu.so; "" when not installed.
 	VGPULibrary string
 	// CDIHookPath is the host path of nvidia-cdi-hook, which runs the hooks nvcdi puts
 	// in the CDI specs (update-ldcache, create-symlinks, ...); "" writes no hooks.
 	CDIHookPath string
 	// MPS starts and stops the per-claim MPS control daemons. nil: MPSProcess running
-	// <DriverRoot>/usr/bin/nvidia-cuda-mps-control. SimulatedMPS needs a simulated backend.
+	// <ContainerDriverRoot or DriverRoot>/usr/bin/nvidia-cuda-mps-control. SimulatedMPS needs a simulated backend.
 	MPS MPSControl
 	// TimeSlicer sets the GPUs' time-slices. nil: NvidiaSMI running
-	// <DriverRoot>/usr/bin/nvidia-smi. SimulatedTimeSlicer needs a simulated backend.
+	// <ContainerDriverRoot or DriverRoot>/usr/bin/nvidia-smi. SimulatedTimeSlicer needs a simulated backend.
 	TimeSlicer TimeSlicer
 	// BootIDPath overrides /proc/sys/kernel/random/boot_id (tests).
 	BootIDPath string

@@ -173,6 +173,54 @@ func TestSpecsCarryNvcdiDriverFilesDeviceNodesAndHooks(t *testing.T) {
 	}
 }
 
+// The chart's plugin pod mounts the host's driver root at /driver-root: nvcdi reads the
+// driver there, and the specs, which the container runtime reads on the host, name the
+// host's paths.
+func TestPluginInAContainerNamesTheHostsDriverRoot(t *testing.T) {
+	const hostRoot, hook = "/run/nvidia/driver", "/usr/bin/nvidia-cdi-hook"
+	n := newNode(t, "dgx-h100", func(c *plugin.Config) {
+		c.ContainerDriverRoot, c.DriverRoot = c.DriverRoot, hostRoot
+		c.CDIHookPath = hook
+	})
+	mounted := n.cfg.ContainerDriverRoot
+	version := withDriverFiles(t, mounted, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(wholeGPU)
+	mustPrepare(t, d, c)
+	spec := n.spec(c)
+	e := spec.Devices[0].ContainerEdits
+
+	lib := "/" + nvmlsim.LibDir() + "/libnvidia-ml.so." + version
+	if got := mountedAt(spec.ContainerEdits.Mounts)[lib]; got != hostRoot+lib {
+		t.Errorf("spec mounts %s from %q, want %q", lib, got, hostRoot+lib)
+	}
+	for _, want := range []string{hostRoot + "/dev/nvidiactl", hostRoot + "/dev/nvidia2"} {
+		if !slices.Contains(slices.Concat(hostPaths(spec.ContainerEdits.DeviceNodes), hostPaths(e.DeviceNodes)), want) {
+			t.Errorf("spec device nodes %v, %v lack %s", hostPaths(spec.ContainerEdits.DeviceNodes), hostPaths(e.DeviceNodes), want)
+		}
+	}
+	// Nothing names the plugin's own view of the driver root: not a mount, a device
+	// node or a hook's argument (apply-cuda-memory-limits gets --driver-root).
+	var hostSide []string
+	for _, edits := range []cdispec.ContainerEdits{spec.ContainerEdits, e} {
+		hostSide = append(hostSide, hostPaths(edits.DeviceNodes)...)
+		for _, m := range edits.Mounts {
+			hostSide = append(hostSide, m.HostPath)
+		}
+		for _, h := range edits.Hooks {
+			hostSide = append(hostSide, h.Args...)
+		}
+	}
+	for _, p := range hostSide {
+		if strings.Contains(p, mounted) {
+			t.Errorf("spec names %s, the plugin's mount of the driver root, not the host's %s", p, hostRoot)
+		}
+	}
+	if !slices.Contains(hostSide, hostRoot) {
+		t.Errorf("no hook gets --driver-root %s: %v", hostRoot, hookVerbs(e.Hooks))
+	}
+}
+
 func TestDriverRootWithoutLibrariesStillPrepares(t *testing.T) {
 	n := newNode(t, "dgx-h100")
 	var logs strings.Builder

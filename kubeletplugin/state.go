@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -435,18 +436,19 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	if err != nil {
 		return nil, err
 	}
-	gpuParts, err := cdi.NewDriver(cdi.DriverOptions{Root: cfg.DriverRoot, NVML: cfg.Backend.NVML,
-		HookPath: cfg.CDIHookPath, Simulated: cfg.Backend.Simulated, Logger: logger})
+	gpuParts, err := cdi.NewDriver(cdi.DriverOptions{Root: cfg.DriverRoot, ContainerRoot: cfg.ContainerDriverRoot,
+		NVML: cfg.Backend.NVML, HookPath: cfg.CDIHookPath, Simulated: cfg.Backend.Simulated, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	node := cdi.Node{DriverRoot: cfg.DriverRoot, VGPULibrary: cfg.VGPULibrary, Driver: gpuParts}
+	node := cdi.Node{DriverRoot: cfg.DriverRoot, ContainerDriverRoot: cfg.ContainerDriverRoot, VGPULibrary: cfg.VGPULibrary, Driver: gpuParts}
+	tools := cmp.Or(cfg.ContainerDriverRoot, cfg.DriverRoot)
 	mps, timeSlicer := cfg.MPS, cfg.TimeSlicer
 	if mps == nil {
-		mps = MPSProcess{Binary: filepath.Join(node.DriverRoot, "usr/bin/nvidia-cuda-mps-control")}
+		mps = MPSProcess{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
 	}
 	if timeSlicer == nil {
-		timeSlicer = NvidiaSMI{Binary: filepath.Join(node.DriverRoot, "usr/bin/nvidia-smi")}
+		timeSlicer = NvidiaSMI{Binary: filepath.Join(tools, "usr/bin/nvidia-smi")}
 	}
 	strategy := cfg.Render.MIG
 	return &state{

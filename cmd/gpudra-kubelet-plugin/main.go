@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -34,7 +35,8 @@ type flags struct {
 	nodeName, nvml, mig, kubeconfig   string
 	pluginDataDir, registrarDir       string
 	cdiRoot, checkpointDir, metricsAt string
-	driverRoot, vgpuLibrary           string
+	driverRoot, containerDriverRoot   string
+	vgpuLibrary                       string
 	healthInjectionFile, podUID       string
 	mpsControl, nvidiaSMI, cdiHook    string
 }
@@ -57,10 +59,11 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
 	fs.StringVar(&f.cdiRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
-	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory holding the NVIDIA driver (/dev/nvidia*, libnvidia-ml.so.<version> and the other libraries and binaries), which nvcdi reads for the GPU parts of the CDI specs; a fake root prepared by the lab with --nvml=sim:<profile>")
+	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory holding the NVIDIA driver (/dev/nvidia*, libnvidia-ml.so.<version> and the other libraries and binaries), which nvcdi reads (at --container-driver-root when set) for the GPU parts of the CDI specs; a fake root prepared by the lab with --nvml=sim:<profile>")
+	fs.StringVar(&f.containerDriverRoot, "container-driver-root", "", "where this plugin's container mounts --driver-root (the chart: /driver-root), read for the driver's files and tools; the CDI specs name them under --driver-root, the host path (default: --driver-root itself, for a plugin running on the host)")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
-	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
-	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
+	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <container-driver-root or driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
+	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
@@ -133,6 +136,7 @@ func run(ctx context.Context, f flags) error {
 		CDIRoot:             f.cdiRoot,
 		CheckpointDir:       f.checkpointDir,
 		DriverRoot:          f.driverRoot,
+		ContainerDriverRoot: f.containerDriverRoot,
 		VGPULibrary:         f.vgpuLibrary,
 		CDIHookPath:         hook,
 		MPS:                 mps,
@@ -175,11 +179,12 @@ func cdiHookPath(flag string, simulated bool) string {
 }
 
 // sharingTools are what starts MPS control daemons and sets time-slices: the driver's
-// own tools, or, with a simulated backend and no path given, simulations of them.
+// own tools (where this process sees the driver root), or, with a simulated backend and no path given, simulations of them.
 func sharingTools(f flags, simulated bool) (plugin.MPSControl, plugin.TimeSlicer) {
+	tools := cmp.Or(f.containerDriverRoot, f.driverRoot)
 	var mps plugin.MPSControl = plugin.MPSProcess{Binary: f.mpsControl}
 	if f.mpsControl == "" {
-		mps = plugin.MPSProcess{Binary: filepath.Join(f.driverRoot, "usr/bin/nvidia-cuda-mps-control")}
+		mps = plugin.MPSProcess{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
 		if simulated {
 			klog.InfoS("Using SIMULATED MPS control daemons: a file in each claim's MPS pipe directory", "file", plugin.SimulatedMPSFile)
 			mps = plugin.SimulatedMPS{}
@@ -187,7 +192,7 @@ func sharingTools(f flags, simulated bool) (plugin.MPSControl, plugin.TimeSlicer
 	}
 	var ts plugin.TimeSlicer = plugin.NvidiaSMI{Binary: f.nvidiaSMI}
 	if f.nvidiaSMI == "" {
-		ts = plugin.NvidiaSMI{Binary: filepath.Join(f.driverRoot, "usr/bin/nvidia-smi")}
+		ts = plugin.NvidiaSMI{Binary: filepath.Join(tools, "usr/bin/nvidia-smi")}
 		if simulated {
 			klog.InfoS("Using SIMULATED GPU time-slices (logged, not applied)")
 			ts = &plugin.SimulatedTimeSlicer{}

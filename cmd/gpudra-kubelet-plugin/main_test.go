@@ -19,6 +19,8 @@ func TestSharingToolsAreSimulatedOnlyOnSimulatedNodesWithoutPaths(t *testing.T) 
 			plugin.MPSProcess{Binary: "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/run/nvidia/driver/usr/bin/nvidia-smi"}},
 		{"real node: paths given", flags{driverRoot: "/", mpsControl: "/driver-root/usr/bin/nvidia-cuda-mps-control", nvidiaSMI: "/driver-root/usr/bin/nvidia-smi"}, false,
 			plugin.MPSProcess{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
+		{"real node, plugin in a container: the mounted driver root's tools", flags{driverRoot: "/run/nvidia/driver", containerDriverRoot: "/driver-root"}, false,
+			plugin.MPSProcess{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
 		{"simulated node: simulated tools", flags{driverRoot: "/tmp/root"}, true,
 			plugin.SimulatedMPS{}, &plugin.SimulatedTimeSlicer{}},
 		{"simulated node: a path given is used", flags{driverRoot: "/tmp/root", mpsControl: "/opt/fake-mps"}, true,
