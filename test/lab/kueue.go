@@ -153,20 +153,44 @@ func copyKueueCerts(ctx context.Context, u *upper, certDir string) error {
 	return nil
 }
 
-// kueueConfig is deployments/kueue/config/kueue-config.yaml (what gpudra asks of Kueue)
-// with the lab's own serving addresses and certificates.
+// kueueConfig is the Configuration Kueue installs with (its
+// config/components/manager/controller_manager_config.yaml: client QPS, reconciler
+// concurrency) with deployments/kueue/config/kueue-config.yaml (what gpudra asks of Kueue)
+// merged over it, as the file tells users to do, and the lab's own serving addresses and
+// certificates.
 func (u *upper) kueueConfig(certDir string) ([]byte, error) {
+	return kueueLabConfig(u.tc.KueueConfig, certDir, func(name string) int { return u.port(name) })
+}
+
+func kueueLabConfig(configDir, certDir string, port func(string) int) ([]byte, error) {
+	shipped := filepath.Join(configDir, "manager", "controller_manager_config.yaml")
+	data, err := os.ReadFile(shipped)
+	if err != nil {
+		return nil, fmt.Errorf("Kueue's shipped configuration: %w", err)
+	}
 	cfg := map[string]any{}
-	if err := yaml.Unmarshal(deployments.KueueConfiguration, &cfg); err != nil {
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", shipped, err)
+	}
+	ours := map[string]any{}
+	if err := yaml.Unmarshal(deployments.KueueConfiguration, &ours); err != nil {
 		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: %w", err)
 	}
-	if cfg["apiVersion"] != kueueConfigKind {
-		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: apiVersion %v, want %s", cfg["apiVersion"], kueueConfigKind)
+	for _, c := range []struct {
+		file string
+		cfg  map[string]any
+	}{{shipped, cfg}, {"deployments/kueue/config/kueue-config.yaml", ours}} {
+		if c.cfg["apiVersion"] != kueueConfigKind {
+			return nil, fmt.Errorf("%s: apiVersion %v, want %s", c.file, c.cfg["apiVersion"], kueueConfigKind)
+		}
+	}
+	for k, v := range ours {
+		cfg[k] = v
 	}
 	cfg["namespace"] = kueueNamespace
-	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-health"))}
-	cfg["metrics"] = map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(u.port("kueue-metrics"))}
-	cfg["webhook"] = map[string]any{"host": "127.0.0.1", "port": u.port("kueue-webhook"), "certDir": certDir}
+	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(port("kueue-health"))}
+	cfg["metrics"] = map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(port("kueue-metrics"))}
+	cfg["webhook"] = map[string]any{"host": "127.0.0.1", "port": port("kueue-webhook"), "certDir": certDir}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
 	cfg["internalCertManagement"] = map[string]any{"enable": true, "webhookServiceName": kueueService, "webhookSecretName": kueueSecret}
 	// The visibility server wants a fixed /visibility folder, which a lab does not have.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // kueueConfigDir finds Kueue's config/components: in the toolchain cache, else in the Go module cache.
@@ -80,5 +81,49 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	}
 	if !sawJob {
 		t.Error("the batch/v1 Job webhooks are missing; Kueue would not suspend Jobs")
+	}
+}
+
+// The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 50,
+// five Workload reconcilers) with gpudra's fields merged over it and the lab's addresses.
+func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", func(name string) int {
+		return map[string]int{"kueue-health": 1, "kueue-metrics": 2, "kueue-webhook": 3}[name]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		ClientConnection struct{ QPS, Burst float64 } `json:"clientConnection"`
+		Controller       struct {
+			GroupKindConcurrency map[string]int `json:"groupKindConcurrency"`
+		} `json:"controller"`
+		Resources struct {
+			DeviceClassMappings []struct{ Name string } `json:"deviceClassMappings"`
+		} `json:"resources"`
+		WaitForPodsReady struct{ Timeout string } `json:"waitForPodsReady"`
+		Webhook          struct {
+			Host string
+			Port int
+		} `json:"webhook"`
+		FeatureGates map[string]bool `json:"featureGates"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClientConnection.QPS != 50 || cfg.ClientConnection.Burst != 100 {
+		t.Errorf("clientConnection = %+v, want Kueue's shipped qps 50 burst 100", cfg.ClientConnection)
+	}
+	if got := cfg.Controller.GroupKindConcurrency["Workload.kueue.x-k8s.io"]; got != 5 {
+		t.Errorf("Workload reconcilers = %d, want Kueue's shipped 5", got)
+	}
+	if len(cfg.Resources.DeviceClassMappings) == 0 || cfg.WaitForPodsReady.Timeout != "5m" {
+		t.Errorf("gpudra's fields missing: resources %+v, waitForPodsReady %+v", cfg.Resources, cfg.WaitForPodsReady)
+	}
+	if cfg.Webhook.Host != "127.0.0.1" || cfg.Webhook.Port != 3 {
+		t.Errorf("webhook = %+v, want the lab's 127.0.0.1:3", cfg.Webhook)
+	}
+	if !cfg.FeatureGates["DynamicResourceAllocation"] || cfg.FeatureGates["VisibilityOnDemand"] {
+		t.Errorf("featureGates = %v", cfg.FeatureGates)
 	}
 }
