@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,25 +154,59 @@ func (d *Driver) MetricsHandler() http.Handler {
 }
 
 // ServeMetrics serves /metrics on address (host:port; port 0 picks one) until ctx
-// ends, and returns the address it listens on.
+// ends, and returns the address it listens on. An address in use is not fatal: in the
+// host's network, a rolling update's new plugin starts while the old one still holds the
+// port, so ServeMetrics returns nil and keeps trying in the background until it gets it.
 func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, error) {
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
-	if err != nil {
-		return nil, fmt.Errorf("metrics bind address %q: %w", address, err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", d.MetricsHandler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serve := func(l net.Listener) {
+		go func() {
+			<-ctx.Done()
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		}()
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.FromContext(ctx).Error(err, "Serving metrics failed", "address", l.Addr().String())
+			}
+		}()
+	}
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
+	if err == nil {
+		serve(l)
+		return l.Addr(), nil
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("metrics bind address %q: %w", address, err)
+	}
+	logger := klog.FromContext(ctx)
+	logger.Info("Metrics address in use (another plugin of this node, e.g. during a rolling update); serving metrics once it is free", "address", address)
 	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.FromContext(ctx).Error(err, "Serving metrics failed", "address", l.Addr().String())
+		t := time.NewTicker(metricsRetryInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
+			if err == nil {
+				logger.Info("Serving metrics", "address", "http://"+l.Addr().String()+"/metrics")
+				serve(l)
+				return
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) {
+				logger.Error(err, "Metrics bind address", "address", address)
+				return
+			}
 		}
 	}()
-	return l.Addr(), nil
+	return nil, nil
 }
+
+// metricsRetryInterval is how often ServeMetrics tries an address in use again.
+var metricsRetryInterval = time.Second

@@ -3,6 +3,7 @@ package kubeletplugin_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -105,4 +106,44 @@ func TestMetricsCountUnhealthyGPUs(t *testing.T) {
 	inject(t, c.n, 4, nvmlsim.XID(79))
 	waitForMetric(t, c.d, `gpudra_plugin_unhealthy_gpus 1`)
 	waitForMetric(t, c.d, `gpudra_plugin_health_events_total{effect="NoExecute",kind="xid"} 1`)
+}
+
+// TestMetricsWaitForTheirAddress: in the host's network a rolling update's new plugin starts
+// while the old one holds the metrics port; it must start anyway and serve its metrics on
+// that port once the old one lets go. Any other bind error still stops it.
+func TestMetricsWaitForTheirAddress(t *testing.T) {
+	old, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := old.Addr().String()
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	got, err := d.ServeMetrics(ctx, addr)
+	if err != nil || got != nil {
+		t.Fatalf("ServeMetrics on an address in use = %v, %v; want nil, nil (waiting for it)", got, err)
+	}
+	old.Close()
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(data); strings.Contains(body, "gpudra_plugin_published_devices") {
+			return
+		}
+	}
+	t.Fatalf("the plugin never served its metrics on %s after the old listener closed:\n%s", addr, body)
+}
+
+func TestMetricsBadAddressIsAnError(t *testing.T) {
+	d := newNode(t, "dgx-h100").newDriver(nil)
+	if _, err := d.ServeMetrics(t.Context(), "127.0.0.1:99999"); err == nil || !strings.Contains(err.Error(), `metrics bind address "127.0.0.1:99999"`) {
+		t.Fatalf("ServeMetrics with port 99999: %v, want an error naming the address", err)
+	}
 }

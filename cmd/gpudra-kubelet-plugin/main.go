@@ -152,7 +152,9 @@ func run(ctx context.Context, f flags) error {
 			d.Stop()
 			return err
 		}
-		klog.InfoS("Serving metrics", "address", "http://"+addr.String()+"/metrics")
+		if addr != nil {
+			klog.InfoS("Serving metrics", "address", "http://"+addr.String()+"/metrics")
+		}
 	}
 	<-ctx.Done()
 	d.Stop()

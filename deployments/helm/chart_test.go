@@ -28,10 +28,17 @@ var valueSets = map[string][]string{
 	"kueue":       {"kueue.admissionCheck=true", "kueue.samples=true"},
 	"lab":         labValues,
 	"own webhook": {"webhook.certSecret=gpudra-webhook-tls", "webhook.caBundle=Q0EK", "webhook.url=https://127.0.0.1:9443/validate-gpudra-config"},
+	"real node":   realNodeValues,
 	"hami topology": {"kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
 		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
 		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
 }
+
+// realNodeValues adds what a lab's real node (a kubelet without kube-proxy) gets: a pool in
+// the host's network with the node's own host directories, reaching the API server directly.
+var realNodeValues = append(slices.Clone(labValues),
+	`kubeletPlugin.pools[2]={"name":"r1-real","nvml":"sim:dgx-h100","hostNetwork":true,"metricsPort":39400,"pluginDataDir":"/lab/r1/plugin","kubeletRegistryDir":"/lab/r1/kubelet/plugins_registry","cdiRoot":"/lab/r1/cdi","driverRoot":"/lab/r1/driver-root","nodeSelector":{"kubernetes.io/hostname":"r1-real"},"tolerations":[{"key":"lab.gpudra.dev/real-node","operator":"Exists"}]}`,
+	"kubernetesService.host=127.0.0.1", "kubernetesService.port=6443")
 
 // labValues is what a lab of simulated nodes passes: one DaemonSet per simulated profile,
 // selected by the lab's node label lab.gpudra.dev/profile.
@@ -144,6 +151,60 @@ func TestLabPoolsRunSimulatedProfiles(t *testing.T) {
 		if sel, tmpl := ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels; sel["gpudra.dev/pool"] != tmpl["gpudra.dev/pool"] || sel["gpudra.dev/pool"] != want.profile {
 			t.Errorf("%s: selector %v must select only its pool's pods %v", want.name, sel, tmpl)
 		}
+	}
+}
+
+// TestPoolOverridesHostNetworkAndDirs: a pool's own values (host network, host directories,
+// metrics port) change only that pool's DaemonSet, and kubernetesService reaches every pod.
+func TestPoolOverridesHostNetworkAndDirs(t *testing.T) {
+	m := render(t, realNodeValues...)
+	ds := m.get("DaemonSet", "gpudra-kubelet-plugin-r1-real").(*appsv1.DaemonSet)
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("hostNetwork %v, dnsPolicy %q: want the node's network with cluster DNS", spec.HostNetwork, spec.DNSPolicy)
+	}
+	for _, arg := range []string{"--plugin-data-dir=/lab/r1/plugin", "--registrar-dir=/lab/r1/kubelet/plugins_registry",
+		"--cdi-root=/lab/r1/cdi", "--driver-root=/lab/r1/driver-root", "--metrics-bind-address=$(HOST_IP):39400"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
+	if env := envOf(c, "HOST_IP"); env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "status.hostIP" {
+		t.Errorf("HOST_IP = %+v, want fieldRef status.hostIP (metrics on the node's address only)", env)
+	}
+	paths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			paths[v.Name] = v.HostPath.Path
+		}
+	}
+	for vol, want := range map[string]string{"plugin-data": "/lab/r1/plugin", "plugins-registry": "/lab/r1/kubelet/plugins_registry", "cdi": "/lab/r1/cdi", "driver-root": "/lab/r1/driver-root"} {
+		if paths[vol] != want {
+			t.Errorf("volume %s = host path %q, want %q", vol, paths[vol], want)
+		}
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != "lab.gpudra.dev/real-node" || spec.NodeSelector["kubernetes.io/hostname"] != "r1-real" || len(spec.NodeSelector) != 1 {
+		t.Errorf("tolerations %v, nodeSelector %v: want the pool's own, whole", spec.Tolerations, spec.NodeSelector)
+	}
+	other := m.get("DaemonSet", "gpudra-kubelet-plugin-dgx-h100").(*appsv1.DaemonSet)
+	oc := other.Spec.Template.Spec.Containers[0]
+	if other.Spec.Template.Spec.HostNetwork || !slices.Contains(oc.Args, "--metrics-bind-address=:9400") || !slices.Contains(oc.Args, "--plugin-data-dir=/var/lib/kubelet/plugins/gpu.gpudra.dev") {
+		t.Errorf("another pool took the real node's values: hostNetwork %v, args %v", other.Spec.Template.Spec.HostNetwork, oc.Args)
+	}
+	ctrl := m.get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0]
+	for _, c := range []corev1.Container{c, oc, ctrl} {
+		if h, p := envOf(c, "KUBERNETES_SERVICE_HOST"), envOf(c, "KUBERNETES_SERVICE_PORT"); h == nil || h.Value != "127.0.0.1" || p == nil || p.Value != "6443" {
+			t.Errorf("container %s: KUBERNETES_SERVICE_HOST %+v, PORT %+v, want kubernetesService's 127.0.0.1:6443", c.Name, h, p)
+		}
+	}
+	lab := render(t, append(slices.Clone(realNodeValues), `kubeletPlugin.pools[2].metricsHost=127.0.0.1`)...)
+	lc := lab.get("DaemonSet", "gpudra-kubelet-plugin-r1-real").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(lc.Args, "--metrics-bind-address=127.0.0.1:39400") || envOf(lc, "HOST_IP") != nil {
+		t.Errorf("with metricsHost the metrics listen there, without HOST_IP: args %v", lc.Args)
+	}
+	if env := envOf(render(t).get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0], "KUBERNETES_SERVICE_HOST"); env != nil {
+		t.Errorf("by default the pods keep the cluster's Service address, got %+v", env)
 	}
 }
 
@@ -297,6 +358,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{`kubeletPlugin.pools=[{"name":"Big_Pool"}]`, "kubeletPlugin.pools[].name"},
 		{`kubeletPlugin.pools=[{"name":"p","nvml":"fake"}]`, `kubeletPlugin.pools[p].nvml="fake"`},
 		{"kubeletPlugin.defaultPool=false", "no node would run the plugin"},
+		{`kubeletPlugin.pools=[{"name":"p","hostNetwrok":true}]`, "kubeletPlugin.pools[p].hostNetwrok: not a kubeletPlugin value; a pool may set"},
+		{"kubernetesService.host=10.0.0.1", "kubernetesService.port: required"},
 	} {
 		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
 		if err == nil || !strings.Contains(out, tc.want) {

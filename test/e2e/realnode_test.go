@@ -3,13 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
@@ -42,11 +42,13 @@ type probeReport struct {
 	devices map[string]string // path → "char 195:3"
 	env     map[string]string
 	mounts  []string
+	files   map[string]bool   // files the probe looked for and found
+	links   map[string]string // symlink → target in the library folders
 	raw     string
 }
 
 func parseProbe(out string) probeReport {
-	r := probeReport{devices: map[string]string{}, env: map[string]string{}, raw: out}
+	r := probeReport{devices: map[string]string{}, env: map[string]string{}, files: map[string]bool{}, links: map[string]string{}, raw: out}
 	for _, line := range strings.Split(out, "\n") {
 		kind, rest, _ := strings.Cut(line, " ")
 		switch kind {
@@ -58,6 +60,12 @@ func parseProbe(out string) probeReport {
 			r.env[k] = v
 		case "mount":
 			r.mounts = append(r.mounts, rest)
+		case "file":
+			path, _, _ := strings.Cut(rest, " ")
+			r.files[path] = true
+		case "link":
+			link, target, _ := strings.Cut(rest, " -> ")
+			r.links[link] = target
 		}
 	}
 	return r
@@ -167,15 +175,20 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 		if got := r.env["GPUDRA_DEVICES"]; got != res[0].Device {
 			t.Errorf("claim %s: GPUDRA_DEVICES=%q in the container, allocated %q", c.Name, got, res[0].Device)
 		}
+		// The probe image says NVIDIA_VISIBLE_DEVICES=all, as CUDA images do; the CDI spec
+		// makes it void, so that NVIDIA's container runtime does not inject devices again.
+		if got := r.env["NVIDIA_VISIBLE_DEVICES"]; got != "void" {
+			t.Errorf("claim %s: NVIDIA_VISIBLE_DEVICES=%q in the container, want void (NVIDIA's runtime would inject the devices again)", c.Name, got)
+		}
 		// A whole GPU or share is named by its UUID; a MIG slice (made at prepare, so not
 		// published with a UUID) by its parent's UUID and its GPU and compute instance.
-		visible := r.env["NVIDIA_VISIBLE_DEVICES"]
+		visible := r.env["GPUDRA_VISIBLE_DEVICES"]
 		if parent := stringAttr(dev, "parentUUID"); parent != "" {
 			if !regexp.MustCompile(`^MIG-` + regexp.QuoteMeta(parent) + `/[0-9]+/[0-9]+$`).MatchString(visible) {
-				t.Errorf("claim %s: NVIDIA_VISIBLE_DEVICES=%q in the container, want the MIG device of GPU %s", c.Name, visible, parent)
+				t.Errorf("claim %s: GPUDRA_VISIBLE_DEVICES=%q in the container, want the MIG device of GPU %s", c.Name, visible, parent)
 			}
 		} else if uuid := stringAttr(dev, "uuid"); uuid == "" || visible != uuid {
-			t.Errorf("claim %s: NVIDIA_VISIBLE_DEVICES=%q in the container, the device's uuid is %q", c.Name, visible, uuid)
+			t.Errorf("claim %s: GPUDRA_VISIBLE_DEVICES=%q in the container, the device's uuid is %q", c.Name, visible, uuid)
 		}
 		for _, ctl := range []string{"/dev/nvidiactl", "/dev/nvidia-uvm"} {
 			if !strings.HasPrefix(r.devices[ctl], "char ") {
@@ -208,6 +221,18 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 			if !slices.ContainsFunc(r.mounts, func(m string) bool { return strings.Contains(m, want) }) {
 				t.Errorf("claim %s: no %s mount in the container; it reports mounts %v", name, want, r.mounts)
 			}
+		}
+	}
+	// The specs' hooks (nvidia-cdi-hook, built by the lab's toolchain) ran in each container:
+	// the linker cache exists and libcuda.so points at libcuda.so.1, as on a GPU node.
+	for name, r := range reports {
+		if !r.files["/etc/ld.so.cache"] {
+			t.Errorf("claim %s: no /etc/ld.so.cache in the container: the update-ldcache hook did not run", name)
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(r.links)), func(l string) bool {
+			return strings.HasSuffix(l, "/libcuda.so") && r.links[l] == "libcuda.so.1"
+		}) {
+			t.Errorf("claim %s: no libcuda.so -> libcuda.so.1 link in the container (links %v): the create-symlinks hook did not run", name, r.links)
 		}
 	}
 	if r := reports["whole"]; r.env["GPUDRA_COMPUTE_PERCENT_0"] != "100" {
@@ -275,10 +300,7 @@ func TestRealNodeRestarts(t *testing.T) {
 	}
 
 	// Plugin down: the kubelet cannot prepare, the pod waits; the plugin comes back, the pod runs.
-	plugin := lab.PluginComponent(node)
-	if err := lab.StopComponent(state, plugin); err != nil {
-		t.Fatal(err)
-	}
+	resume := stopRealNodePlugin(t, node)
 	run("plugin-down", func() {
 		eventually(t, time.Minute, "the pod is bound to the real node and waits for its claim", func(ctx context.Context) error {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, "plugin-down", metav1.GetOptions{})
@@ -294,9 +316,7 @@ func TestRealNodeRestarts(t *testing.T) {
 			return nil
 		})
 		time.Sleep(3 * time.Second) // the kubelet tries (and fails) to prepare meanwhile
-		if _, err := lab.StartComponent(state, plugin); err != nil {
-			t.Fatal(err)
-		}
+		resume()
 	})
 
 	// Kubelet restart right after the pod is bound.
@@ -319,120 +339,86 @@ func TestRealNodeRestarts(t *testing.T) {
 	})
 }
 
-// TestRealNodeRollingUpdate: as in a DaemonSet rolling update, a second plugin registers beside
-// the first; with the first stopped the kubelet prepares through the second, and the first,
-// back again, unprepares what the second prepared (they share the checkpoint and CDI specs).
+// TestRealNodeRollingUpdate rolls the chart's plugin DaemonSet on the real node: the new
+// plugin pod starts beside the old one (maxSurge 1, maxUnavailable 0) and is ready before the
+// old one is deleted, the kubelet switches to its socket, and it both prepares new claims and
+// unprepares the claim the old pod prepared (they share the checkpoint and CDI specs).
 func TestRealNodeRollingUpdate(t *testing.T) {
 	node := realNode(t)
+	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
+		t.Skip("this lab runs the real node's plugin as a process (install: processes); rolling updates are the chart DaemonSet's")
+	}
 	ns := namespace(t, "real-node-rolling")
 	ctx := t.Context()
-	name := lab.PluginComponent(node)
-	old := state.Component(name)
-	if old == nil {
-		t.Fatalf("the lab has no component %s", name)
+	old := realNodePluginPod(t, node)
+	before := claimedRealNodePod(t, ns, "before", node)
+	if r := probeOutput(t, ns, "before"); len(r.gpuNodes()) != 1 {
+		t.Fatalf("before the update, the container got GPU device nodes %v", r.gpuNodes())
 	}
-	newUID := string(uuid.NewUUID())
-	argv := slices.Clone(old.Argv)
-	for i, a := range argv {
-		switch {
-		case strings.HasPrefix(a, "--rolling-update-pod-uid="):
-			argv[i] = "--rolling-update-pod-uid=" + newUID
-		case strings.HasPrefix(a, "--metrics-bind-address="):
-			argv[i] = "--metrics-bind-address=127.0.0.1:0"
-		}
-	}
-	if !slices.Contains(argv, "--rolling-update-pod-uid="+newUID) {
-		t.Fatalf("the real node's plugin runs without --rolling-update-pod-uid: %v", old.Argv)
-	}
-	logPath := filepath.Join(t.TempDir(), "second-plugin.log")
-	logFile, err := os.Create(logPath)
+
+	w, err := client.CoreV1().Pods(dsNS).Watch(ctx, metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := exec.Command(argv[0], argv[1:]...)
-	second.Stdout, second.Stderr = logFile, logFile
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopSecond := func() {
-		if second.ProcessState == nil {
-			_ = second.Process.Signal(syscall.SIGTERM)
-			_ = second.Wait()
-		}
-	}
-	t.Cleanup(func() {
-		stopSecond()
-		if c := state.Component(name); c != nil {
-			if gone, _ := lab.Exited(*c); gone {
-				if _, err := lab.StartComponent(state, name); err != nil {
-					t.Errorf("restart %s: %v", name, err)
-				}
-			}
-		}
-		if t.Failed() {
-			data, _ := os.ReadFile(logPath)
-			t.Logf("second plugin's log:\n%s", data)
-		}
-	})
-	// The kubelet logs when it connects to a plugin's DRA socket, which carries the pod UID.
-	connected := func(uid string, since int) func(context.Context) error {
-		return func(context.Context) error {
-			data, err := os.ReadFile(state.KubeletLog(node))
-			if err != nil {
-				return err
-			}
-			for _, line := range strings.Split(string(data[min(since, len(data)):]), "\n") {
-				if strings.Contains(line, `"Connection changed"`) && strings.Contains(line, "dra-"+uid+".sock") && strings.Contains(line, "connected=true") {
-					return nil
-				}
-			}
-			return fmt.Errorf("the kubelet has not connected to the plugin with pod UID %s yet", uid)
-		}
-	}
-	eventually(t, time.Minute, "the kubelet connects to the second plugin beside the first", connected(newUID, 0))
-	if err := lab.StopComponent(state, name); err != nil {
-		t.Fatal(err)
-	}
-
-	claim := claimOf(ns, "handover", "gpu.gpudra.dev", nil, "")
-	created, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := lab.RealNodePod(ns, "handover", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("handover")}})
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if r := probeOutput(t, ns, "handover"); len(r.gpuNodes()) != 1 {
-		t.Fatalf("with only the second plugin running, the container got GPU device nodes %v", r.gpuNodes())
-	}
-	if data, _ := os.ReadFile(logPath); !strings.Contains(string(data), string(created.UID)) {
-		t.Errorf("the second plugin's log does not mention claim %s: it did not prepare it", created.UID)
-	}
-
-	// The first plugin comes back, the second goes: the first unprepares the claim.
+	defer w.Stop()
 	logSoFar, _ := os.ReadFile(state.KubeletLog(node))
-	before := len(logSoFar)
-	restarted, err := lab.StartComponent(state, name)
-	if err != nil {
+	// What `kubectl rollout restart` (or a helm upgrade that changes the pod template) does.
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"lab.gpudra.dev/restarted-at":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := client.AppsV1().DaemonSets(dsNS).Patch(ctx, dsName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	uidFlag := ""
-	for _, a := range restarted.Argv {
-		if v, ok := strings.CutPrefix(a, "--rolling-update-pod-uid="); ok {
-			uidFlag = v
+	// The watch delivers the node's plugin pods' changes in order: the new pod must be Ready
+	// before the old one is asked to go.
+	var newPod *corev1.Pod
+	oldGoing := false
+	deadline := time.After(3 * time.Minute)
+	for newPod == nil || !oldGoing {
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatal("pod watch closed during the rolling update")
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod {
+				continue
+			}
+			switch {
+			case p.UID == old.UID && (p.DeletionTimestamp != nil || ev.Type == watch.Deleted):
+				if newPod == nil {
+					t.Fatalf("the old plugin pod %s is deleted before a new one is ready: the node is left without its plugin", old.Name)
+				}
+				oldGoing = true
+			case p.UID != old.UID && newPod == nil && podIsReady(p):
+				newPod = p
+			}
+		case <-deadline:
+			t.Fatalf("rolling update not done after 3m: new pod ready %v, old pod deleted %v; plugin pods: %s", newPod != nil, oldGoing, describeRealNodePluginPods(t, node))
 		}
 	}
-	eventually(t, time.Minute, "the kubelet connects to the first plugin again", connected(uidFlag, before))
-	stopSecond()
-	if err := client.CoreV1().Pods(ns).Delete(ctx, "handover", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+	eventually(t, time.Minute, "the kubelet connects to the new plugin's socket", kubeletConnected(node, string(newPod.UID), len(logSoFar)))
+	eventually(t, 2*time.Minute, "the old plugin pod is gone", func(ctx context.Context) error {
+		_, err := client.CoreV1().Pods(dsNS).Get(ctx, old.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("pod %s still there (%v)", old.Name, err)
+	})
+
+	// The new plugin prepares a new claim ...
+	after := claimedRealNodePod(t, ns, "after", node)
+	if r := probeOutput(t, ns, "after"); len(r.gpuNodes()) != 1 {
+		t.Fatalf("after the update, the container got GPU device nodes %v", r.gpuNodes())
+	}
+	// ... and unprepares the one the old plugin prepared.
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "before", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the first plugin unprepares the claim the second prepared", func(ctx context.Context) error {
-		if specs := cdiSpecsMentioning(t, node, string(created.UID)); len(specs) > 0 {
+	eventually(t, 2*time.Minute, "the new plugin unprepares the claim the old one prepared", func(ctx context.Context) error {
+		if specs := cdiSpecsMentioning(t, node, string(before.UID)); len(specs) > 0 {
 			return fmt.Errorf("CDI specs still name the claim: %v", specs)
 		}
-		got, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, "handover", metav1.GetOptions{})
+		got, err := client.ResourceV1().ResourceClaims(ns).Get(ctx, "before", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -441,6 +427,136 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 		}
 		return nil
 	})
+	logText, err := lab.PodLog(state, node, dsNS, newPod.Name, "plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*resourcev1.ResourceClaim{before, after} {
+		if !strings.Contains(logText, string(c.UID)) {
+			t.Errorf("the new plugin's log does not mention claim %s (%s): it did not handle it:\n%s", c.Name, c.UID, logText)
+		}
+	}
+}
+
+// realNodePluginSelector selects the chart's plugin pods.
+const realNodePluginSelector = "app.kubernetes.io/instance=gpudra,app.kubernetes.io/component=kubelet-plugin"
+
+// realNodePluginPod is the one running, ready plugin pod of the chart on the node.
+func realNodePluginPod(t *testing.T, node string) *corev1.Pod {
+	t.Helper()
+	dsNS, _, _ := state.RealNodePluginDaemonSet(node)
+	var found *corev1.Pod
+	eventually(t, 2*time.Minute, "one ready plugin pod on node "+node, func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || !podIsReady(&pods.Items[0]) || pods.Items[0].DeletionTimestamp != nil {
+			return fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
+		}
+		found = &pods.Items[0]
+		return nil
+	})
+	return found
+}
+
+func describeRealNodePluginPods(t *testing.T, node string) string {
+	dsNS, _, _ := state.RealNodePluginDaemonSet(node)
+	pods, err := client.CoreV1().Pods(dsNS).List(t.Context(), metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, p := range pods.Items {
+		out = append(out, fmt.Sprintf("%s (uid %s, %s, ready %v, deleting %v)", p.Name, p.UID, p.Status.Phase, podIsReady(&p), p.DeletionTimestamp != nil))
+	}
+	return fmt.Sprintf("%d: %s", len(out), strings.Join(out, "; "))
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// stopRealNodePlugin takes the real node's plugin away and returns what brings it back. With
+// the chart, as an operator would: the DaemonSet stops selecting the node (its pod is deleted)
+// and selects it again; else the lab's plugin process is stopped and started.
+func stopRealNodePlugin(t *testing.T, node string) (resume func()) {
+	t.Helper()
+	ctx := t.Context()
+	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
+		plugin := lab.PluginComponent(node)
+		if err := lab.StopComponent(state, plugin); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if _, err := lab.StartComponent(state, plugin); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	selector := func(value string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{"lab.gpudra.dev/plugin-paused":%s}}}}}`, value)
+		if _, err := client.AppsV1().DaemonSets(dsNS).Patch(ctx, dsName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	selector(`"true"`)
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			selector("null")
+		}
+	})
+	eventually(t, 2*time.Minute, "the real node's plugin pod is gone", func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
+		}
+		return err
+	})
+	return func() {
+		selector("null")
+		resumed = true
+		realNodePluginPod(t, node)
+	}
+}
+
+// claimedRealNodePod creates a claim for one whole GPU and a probe pod on the real node using it.
+func claimedRealNodePod(t *testing.T, ns, name, node string) *resourcev1.ResourceClaim {
+	t.Helper()
+	created, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimOf(ns, name, "gpu.gpudra.dev", nil, ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := lab.RealNodePod(ns, name, node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}})
+	if _, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return created
+}
+
+// kubeletConnected checks the kubelet's log, from offset since, for its connection to the DRA
+// socket of the plugin pod with that UID.
+func kubeletConnected(node, uid string, since int) func(context.Context) error {
+	return func(context.Context) error {
+		data, err := os.ReadFile(state.KubeletLog(node))
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(data[min(since, len(data)):]), "\n") {
+			if strings.Contains(line, `"Connection changed"`) && strings.Contains(line, "dra-"+uid+".sock") && strings.Contains(line, "connected=true") {
+				return nil
+			}
+		}
+		return fmt.Errorf("the kubelet has not connected to the plugin with pod UID %s yet", uid)
+	}
 }
 
 // TestRealNodeBadConfigShowsInPodEvents: a config the webhook cannot judge (an MPS pinned

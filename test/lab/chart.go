@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,8 +37,8 @@ import (
 // added, which a container gets from its own filesystem and network namespace: the
 // kubeconfig (in place of the in-cluster one), the node's lab folders in place of host
 // paths, and listen addresses on 127.0.0.1. The webhook is called at its 127.0.0.1 URL
-// (the chart's webhook.url), since the lab has no kube-proxy. Real (kubelet) nodes keep
-// the plugin the lab starts for them (see startRealNodes).
+// (the chart's webhook.url), since the lab has no kube-proxy. Real (kubelet) nodes run
+// their pool's pod themselves, as a container of the gpudra image (see chartValues).
 const (
 	chartRelease   = "gpudra"
 	chartNamespace = controllerNamespace
@@ -51,16 +52,39 @@ const (
 	InstallChart     = "chart"
 )
 
+// RealNodePluginDaemonSet is the chart's DaemonSet (namespace, name) that runs the plugin of
+// a real node; ok is false when the lab did not install gpudra from the chart (the lab then
+// runs that plugin itself, component PluginComponent(node)).
+func (s *State) RealNodePluginDaemonSet(node string) (namespace, name string, ok bool) {
+	if s.Install != InstallChart {
+		return "", "", false
+	}
+	return chartNamespace, chartPluginDaemonSet(node), true
+}
+
+// chartPoolOf is the chart pool of a real node, chartPluginDaemonSet its DaemonSet.
+func chartPoolOf(node string) string          { return strings.ToLower(node) }
+func chartPluginDaemonSet(node string) string { return "gpudra-kubelet-plugin-" + chartPoolOf(node) }
+
 // chartValues are the chart values of a lab: one plugin DaemonSet pool per simulated
 // profile (its NVML profile and MIG strategy) on the kwok nodes, the controller with
 // the webhook at its 127.0.0.1 URL and the Kueue admission check, the image the real
 // nodes import.
 func (u *upper) chartValues() ([]byte, error) {
 	type pool struct {
-		Name         string            `json:"name"`
-		NVML         string            `json:"nvml"`
-		MIG          string            `json:"mig,omitempty"`
-		NodeSelector map[string]string `json:"nodeSelector"`
+		Name               string              `json:"name"`
+		NVML               string              `json:"nvml"`
+		MIG                string              `json:"mig,omitempty"`
+		NodeSelector       map[string]string   `json:"nodeSelector"`
+		Tolerations        []corev1.Toleration `json:"tolerations,omitempty"`
+		HostNetwork        bool                `json:"hostNetwork,omitempty"`
+		MetricsPort        int                 `json:"metricsPort,omitempty"`
+		MetricsHost        string              `json:"metricsHost,omitempty"`
+		DriverRoot         string              `json:"driverRoot,omitempty"`
+		PluginDataDir      string              `json:"pluginDataDir,omitempty"`
+		KubeletRegistryDir string              `json:"kubeletRegistryDir,omitempty"`
+		CDIRoot            string              `json:"cdiRoot,omitempty"`
+		NvidiaCDIHook      string              `json:"nvidiaCDIHook,omitempty"`
 	}
 	mig := map[string]string{}
 	for _, n := range u.kwokNodes() {
@@ -78,13 +102,35 @@ func (u *upper) chartValues() ([]byte, error) {
 		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}})
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
+	// A real node's kubelet runs its pool's pod as a container of the gpudra image: in the
+	// host's network (the lab has no kube-proxy, so it reaches the API server at
+	// kubernetesService), with the node's own folders as host paths. Its taint keeps the
+	// simulated pools' pods off it.
+	for _, n := range u.state.RealNodes() {
+		p := u.layout.realNode(n.Name)
+		name := chartPoolOf(n.Name)
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return nil, fmt.Errorf("real node %s cannot name a chart pool: %s", n.Name, strings.Join(errs, "; "))
+		}
+		pools = append(pools, pool{Name: name, NVML: "sim:" + n.Profile, MIG: n.MIG,
+			NodeSelector: map[string]string{LabelHostname: n.Name},
+			Tolerations:  []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			// A kubelet on 127.0.0.1 reports no node address (status.hostIP).
+			HostNetwork: true, MetricsPort: u.port("metrics-" + n.Name), MetricsHost: "127.0.0.1", DriverRoot: p.driverRoot,
+			PluginDataDir: filepath.Join(p.dir, "plugin"), KubeletRegistryDir: filepath.Join(p.kubelet, "root", "plugins_registry"), CDIRoot: p.cdi,
+			NvidiaCDIHook: u.tc.CDIHook,
+		})
+	}
+	apiHost, apiPort, err := net.SplitHostPort(strings.TrimPrefix(u.state.Server, "https://"))
+	if err != nil {
+		return nil, fmt.Errorf("API server address %q: %w", u.state.Server, err)
+	}
 	repo, tag, _ := strings.Cut(GpudraImage, ":")
 	values := map[string]any{
-		"image": map[string]any{"repository": repo, "tag": tag},
-		// Real nodes keep the plugin the lab starts for them; their taint keeps the pools'
-		// pods off them.
-		"kubeletPlugin": map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
-		"controller":    map[string]any{"enabled": u.file.Kueue.Enabled},
+		"image":             map[string]any{"repository": repo, "tag": tag},
+		"kubernetesService": map[string]any{"host": apiHost, "port": apiPort},
+		"kubeletPlugin":     map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
+		"controller":        map[string]any{"enabled": u.file.Kueue.Enabled},
 		"webhook": map[string]any{
 			"url":            "https://127.0.0.1:" + strconv.Itoa(u.port("controller-webhook")) + webhookPath,
 			"extraCertNames": []string{"127.0.0.1", "localhost"},
@@ -149,6 +195,36 @@ func (u *upper) chartPod(ctx context.Context, component, node string) (*corev1.P
 		return nil, &ComponentError{Component: "helm release " + chartRelease, Log: u.layout.Log("kube-controller-manager"), Err: fmt.Errorf("the chart's %s pod%s: %w (last: %v)", component, onNode(node), err, last)}
 	}
 	return found, nil
+}
+
+// chartPodState says where the chart's plugin pod on a node stands, for errors.
+func (u *upper) chartPodState(ctx context.Context, node string) string {
+	pods, err := u.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + chartRelease + ",app.kubernetes.io/component=kubelet-plugin",
+		FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return err.Error()
+	}
+	var states []string
+	for _, p := range pods.Items {
+		st := p.Name + " " + string(p.Status.Phase)
+		for _, c := range p.Status.ContainerStatuses {
+			switch {
+			case c.State.Waiting != nil:
+				st += fmt.Sprintf(", %s waiting: %s %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+			case c.State.Terminated != nil:
+				st += fmt.Sprintf(", %s terminated: %s (exit %d) %s", c.Name, c.State.Terminated.Reason, c.State.Terminated.ExitCode, c.State.Terminated.Message)
+			}
+			if c.RestartCount > 0 {
+				st += fmt.Sprintf(", %d restarts", c.RestartCount)
+			}
+		}
+		states = append(states, st)
+	}
+	if len(states) == 0 {
+		return "none on the node yet"
+	}
+	return strings.Join(states, "; ")
 }
 
 func onNode(node string) string {
@@ -249,6 +325,8 @@ func (u *upper) startChartPlugins(ctx context.Context) error {
 		argv, env, err := u.podProcess(ctx, pod, name,
 			"--plugin-data-dir="+filepath.Join(d, "plugin"), "--registrar-dir="+filepath.Join(d, "registry"),
 			"--cdi-root="+filepath.Join(d, "cdi"), "--checkpoint-dir="+filepath.Join(d, "checkpoint"),
+			// On this machine, not in a container: the driver root is where --driver-root says.
+			"--container-driver-root=",
 			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(u.port("metrics-"+n.Name)))
 		if err != nil {
 			return &ComponentError{Component: name, Err: err}

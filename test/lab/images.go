@@ -53,7 +53,8 @@ func buildImages(ctx context.Context, progress io.Writer, repo, out string) erro
 	files := []layerFile{{Path: "probe", Mode: 0o755, Data: program}}
 	return writeImageArchive(out, files, map[string]ocispec.ImageConfig{
 		PauseImage: {Entrypoint: []string{"/probe", "pause"}, Env: []string{"PATH=/"}},
-		ProbeImage: {Entrypoint: []string{"/probe", "report"}, Env: []string{"PATH=/"}},
+		// As CUDA images do; gpudra's CDI specs override it.
+		ProbeImage: {Entrypoint: []string{"/probe", "report"}, Env: []string{"PATH=/", "NVIDIA_VISIBLE_DEVICES=all"}},
 	})
 }
 

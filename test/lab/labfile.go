@@ -263,6 +263,13 @@ func (f *File) scheduler() string {
 	return f.Scheduler
 }
 
+func (f *File) install() string {
+	if f.Install == "" {
+		return InstallProcesses
+	}
+	return f.Install
+}
+
 // Nodes lists the lab's nodes in file order with inherited topology and resources.
 func (f *File) Nodes() []Node {
 	var out []Node

@@ -215,6 +215,13 @@ func (u *upper) startRealNode(ctx context.Context, n Node, plugin string, images
 	if _, err := nvmlsim.WriteDriverFiles(p.driverRoot, n.Profile); err != nil {
 		return fmt.Errorf("real node %s: fake driver files: %w", n.Name, err)
 	}
+	// A driver root is a shared mount on a host (systemd makes / shared; the GPU Operator's
+	// driver container mounts the driver there), and the chart's plugin asks for it with
+	// HostToContainer propagation, which the runtime refuses on a private mount; this
+	// sandbox's / is private, so the lab binds the driver root onto itself, shared.
+	if err := sharedBindMount(p.driverRoot); err != nil {
+		return fmt.Errorf("real node %s: driver root: %w", n.Name, err)
+	}
 	if err := makeCgroupRoot(cgroupRootName(n.Name)); err != nil {
 		return fmt.Errorf("real node %s: %w", n.Name, err)
 	}
@@ -350,6 +357,15 @@ registerWithTaints:
 		return err
 	}
 
+	if u.chart() {
+		// The chart's pool for this node: the kubelet runs its pod as a container.
+		return waitReady(ctx, kl, "running the chart's gpudra-kubelet-plugin pod and publishing the ResourceSlices of node "+n.Name, 2*componentTimeout, func(ctx context.Context) error {
+			if err := poolPublished(ctx, u.client, n.Name); err != nil {
+				return fmt.Errorf("%w; plugin pod: %s", err, u.chartPodState(ctx, n.Name))
+			}
+			return nil
+		})
+	}
 	// The plugin registers with this kubelet through its plugin registry.
 	name := PluginComponent(n.Name)
 	pkc, err := u.componentKubeconfig(name, nodeUserPrefix+n.Name, nodeGroup)
@@ -364,6 +380,9 @@ registerWithTaints:
 	// As in a DaemonSet pod: a UID of its own, so that a second plugin (a rolling update)
 	// can register beside it.
 	argv = append(argv, "--driver-root="+p.driverRoot, "--rolling-update-pod-uid="+string(uuid.NewUUID()))
+	if u.tc.CDIHook != "" {
+		argv = append(argv, "--nvidia-cdi-hook="+u.tc.CDIHook)
+	}
 	pc, err := u.start(name, argv, nil, map[string]int{"metrics": u.port("metrics-" + n.Name)})
 	if err != nil {
 		return err
@@ -578,6 +597,17 @@ func killShims(sock string) {
 	for i := 0; i < 50 && len(shims()) > 0; i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sharedBindMount binds dir onto itself and makes that mount shared (unmountUnder undoes it).
+func sharedBindMount(dir string) error {
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind mount %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", dir, err)
+	}
+	return nil
 }
 
 // mountsUnder lists the mount points at or below dir.

@@ -41,6 +41,7 @@ type State struct {
 	Nodes      []Node      `json:"nodes"`
 	Kueue      bool        `json:"kueue"`
 	Scheduler  string      `json:"scheduler"`  // KubeScheduler or GpudraScheduler
+	Install    string      `json:"install"`    // InstallProcesses or InstallChart
 	Components []Component `json:"components"` // in start order
 	// RealNodesLeftOut says why the lab file's real nodes were left out (this machine cannot
 	// run containers); empty when there were none or they run.

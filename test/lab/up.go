@@ -122,7 +122,7 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		return nil, err
 	}
 	u := &upper{opts: opts, layout: Layout{dir}, file: file, out: opts.Progress,
-		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler()}}
+		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler(), Install: file.install()}}
 	if len(u.state.RealNodes()) > 0 {
 		if err := CheckRealNodeHost(); err != nil {
 			// The rest of the lab still works; tests of real nodes skip and say why.

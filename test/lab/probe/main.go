@@ -109,5 +109,20 @@ func report(w io.Writer) {
 		}
 		f.Close()
 	}
+	// What the CDI specs' nvidia-cdi-hook hooks leave in the container's root: the linker
+	// cache update-ldcache writes and the links create-symlinks makes in the library folders.
+	if st, err := os.Stat("/etc/ld.so.cache"); err == nil {
+		fmt.Fprintf(w, "file /etc/ld.so.cache %d\n", st.Size())
+	}
+	for _, dir := range []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64"} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if e.Type()&fs.ModeSymlink != 0 {
+				if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+					fmt.Fprintf(w, "link %s -> %s\n", filepath.Join(dir, e.Name()), target)
+				}
+			}
+		}
+	}
 	fmt.Fprintln(w, "probe-report-done")
 }

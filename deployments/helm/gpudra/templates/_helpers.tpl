@@ -17,6 +17,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 gpudra-controller
 {{- end -}}
 
+{{/* Where gpudra's pods reach the API server when the cluster's Service address does not
+     work for them (no kube-proxy, or a host-network pod before the node's proxy is up). */}}
+{{- define "gpudra.apiServerEnv" -}}
+{{- with .Values.kubernetesService.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ required "kubernetesService.port: required with kubernetesService.host" $.Values.kubernetesService.port | toString | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* Refuse values that would install something broken, naming the value and what is accepted. */}}
 {{- define "gpudra.validate" -}}
 {{- $k := .Values.kubeletPlugin -}}
@@ -31,9 +42,15 @@ gpudra-controller
 {{- fail (printf "%s.mig=%q: accepted values are static, dynamic, none" $where $mig) -}}
 {{- end -}}
 {{- end -}}
-{{- range $k.pools -}}
-{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$" (toString .name)) -}}
-{{- fail (printf "kubeletPlugin.pools[].name=%q: must be a DNS label of at most 42 characters" (toString .name)) -}}
+{{- $poolKeys := concat (list "name" "nodeSelector" "tolerations") (without (keys $k) "pools" "defaultPool" "enabled") -}}
+{{- range $pool := $k.pools -}}
+{{- range $key, $_ := $pool -}}
+{{- if not (has $key $poolKeys) -}}
+{{- fail (printf "kubeletPlugin.pools[%s].%s: not a kubeletPlugin value; a pool may set %s" (toString $pool.name) $key (join ", " (sortAlpha $poolKeys))) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$" (toString $pool.name)) -}}
+{{- fail (printf "kubeletPlugin.pools[].name=%q: must be a DNS label of at most 42 characters" (toString $pool.name)) -}}
 {{- end -}}
 {{- end -}}
 {{- if and $k.enabled (not $k.defaultPool) (not $k.pools) -}}
