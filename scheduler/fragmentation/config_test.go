@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -89,24 +90,40 @@ func TestArgsRefusedWithTheField(t *testing.T) {
 	}
 }
 
+// TestSignPod: a pod is signed by its CPU and memory when its score depends on nothing
+// else, and not signed when it asks for devices, by a claim or by an extended resource a
+// DeviceClass backs (as DynamicResources and NodeResourcesFit refuse them).
 func TestSignPod(t *testing.T) {
-	p := &Plugin{}
-	pod := func(cpu string, claim bool) *corev1.Pod {
-		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}
+	l := newLab(t, nil)
+	p := newPlugin(t, l, replayArgs)
+	pod := func(cpu string, claim bool, extended ...corev1.ResourceName) *corev1.Pod {
+		req := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi")}
+		for _, name := range extended {
+			req[name] = resource.MustParse("1")
+		}
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: req, Limits: req}}}}}
 		if claim {
 			name := "gpu"
 			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &name}}
 		}
 		return pod
 	}
-	if _, st := p.SignPod(t.Context(), pod("1", true)); st.Code() != fwk.Unschedulable {
-		t.Fatalf("a pod with a claim was signable: %v", st)
+	for name, pod := range map[string]*corev1.Pod{
+		"a claim":                              pod("1", true),
+		"a class's implicit extended resource": pod("1", false, corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+classGPU)),
+		"a class's explicit extended resource": pod("1", false, "gpudra.dev/nvlink-group-4"),
+	} {
+		if _, st := p.SignPod(t.Context(), pod); st.Code() != fwk.Unschedulable {
+			t.Errorf("a pod with %s was signable: %v", name, st)
+		}
 	}
 	a, st := p.SignPod(t.Context(), pod("1", false))
 	b, _ := p.SignPod(t.Context(), pod("1000m", false))
 	c, _ := p.SignPod(t.Context(), pod("2", false))
 	if !st.IsSuccess() || !reflect.DeepEqual(a, b) || reflect.DeepEqual(a, c) {
 		t.Fatalf("signatures: 1 CPU %v, 1000m %v, 2 CPUs %v (%v); want equal requests to sign alike and others not", a, b, c, st)
+	}
+	if d, st := p.SignPod(t.Context(), pod("1", false, "example.com/fpga")); !st.IsSuccess() || !reflect.DeepEqual(a, d) {
+		t.Fatalf("a pod with a plain extended resource signs %v (%v), want %v as without it", d, st, a)
 	}
 }

@@ -24,20 +24,24 @@ var (
 // is compared before and after. The raw score is minus the added expected unusable
 // milli-GPU; NormalizePlacementScore maps the placements onto 0–100.
 func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, _ fwk.PodGroupInfo, a *fwk.PodGroupAssignments) (int64, *fwk.Status) {
-	pods := map[string][]placement.Pod{}
-	for _, pa := range a.ProposedAssignments {
-		d, ok, err := demandOf(pa.GetPod(), p.dra.ResourceClaims())
-		if err != nil {
-			return 0, fwk.AsStatus(err)
-		}
-		if !ok { // devices the policy does not model: count its CPU only
-			d.GPUs, d.GPUMilli = 0, 0
-		}
-		pods[pa.GetNodeName()] = append(pods[pa.GetNodeName()], d)
-	}
 	infos := map[string]fwk.NodeInfo{}
 	for _, ni := range a.Nodes {
 		infos[ni.Node().Name] = ni
+	}
+	pods := map[string][]placement.Pod{}
+	for _, pa := range a.ProposedAssignments {
+		name := pa.GetNodeName()
+		ni, ok := infos[name]
+		if !ok {
+			return 0, fwk.AsStatus(fmt.Errorf("placement %s assigns pods to node %s, which it does not contain", a.Name, name))
+		}
+		d, err := readDemand(pa.GetPod(), p.dra.ResourceClaims(), p.dra.DeviceClassResolver())
+		if err != nil {
+			return 0, fwk.AsStatus(err)
+		}
+		// Devices the policy does not model: the pod counts with its CPU only.
+		pod, _ := d.on(ni.GetAllocatable().GetScalarResources())
+		pods[name] = append(pods[name], pod)
 	}
 	gpus, err := p.gpusOf(sets.KeySet(pods))
 	if err != nil {
@@ -45,11 +49,7 @@ func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, 
 	}
 	var added float64
 	for name, onNode := range pods {
-		ni, ok := infos[name]
-		if !ok {
-			return 0, fwk.AsStatus(fmt.Errorf("placement %s assigns pods to node %s, which it does not contain", a.Name, name))
-		}
-		n := nodeOf(ni, gpus[name])
+		n := nodeOf(infos[name], gpus[name])
 		n.GPUFree, n.Tags = slices.Clone(n.GPUFree), map[int]int{}
 		before := placement.Fragmentation(p.typical, n.Model, n.CPUFree, n.GPUFree)
 		for i := range onNode {

@@ -66,31 +66,43 @@ func (*Plugin) Name() string { return Name }
 
 // cycleState is what PreScore learned for one pod.
 type cycleState struct {
-	pod   placement.Pod
-	nodes map[string]*nodeGPUs
+	pod placement.Pod
+	// offered is the pod on the nodes that offer one of its DRA-backed extended
+	// resources themselves (device-plugin nodes), where it asks for fewer devices.
+	offered map[string]placement.Pod
+	nodes   map[string]*nodeGPUs
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreScore reads the pod's GPU demand and the candidate nodes' GPUs once per cycle. Pods
+// PreScore reads the pod's GPU demand — its claims and the claim kube-scheduler makes for
+// its DRA-backed extended resources — and the candidate nodes' GPUs once per cycle. Pods
 // asking for gpudra devices the policies do not model are left to the other plugins.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	demand, ok, err := demandOf(pod, p.dra.ResourceClaims())
+	d, err := readDemand(pod, p.dra.ResourceClaims(), p.dra.DeviceClassResolver())
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if !ok {
+	s := &cycleState{}
+	var ok bool
+	if s.pod, ok = d.on(nil); !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	names := sets.New[string]()
 	for _, n := range nodes {
-		names.Insert(n.Node().Name)
+		name := n.Node().Name
+		names.Insert(name)
+		if alloc := n.GetAllocatable().GetScalarResources(); d.offeredBy(alloc) {
+			if s.offered == nil {
+				s.offered = map[string]placement.Pod{}
+			}
+			s.offered[name], _ = d.on(alloc) // fewer devices than a modelled demand: modelled
+		}
 	}
-	gpus, err := p.gpusOf(names)
-	if err != nil {
+	if s.nodes, err = p.gpusOf(names); err != nil {
 		return fwk.AsStatus(err)
 	}
-	cs.Write(stateKey, &cycleState{pod: demand, nodes: gpus})
+	cs.Write(stateKey, s)
 	return nil
 }
 
@@ -116,15 +128,20 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, 
 		return 0, fwk.AsStatus(fmt.Errorf("%s: PreScore state: %w", Name, err))
 	}
 	s := data.(*cycleState)
-	n := nodeOf(ni, s.nodes[ni.Node().Name])
-	if !n.Fits(&s.pod) {
+	name := ni.Node().Name
+	demand := s.pod
+	if q, ok := s.offered[name]; ok {
+		demand = q
+	}
+	n := nodeOf(ni, s.nodes[name])
+	if !n.Fits(&demand) {
 		// Filtering let it through (the model counts only CPU, memory and GPUs); the
 		// policy has no opinion on a node it would not have chosen.
 		return fwk.MinNodeScore, nil
 	}
 	policy := p.policies.Get().(placement.Policy)
 	defer p.policies.Put(policy)
-	return min(max(policy.Score(n, &s.pod).Score, fwk.MinNodeScore), fwk.MaxNodeScore), nil
+	return min(max(policy.Score(n, &demand).Score, fwk.MinNodeScore), fwk.MaxNodeScore), nil
 }
 
 // nodeOf is the node as the placement policies see it (read only: policies score, they
@@ -172,17 +189,21 @@ func (p *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *cor
 var _ fwk.SignPlugin = (*Plugin)(nil)
 
 // signerName is the key of the plugin's signature fragment: what it scores a pod without
-// claims by (its CPU and memory requests).
+// devices by (its CPU and memory requests).
 const signerName = "v1.Pod.Spec.ContainerRequestsAndOverheads().GPUFragmentation()"
 
 // SignPod lets kube-scheduler 1.37 reuse scores across pods that are alike (opportunistic
-// batching): a pod without claims is scored by its CPU and memory requests alone; a pod
-// with claims depends on them and on the devices' state, so it is not signable (as the
-// DynamicResources plugin says too).
+// batching): a pod without devices is scored by its CPU and memory requests alone. A pod
+// with claims, or with extended resources a DeviceClass backs, depends on its devices
+// and their state, so it is not signable (as the DynamicResources plugin says of claims
+// and NodeResourcesFit of DRA-backed extended resources).
 func (p *Plugin) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	if len(pod.Spec.ResourceClaims) > 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with resource claims are not signable: their GPU score depends on the claims")
 	}
 	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	if ext := extendedRequests(req, p.dra.DeviceClassResolver()); len(ext) > 0 {
+		return nil, fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("pods with DRA-backed extended resources are not signable: their GPU score depends on the devices of DeviceClass %s", ext[0].devices.DeviceClassName))
+	}
 	return []fwk.SignFragment{{Key: signerName, Value: [2]int64{req.Cpu().MilliValue(), req.Memory().Value()}}}, nil
 }

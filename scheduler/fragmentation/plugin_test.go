@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2"
@@ -93,8 +95,17 @@ func newLab(t testing.TB, nodes []placement.NodeSpec) *lab {
 		t.Fatal(err)
 	}
 	l.dra = dynamicresources.NewDRAManager(ctx, claims, tracker, inf)
+	// kube-scheduler keeps the manager's extended-resource cache up to date from the
+	// DeviceClass informer (its DeviceClass event handler).
+	classEvents, err := inf.Resource().V1().DeviceClasses().Informer().AddEventHandler(l.dra.DeviceClassResolver().(*extendedresourcecache.ExtendedResourceCache))
+	if err != nil {
+		t.Fatal(err)
+	}
 	inf.Start(ctx.Done())
 	inf.WaitForCacheSync(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), classEvents.HasSynced) {
+		t.Fatal("the extended-resource cache did not see the DeviceClasses")
+	}
 	return l
 }
 
@@ -120,27 +131,37 @@ func newPlugin(t testing.TB, l *lab, args Args) *Plugin {
 
 // submit creates the pod's claim as a user writes it (sim.Claim) and returns the pod.
 func (l *lab) submit(p *placement.Pod, uid int64) *corev1.Pod {
-	pod := &corev1.Pod{
+	pod := podOf(p)
+	claim, err := sim.Claim(p, nil, uid)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if claim != nil {
+		l.claim(pod, claim)
+	}
+	return pod
+}
+
+// podOf is the pod of p without its GPUs: one container asking for its CPU and memory.
+func podOf(p *placement.Pod) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: "default", UID: types.UID("pod-" + p.Name)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 			corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPU, resource.DecimalSI),
 			corev1.ResourceMemory: resource.MustParse(strconv.FormatInt(p.Memory, 10) + "Mi"),
 		}}}}},
 	}
-	claim, err := sim.Claim(p, nil, uid)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	if claim == nil {
-		return pod
-	}
+}
+
+// claim creates the claim in the API, waits until the scheduler's claim cache has it, and
+// makes it the pod's.
+func (l *lab) claim(pod *corev1.Pod, claim *resourceapi.ResourceClaim) {
 	claim.ResourceVersion = "1" // the fake API does not set one; the scheduler's claim cache needs it
 	if _, err := l.client.ResourceV1().ResourceClaims("default").Create(l.ctx, claim, metav1.CreateOptions{}); err != nil {
 		l.t.Fatal(err)
 	}
 	l.waitFor(func() bool { _, err := l.dra.ResourceClaims().Get("default", claim.Name); return err == nil })
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}}
-	return pod
 }
 
 func (l *lab) waitFor(cond func() bool) {
