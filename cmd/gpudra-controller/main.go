@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 
@@ -43,6 +45,7 @@ func main() {
 func newCommand() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, topologyConfigMap string
 	var flavorNodeLabels map[string]string
+	var profiling bool
 	var webhookPort, apiBurst int
 	var apiQPS float32
 	var webhookHost, webhookCertDir, webhookCertNames string
@@ -72,7 +75,7 @@ func newCommand() *cobra.Command {
 			cfg.QPS, cfg.Burst = apiQPS, apiBurst
 			opts := ctrl.Options{
 				Scheme:                 scheme,
-				Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+				Metrics:                metricsserver.Options{BindAddress: metricsAddr, ExtraHandlers: profilingHandlers(profiling)},
 				HealthProbeBindAddress: probeAddr,
 			}
 			if webhookPort > 0 {
@@ -90,7 +93,7 @@ func newCommand() *cobra.Command {
 			if webhookPort > 0 {
 				mgr.GetWebhookServer().Register(configwebhook.Path, &webhook.Admission{Handler: configwebhook.Handler{}})
 			}
-			if err := (&admission.Reconciler{Client: mgr.GetClient(), Labels: labels}).SetupWithManager(mgr); err != nil {
+			if err := (&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: labels}).SetupWithManager(mgr); err != nil {
 				return err
 			}
 			crmetrics.Registry.MustRegister(&admission.Capacity{Client: mgr.GetClient()})
@@ -122,6 +125,7 @@ func newCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config or $KUBECONFIG)")
+	fs.BoolVar(&profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ beside the metrics")
 	fs.Float32Var(&apiQPS, "kube-api-qps", -1, "client-side limit of API requests per second (negative: none, the API server's priority and fairness applies)")
 	fs.IntVar(&apiBurst, "kube-api-burst", 0, "burst of API requests above --kube-api-qps")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", `address for Prometheus metrics ("0" turns them off)`)
@@ -139,6 +143,20 @@ func newCommand() *cobra.Command {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
+}
+
+// profilingHandlers are net/http/pprof's handlers, for the metrics server, when on.
+func profilingHandlers(on bool) map[string]http.Handler {
+	if !on {
+		return nil
+	}
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
 }
 
 // selfSignedWebhookCert makes the webhook's certificate and publishes its CA in the

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -39,12 +42,20 @@ const reservationTTL = 5 * time.Minute
 // Reconciler answers gpudra.dev/topology admission checks.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads from the API server, not the cache (the manager's GetAPIReader); nil:
+	// Client. A decision that meets a conflict is written to what it reads.
+	APIReader client.Reader
 	// Labels says which node labels hold the network location.
 	Labels topology.LabelKeys
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+	// Workers is how many Workloads are reconciled at once (default 8). Decisions are made
+	// one at a time (each sees the devices of the ones before it); their writes overlap.
+	Workers int
 
-	mu sync.Mutex
+	// decideMu makes a decision and its reservation one step for the other workers.
+	decideMu sync.Mutex
+	mu       sync.Mutex
 	// reserved holds allocations of gangs this controller admitted whose pods have not
 	// yet all started, so that two gangs are never placed on the same free devices.
 	reserved map[types.UID]reservation
@@ -67,7 +78,20 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	return ctrl.NewControllerManagedBy(mgr).For(&kueue.Workload{}).Named("gpudra-topology").Complete(r)
+	if r.Workers <= 0 {
+		r.Workers = 8
+	}
+	b := ctrl.NewControllerManagedBy(mgr).For(&kueue.Workload{}).Named("gpudra-topology").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers})
+	// Everything a decision reads, watched without handlers: the informers start with the
+	// manager and the workers wait until they are synced. Read lazily, the first decision
+	// waited for them (seconds on a 640-node cluster) and decisions could see a cache still
+	// filling.
+	for _, obj := range []client.Object{&resourceapi.ResourceSlice{}, &resourceapi.ResourceClaim{}, &resourceapi.DeviceClass{},
+		&resourceapi.ResourceClaimTemplate{}, &corev1.Node{}, &corev1.Pod{}, &kueue.ResourceFlavor{}, &kueue.AdmissionCheck{}} {
+		b = b.Watches(obj, handler.Funcs{})
+	}
+	return b.Complete(r)
 }
 
 // Reconcile decides one Workload's gpudra.dev/topology check.
@@ -94,8 +118,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	start := time.Now()
+	r.decideMu.Lock()
 	decision, placement, err := r.decide(ctx, &wl)
 	if err != nil {
+		r.decideMu.Unlock()
 		return ctrl.Result{}, err
 	}
 	if decision.State == kueue.CheckStateRetry {
@@ -103,29 +129,73 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// are about to be free: wait for them instead of giving the quota back, which would
 		// let the preempted gang in again.
 		if n, err := r.terminatingPodsWithClaims(ctx); err != nil {
+			r.decideMu.Unlock()
 			return ctrl.Result{}, err
 		} else if n > 0 {
+			r.decideMu.Unlock()
 			logger.V(2).Info("Waiting for terminating pods to release their devices", "workload", req.NamespacedName, "pods", n)
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 		}
 	}
+	// Reserved before the write, so that the next decision, made while this one is being
+	// written, does not plan onto the same devices; released if it is not written.
+	if placement != nil {
+		r.reserve(wl.UID, req.NamespacedName, placement)
+	}
+	r.decideMu.Unlock()
 	decisionSeconds.Observe(time.Since(start).Seconds())
 	decisions.WithLabelValues(string(decision.State)).Inc()
 	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
 	decision.Name = kueue.AdmissionCheckReference(checkName)
 	decision.LastTransitionTime = metav1.NewTime(r.Now())
-	setCheck(&wl, *decision)
-	if err := r.Client.Status().Update(ctx, &wl); err != nil {
-		return ctrl.Result{}, err
+	written, err := r.writeDecision(ctx, &wl, *decision)
+	if !written && placement != nil {
+		r.release(wl.UID)
 	}
-	if placement != nil {
-		r.reserve(wl.UID, req.NamespacedName, placement)
+	return ctrl.Result{}, err
+}
+
+// writeConflictRetries bounds how often a decision is written to a fresh read after a conflict.
+const writeConflictRetries = 5
+
+// writeDecision records the decision in the Workload's status. The cached Workload often
+// trails Kueue's own writes around quota reservation; a conflict used to send the Workload
+// back to the work queue with back-off and a whole new decision (seconds per admission under
+// load). Instead the decision is written to a fresh read from the API server, as long as that
+// still has the check pending on the same quota reservation; if it moved on (evicted,
+// reserved elsewhere, deleted), nothing is written and its next event decides again.
+func (r *Reconciler) writeDecision(ctx context.Context, wl *kueue.Workload, decision kueue.AdmissionCheckState) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
 	}
-	return ctrl.Result{}, nil
+	admission := wl.Status.Admission.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		setCheck(wl, decision)
+		err := r.Client.Status().Update(ctx, wl)
+		if err == nil {
+			return true, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == writeConflictRetries {
+			return false, err
+		}
+		var fresh kueue.Workload
+		if err := reader.Get(ctx, client.ObjectKeyFromObject(wl), &fresh); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		state := findCheck(&fresh, string(decision.Name))
+		if fresh.UID != wl.UID || state == nil || state.State != kueue.CheckStatePending ||
+			!apimeta.IsStatusConditionTrue(fresh.Status.Conditions, kueue.WorkloadQuotaReserved) ||
+			!equality.Semantic.DeepEqual(fresh.Status.Admission, admission) {
+			return false, nil
+		}
+		*wl = fresh
+	}
 }
 
 // decide plans the gang and turns the outcome into an admission check state.
 func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.AdmissionCheckState, *gang.Placement, error) {
+	start := time.Now()
 	sets, err := podSets(ctx, r.Client, wl)
 	var bad badInput
 	if errors.As(err, &bad) {
@@ -134,11 +204,14 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	if err != nil {
 		return nil, nil, err
 	}
+	t0 := time.Now()
 	st, net, taints, err := r.snapshot(ctx, wl.UID)
 	if err != nil {
 		return nil, nil, err
 	}
+	t1 := time.Now()
 	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
+	log.FromContext(ctx).V(2).Info("Planned", "workload", client.ObjectKeyFromObject(wl), "podSets", t0.Sub(start), "snapshot", t1.Sub(t0), "plan", time.Since(t1))
 	switch {
 	case gang.IsUnplaceable(err):
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -36,6 +38,12 @@ devices:
 // lab builds a fake API server holding 2 racks x 4 nodes of 4 NVLinked H100s, the
 // shipped DeviceClasses, the AdmissionCheck and a claim template for one TP group.
 func lab(t *testing.T, extra ...client.Object) client.Client {
+	t.Helper()
+	return labWith(t, interceptor.Funcs{}, extra...)
+}
+
+// labWith is lab with the fake API server's calls intercepted.
+func labWith(t *testing.T, funcs interceptor.Funcs, extra ...client.Object) client.Client {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
@@ -74,7 +82,7 @@ func lab(t *testing.T, extra ...client.Object) client.Client {
 	objs = append(objs, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "tp4"},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}})
 	objs = append(objs, extra...)
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}, &kueue.AdmissionCheck{}).Build()
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}, &kueue.AdmissionCheck{}).WithInterceptorFuncs(funcs).Build()
 }
 
 // job is a Workload with quota reserved and the gpudra check pending: pod sets of 4
@@ -163,6 +171,92 @@ func TestAdmissionCheck(t *testing.T) {
 			t.Fatalf("state %s", got.State)
 		}
 	})
+}
+
+// TestDecisionSurvivesKueuesConcurrentWrite: Kueue writes the Workload between the check's
+// read and its write (the usual conflict around quota reservation). The decision is written
+// in the same reconcile if the check is still pending on the same reservation, and dropped
+// (no write, no devices held) if the reservation went meanwhile.
+func TestDecisionSurvivesKueuesConcurrentWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		meanwhile func(*kueue.Workload)
+		want      kueue.CheckState
+	}{
+		{"Kueue touched something else", func(wl *kueue.Workload) {
+			wl.Status.Conditions = append(wl.Status.Conditions, metav1.Condition{Type: "Other", Status: metav1.ConditionTrue, Reason: "Other", LastTransitionTime: metav1.Now()})
+		}, kueue.CheckStateReady},
+		{"Kueue released the quota", func(wl *kueue.Workload) {
+			wl.Status.Conditions[0].Status = metav1.ConditionFalse
+		}, kueue.CheckStatePending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conflicts := 0
+			c := labWith(t, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				if wl, ok := obj.(*kueue.Workload); ok && conflicts == 0 {
+					conflicts++
+					var stored kueue.Workload
+					if err := c.Get(ctx, client.ObjectKeyFromObject(wl), &stored); err != nil {
+						return err
+					}
+					tc.meanwhile(&stored)
+					if err := c.Status().Update(ctx, &stored); err != nil {
+						return err
+					}
+				}
+				return c.SubResource(sub).Update(ctx, obj, opts...)
+			}}, job("train", "dp0", "dp1"), job("next", "dp0", "dp1"))
+			r := newReconciler(c)
+			got := reconcile(t, r, "train")
+			if conflicts != 1 || got.State != tc.want {
+				t.Fatalf("after %d conflicts: state %s (%s), want %s written in the same reconcile", conflicts, got.State, got.Message, tc.want)
+			}
+			// Only a written decision holds devices: with "train" dropped, "next" fits.
+			next := reconcile(t, r, "next")
+			if wantNext := map[kueue.CheckState]kueue.CheckState{kueue.CheckStateReady: kueue.CheckStateRetry, kueue.CheckStatePending: kueue.CheckStateReady}[tc.want]; next.State != wantNext {
+				t.Errorf("next: %s (%s), want %s", next.State, next.Message, wantNext)
+			}
+		})
+	}
+}
+
+// TestConcurrentDecisionsNeverShareDevices: workers reconcile five gangs at once, each
+// needing a whole rack of the two; exactly two are admitted, on different racks.
+func TestConcurrentDecisionsNeverShareDevices(t *testing.T) {
+	var jobs []client.Object
+	for i := range 5 {
+		jobs = append(jobs, job(fmt.Sprintf("j%d", i), "dp0"))
+	}
+	r := newReconciler(lab(t, jobs...))
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			key := types.NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("j%d", i)}
+			if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: key}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	racks := map[string]string{}
+	for i := range 5 {
+		var wl kueue.Workload
+		if err := r.Client.Get(t.Context(), types.NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("j%d", i)}, &wl); err != nil {
+			t.Fatal(err)
+		}
+		if st := wl.Status.AdmissionChecks[0]; st.State == kueue.CheckStateReady {
+			rack := st.PodSetUpdates[0].NodeSelector[topology.LabelRack]
+			if other, taken := racks[rack]; taken {
+				t.Errorf("%s and %s both placed in rack %s", other, wl.Name, rack)
+			}
+			racks[rack] = wl.Name
+		} else if st.State != kueue.CheckStateRetry {
+			t.Errorf("%s: %s %q", wl.Name, st.State, st.Message)
+		}
+	}
+	if len(racks) != 2 {
+		t.Errorf("admitted in racks %v, want one gang in each of the two racks", racks)
+	}
 }
 
 func TestCheckActivatorMarksOurCheckActive(t *testing.T) {

@@ -72,6 +72,8 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 		"--webhook-host=127.0.0.1",
 		"--webhook-cert-dir=" + filepath.Join(u.layout.ComponentDir(controllerComponent), "certs"),
 		"--webhook-self-signed=127.0.0.1,localhost",
+		// A lab is for developers: Go's profiles beside the metrics (on 127.0.0.1).
+		"--profiling",
 	}
 	c, err := u.start(controllerComponent, argv, nil, map[string]int{"health": health, "metrics": u.port("controller-metrics"), "webhook": webhookPort})
 	if err != nil {

@@ -84,8 +84,8 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	}
 }
 
-// The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 50,
-// five Workload reconcilers) with gpudra's fields merged over it and the lab's addresses.
+// The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 50)
+// with gpudra's fields merged over it and the lab's addresses.
 func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", func(name string) int {
 		return map[string]int{"kueue-health": 1, "kueue-metrics": 2, "kueue-webhook": 3}[name]
@@ -114,8 +114,10 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	if cfg.ClientConnection.QPS != 50 || cfg.ClientConnection.Burst != 100 {
 		t.Errorf("clientConnection = %+v, want Kueue's shipped qps 50 burst 100", cfg.ClientConnection)
 	}
-	if got := cfg.Controller.GroupKindConcurrency["Workload.kueue.x-k8s.io"]; got != 5 {
-		t.Errorf("Workload reconcilers = %d, want Kueue's shipped 5", got)
+	// gpudra's file raises the Workload reconcilers (admission checks add Workload writes)
+	// and keeps Kueue's shipped values for the other kinds.
+	if got := cfg.Controller.GroupKindConcurrency; got["Workload.kueue.x-k8s.io"] != 20 || got["Job.batch"] != 5 || got["ClusterQueue.kueue.x-k8s.io"] != 1 {
+		t.Errorf("groupKindConcurrency = %v, want gpudra's 20 Workload reconcilers and Kueue's shipped values for the rest", got)
 	}
 	if len(cfg.Resources.DeviceClassMappings) == 0 || cfg.WaitForPodsReady.Timeout != "5m" {
 		t.Errorf("gpudra's fields missing: resources %+v, waitForPodsReady %+v", cfg.Resources, cfg.WaitForPodsReady)
