@@ -203,6 +203,15 @@ func TestPoolOverridesHostNetworkAndDirs(t *testing.T) {
 	if !slices.Contains(lc.Args, "--metrics-bind-address=127.0.0.1:39400") || envOf(lc, "HOST_IP") != nil {
 		t.Errorf("with metricsHost the metrics listen there, without HOST_IP: args %v", lc.Args)
 	}
+	// A pool's false and 0 replace the defaults too (privileged true, metrics on 9400).
+	plain := render(t, `kubeletPlugin.pools=[{"name":"quiet","privileged":false,"metricsPort":0,"nodeSelector":{"pool":"quiet"}}]`)
+	qc := plain.get("DaemonSet", "gpudra-kubelet-plugin-quiet").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+	if sc := qc.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || slices.ContainsFunc(qc.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-bind-address") }) {
+		t.Errorf("pool with privileged false and metricsPort 0: securityContext %+v, args %v", qc.SecurityContext, qc.Args)
+	}
+	if dc := plain.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]; dc.SecurityContext == nil || !*dc.SecurityContext.Privileged {
+		t.Errorf("the default DaemonSet lost its privileges to a pool's value: %+v", dc.SecurityContext)
+	}
 	if env := envOf(render(t).get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0], "KUBERNETES_SERVICE_HOST"); env != nil {
 		t.Errorf("by default the pods keep the cluster's Service address, got %+v", env)
 	}
