@@ -118,31 +118,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	start := time.Now()
-	r.decideMu.Lock()
-	decision, placement, err := r.decide(ctx, &wl)
-	if err != nil {
-		r.decideMu.Unlock()
-		return ctrl.Result{}, err
+	decision, placement, wait, err := r.decideAndReserve(ctx, &wl)
+	if err != nil || wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, err
 	}
-	if decision.State == kueue.CheckStateRetry {
-		// Devices still held by terminating pods (a gang Kueue just preempted for this one)
-		// are about to be free: wait for them instead of giving the quota back, which would
-		// let the preempted gang in again.
-		if n, err := r.terminatingPodsWithClaims(ctx); err != nil {
-			r.decideMu.Unlock()
-			return ctrl.Result{}, err
-		} else if n > 0 {
-			r.decideMu.Unlock()
-			logger.V(2).Info("Waiting for terminating pods to release their devices", "workload", req.NamespacedName, "pods", n)
-			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-		}
-	}
-	// Reserved before the write, so that the next decision, made while this one is being
-	// written, does not plan onto the same devices; released if it is not written.
-	if placement != nil {
-		r.reserve(wl.UID, req.NamespacedName, placement)
-	}
-	r.decideMu.Unlock()
 	decisionSeconds.Observe(time.Since(start).Seconds())
 	decisions.WithLabelValues(string(decision.State)).Inc()
 	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
@@ -153,6 +132,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.release(wl.UID)
 	}
 	return ctrl.Result{}, err
+}
+
+// decideAndReserve makes the decision and reserves the devices it places, as one step for
+// the other workers (the next decision, made while this one is written, must not plan onto
+// the same devices). wait > 0: the gang does not fit while devices are still held by
+// terminating pods (a gang Kueue just preempted for this one), which are about to be free;
+// decide again after wait instead of giving the quota back, which would let the preempted
+// gang in again.
+func (r *Reconciler) decideAndReserve(ctx context.Context, wl *kueue.Workload) (_ *kueue.AdmissionCheckState, _ *gang.Placement, wait time.Duration, _ error) {
+	r.decideMu.Lock()
+	defer r.decideMu.Unlock()
+	decision, placement, err := r.decide(ctx, wl)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if decision.State == kueue.CheckStateRetry {
+		if n, err := r.terminatingPodsWithClaims(ctx); err != nil {
+			return nil, nil, 0, err
+		} else if n > 0 {
+			log.FromContext(ctx).V(2).Info("Waiting for terminating pods to release their devices", "workload", client.ObjectKeyFromObject(wl), "pods", n)
+			return nil, nil, 2 * time.Second, nil
+		}
+	}
+	if placement != nil {
+		r.reserve(wl.UID, client.ObjectKeyFromObject(wl), placement)
+	}
+	return decision, placement, 0, nil
 }
 
 // writeConflictRetries bounds how often a decision is written to a fresh read after a conflict.
