@@ -46,8 +46,18 @@ spec:
 // training block, kept in one block, pinned by gpudra through its scheduling gate.
 // jobLabels are extra labels, e.g. "kueue.x-k8s.io/priority-class: high".
 func gatedGang(name, ns, queue, template string, pods int, jobLabels string) string {
+	return blockGangJob(name, ns, queue, pods, jobLabels, "resourceClaims: [{name: tp, resourceClaimTemplateName: "+template+"}]", "claims: [{name: tp}]")
+}
+
+// blockGangJob is an Indexed Job of pods on the training block, kept in one block, pinned
+// by gpudra through its scheduling gate; podSpec is one more line of the pod spec and
+// resources one more line of the worker's resources (how the pods ask for GPUs).
+func blockGangJob(name, ns, queue string, pods int, jobLabels, podSpec, resources string) string {
 	if jobLabels != "" {
 		jobLabels = ", " + jobLabels
+	}
+	if podSpec != "" {
+		podSpec = "\n      " + podSpec
 	}
 	return fmt.Sprintf(`
 apiVersion: batch/v1
@@ -67,15 +77,14 @@ spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 0
       schedulingGates: [{name: gpudra.dev/placement}]
-      nodeSelector: {%s: hgx-h100-4gpu}
-      resourceClaims: [{name: tp, resourceClaimTemplateName: %s}]
+      nodeSelector: {%s: hgx-h100-4gpu}%s
       containers:
       - name: worker
         image: registry.k8s.io/pause:3.10
         resources:
           requests: {cpu: "1"}
-          claims: [{name: tp}]
-`, name, ns, queue, jobLabels, pods, pods, lab.LabelProfile, template)
+          %s
+`, name, ns, queue, jobLabels, pods, pods, lab.LabelProfile, podSpec, resources)
 }
 
 // noPodRuns: none of the job's pods runs (a preempted gang is gone as a whole).

@@ -224,3 +224,16 @@ var claimsGVR = schema.GroupVersionResource{Group: "resource.k8s.io", Version: "
 
 // dyn is a dynamic client for the lab.
 func dyn() dynamic.Interface { return dynamic.NewForConfigOrDie(cfg) }
+
+// deleteJobNow deletes a Job and its pods at once (not after their grace period), freeing
+// their quota and devices.
+func deleteJobNow(t *testing.T, ns, job string) {
+	t.Helper()
+	bg := metav1.DeletePropagationBackground
+	if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), job, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=" + job}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
 )
@@ -50,14 +49,7 @@ spec: {clusterQueue: `+queue+`}
 		t.Fatalf("the second Job is not held suspended while the quota is used (err %v)", err)
 	}
 
-	bg := metav1.DeletePropagationBackground
-	if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), "first", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-		t.Fatal(err)
-	}
-	// Its workers go at once instead of after their 30 s grace period.
-	if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=first"}); err != nil {
-		t.Fatal(err)
-	}
+	deleteJobNow(t, ns, "first")
 	eventually(t, 2*time.Minute, "the second Job is admitted and runs once the first is gone", jobRuns(ns, "second", 2))
 }
 

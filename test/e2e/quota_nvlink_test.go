@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/test/lab"
@@ -67,14 +66,7 @@ spec: {clusterQueue: `+queue+`}
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "one-more", metav1.GetOptions{}); err != nil || !suspended(j) {
 		t.Fatalf("one-more is not held suspended while the 8 GPUs are used (err %v)", err)
 	}
-
-	bg := metav1.DeletePropagationBackground
-	if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), "two-groups", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=two-groups"}); err != nil {
-		t.Fatal(err)
-	}
+	deleteJobNow(t, ns, "two-groups")
 	eventually(t, 3*time.Minute, "one-more is admitted and runs once two-groups is gone", jobRuns(ns, "one-more", 1))
 	eventually(t, time.Minute, "the ClusterQueue's usage is 4 gpudra.dev/gpu", clusterQueueUses(queue, "gpudra.dev/gpu", 4))
 }
@@ -82,32 +74,7 @@ spec: {clusterQueue: `+queue+`}
 // nvlinkGroupJob is an Indexed Job of pods that each ask for one 4-GPU NVLink group as an
 // extended resource (no claim template) on the training block, pinned by the gpudra check.
 func nvlinkGroupJob(name, ns, queue string, pods int) string {
-	return fmt.Sprintf(`
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: %s
-  namespace: %s
-  labels: {kueue.x-k8s.io/queue-name: %s}
-spec:
-  parallelism: %d
-  completions: %d
-  completionMode: Indexed
-  template:
-    metadata:
-      annotations: {gpudra.dev/required-topology: block}
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 0
-      schedulingGates: [{name: gpudra.dev/placement}]
-      nodeSelector: {%s: hgx-h100-4gpu}
-      containers:
-      - name: worker
-        image: registry.k8s.io/pause:3.10
-        resources:
-          requests: {cpu: "1"}
-          limits: {gpudra.dev/nvlink-group-4: 1}
-`, name, ns, queue, pods, pods, lab.LabelProfile)
+	return blockGangJob(name, ns, queue, pods, "", "", "limits: {gpudra.dev/nvlink-group-4: 1}")
 }
 
 // jobWorkload returns the Kueue Workload of a Job.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
 )
@@ -93,13 +92,7 @@ spec:
 		}
 		t.Logf("%s: %d of 2 pipelines inside one rack (%v), 8 tensor-parallel groups on %d nodes, all running %s after submission",
 			name, inOneRack, racks, len(used), time.Since(start).Round(time.Second))
-		bg := metav1.DeletePropagationBackground
-		if err := dyn().Resource(jobsGVR).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.CoreV1().Pods(ns).DeleteCollection(t.Context(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=" + name}); err != nil {
-			t.Fatal(err)
-		}
+		deleteJobNow(t, ns, name)
 		eventually(t, 2*time.Minute, name+": its claims are gone", func(ctx context.Context) error {
 			cs, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 			if err != nil {
