@@ -439,7 +439,7 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 }
 
 // realNodePluginSelector selects the chart's plugin pods.
-const realNodePluginSelector = "app.kubernetes.io/instance=gpudra,app.kubernetes.io/component=kubelet-plugin"
+var realNodePluginSelector = lab.ChartPodSelector("kubelet-plugin")
 
 // realNodePluginPod is the one running, ready plugin pod of the chart on the node.
 func realNodePluginPod(t *testing.T, node string) *corev1.Pod {

@@ -176,7 +176,7 @@ func (u *upper) chartPod(ctx context.Context, component, node string) (*corev1.P
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, componentTimeout, true, func(ctx context.Context) (bool, error) {
 		pods, err := u.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app.kubernetes.io/instance=" + chartRelease + ",app.kubernetes.io/component=" + component})
+			LabelSelector: ChartPodSelector(component)})
 		if err != nil {
 			last = err
 			return false, nil
@@ -197,10 +197,16 @@ func (u *upper) chartPod(ctx context.Context, component, node string) (*corev1.P
 	return found, nil
 }
 
+// ChartPodSelector selects the pods of one component of the lab's gpudra release
+// ("kubelet-plugin", "controller").
+func ChartPodSelector(component string) string {
+	return "app.kubernetes.io/instance=" + chartRelease + ",app.kubernetes.io/component=" + component
+}
+
 // chartPodState says where the chart's plugin pod on a node stands, for errors.
 func (u *upper) chartPodState(ctx context.Context, node string) string {
 	pods, err := u.client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/instance=" + chartRelease + ",app.kubernetes.io/component=kubelet-plugin",
+		LabelSelector: ChartPodSelector("kubelet-plugin"),
 		FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return err.Error()
