@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +37,27 @@ const (
 // pod's node selector to its planned node (allowed while a pod is gated) and removes the gate.
 type PodPinner struct {
 	Client client.Client
+	// Now is the clock (tests may replace it).
+	Now func() time.Time
+
+	mu sync.Mutex
+	// pinned are the slots this pinner gave, by pod UID, until its cache shows them: a
+	// sibling pinned a moment ago may still be gated in the cache, and reading the cache
+	// alone gave two pods of a gang the same slot (found by the admission benchmark: a node
+	// planned for three of a gang's pods got four, the fourth never scheduled).
+	pinned map[types.UID]pinnedSlot
 }
+
+type pinnedSlot struct {
+	owner types.UID
+	plan  string
+	slot  int
+	at    time.Time
+}
+
+// pinnedTTL bounds how long a given slot is remembered without the cache showing it (a pod
+// deleted before the cache saw it pinned).
+const pinnedTTL = 2 * time.Minute
 
 // SetupWithManager registers the pod controller for gated pods only.
 func (p *PodPinner) SetupWithManager(mgr ctrl.Manager) error {
@@ -60,6 +83,12 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, nil
 	}
 	nodes := strings.Split(plan, ",")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, done := p.pinned[pod.UID]; done {
+		// Pinned a moment ago; the cache still shows the pod gated.
+		return ctrl.Result{}, nil
+	}
 	slot, err := p.slot(ctx, &pod, len(nodes))
 	if err != nil {
 		return ctrl.Result{}, err
@@ -76,12 +105,26 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.Client.Update(ctx, &pod); err != nil {
 		return ctrl.Result{}, err
 	}
+	if _, indexed := pod.Annotations[annotationCompletionIndex]; !indexed && len(pod.OwnerReferences) > 0 {
+		if p.pinned == nil {
+			p.pinned = map[types.UID]pinnedSlot{}
+		}
+		p.pinned[pod.UID] = pinnedSlot{owner: pod.OwnerReferences[0].UID, plan: plan, slot: slot, at: p.now()}
+	}
 	podsPinned.Inc()
 	return ctrl.Result{}, nil
 }
 
+func (p *PodPinner) now() time.Time {
+	if p.Now == nil {
+		return time.Now()
+	}
+	return p.Now()
+}
+
 // slot is the pod's place in the plan: its Job completion index, or else the first slot
-// no sibling pod (same owner and plan) holds.
+// no sibling pod (same owner and plan) holds, in the cache or as this pinner gave it.
+// Called with p.mu held.
 func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, error) {
 	if v, ok := pod.Annotations[annotationCompletionIndex]; ok {
 		i, err := strconv.Atoi(v)
@@ -96,10 +139,21 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 	}
 	taken := map[int]bool{}
 	for _, s := range siblings.Items {
+		// The cache shows this pod pinned: it speaks for the slot from now on.
+		delete(p.pinned, s.UID)
 		if s.Annotations[AnnotationPlacement] == pod.Annotations[AnnotationPlacement] && sameOwner(&s, pod) {
 			if i, err := strconv.Atoi(s.Labels[labelPinned]); err == nil {
 				taken[i] = true
 			}
+		}
+	}
+	for uid, s := range p.pinned {
+		if p.now().Sub(s.at) > pinnedTTL {
+			delete(p.pinned, uid)
+			continue
+		}
+		if len(pod.OwnerReferences) > 0 && s.owner == pod.OwnerReferences[0].UID && s.plan == pod.Annotations[AnnotationPlacement] {
+			taken[s.slot] = true
 		}
 	}
 	for i := range n {

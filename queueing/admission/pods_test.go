@@ -11,13 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gpudra/gpudra/topology"
 )
 
 func gatedPod(name, plan string, index int) *corev1.Pod {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name,
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name + "-uid"),
 			Annotations:     map[string]string{AnnotationPlacement: plan},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid"}}},
 		Spec: corev1.PodSpec{
@@ -33,8 +34,13 @@ func gatedPod(name, plan string, index int) *corev1.Pod {
 
 func pin(t *testing.T, c client.Client, name string) (*corev1.Pod, error) {
 	t.Helper()
+	return pinWith(t, &PodPinner{Client: c}, c, name)
+}
+
+func pinWith(t *testing.T, p *PodPinner, c client.Client, name string) (*corev1.Pod, error) {
+	t.Helper()
 	key := types.NamespacedName{Namespace: "team-a", Name: name}
-	_, err := (&PodPinner{Client: c}).Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+	_, err := p.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 	var pod corev1.Pod
 	if gerr := c.Get(context.Background(), key, &pod); gerr != nil {
 		t.Fatal(gerr)
@@ -70,6 +76,53 @@ func TestPodPinner(t *testing.T) {
 				t.Errorf("pod %s pinned to %q (seen %v)", n, node, seen)
 			}
 			seen[node] = true
+		}
+	})
+	t.Run("pods pinned before the cache shows their siblings pinned take distinct slots", func(t *testing.T) {
+		// The informer cache trails the pinner's own writes: its list shows no sibling
+		// pinned yet, and a pod just pinned comes back still gated.
+		base := lab(t, gatedPod("a", plan, -1), gatedPod("b", plan, -1), gatedPod("c", plan, -1)).(client.WithWatch)
+		stale := map[string]*corev1.Pod{}
+		for _, n := range []string{"a", "b", "c"} {
+			var pod corev1.Pod
+			if err := base.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: n}, &pod); err != nil {
+				t.Fatal(err)
+			}
+			stale[n] = &pod
+		}
+		cache := interceptor.NewClient(base, interceptor.Funcs{
+			Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if pod, ok := obj.(*corev1.Pod); ok {
+					stale[key.Name].DeepCopyInto(pod)
+					return nil
+				}
+				return cl.Get(ctx, key, obj, opts...)
+			},
+			List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if _, ok := list.(*corev1.PodList); ok {
+					return nil
+				}
+				return cl.List(ctx, list, opts...)
+			},
+		})
+		p := &PodPinner{Client: cache}
+		seen := map[string]string{}
+		for _, n := range []string{"a", "b", "a", "c"} {
+			if _, err := p.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: n}}); err != nil {
+				t.Fatalf("pod %s: %v", n, err)
+			}
+			var pod corev1.Pod
+			if err := base.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: n}, &pod); err != nil {
+				t.Fatal(err)
+			}
+			node := pod.Spec.NodeSelector[topology.LabelHostname]
+			if other, dup := seen[node]; dup && other != n {
+				t.Errorf("pods %s and %s both pinned to %s", other, n, node)
+			}
+			seen[node] = n
+		}
+		if len(seen) != 3 {
+			t.Errorf("pinned to %v, want 3 distinct planned nodes", seen)
 		}
 	})
 	t.Run("an index outside the plan is an error and the pod stays gated", func(t *testing.T) {
