@@ -46,7 +46,7 @@ func newCommand() *cobra.Command {
 	var kubeconfig, metricsAddr, probeAddr, topologyConfigMap string
 	var flavorNodeLabels map[string]string
 	var profiling bool
-	var webhookPort, apiBurst int
+	var webhookPort, apiBurst, admissionWorkers int
 	var apiQPS float32
 	var webhookHost, webhookCertDir, webhookCertNames string
 	labels := topology.DefaultLabelKeys
@@ -56,6 +56,9 @@ func newCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validateAdmissionCheckWorkers(admissionWorkers); err != nil {
+				return err
+			}
 			ctrl.SetLogger(klog.NewKlogr())
 			scheme := runtime.NewScheme()
 			for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
@@ -93,7 +96,8 @@ func newCommand() *cobra.Command {
 			if webhookPort > 0 {
 				mgr.GetWebhookServer().Register(configwebhook.Path, &webhook.Admission{Handler: configwebhook.Handler{}})
 			}
-			if err := (&admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: labels}).SetupWithManager(mgr); err != nil {
+			check := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: labels, Workers: admissionWorkers}
+			if err := check.SetupWithManager(mgr); err != nil {
 				return err
 			}
 			crmetrics.Registry.MustRegister(&admission.Capacity{Client: mgr.GetClient()})
@@ -128,6 +132,7 @@ func newCommand() *cobra.Command {
 	fs.BoolVar(&profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ beside the metrics")
 	fs.Float32Var(&apiQPS, "kube-api-qps", -1, "client-side limit of API requests per second (negative: none, the API server's priority and fairness applies)")
 	fs.IntVar(&apiBurst, "kube-api-burst", 0, "burst of API requests above --kube-api-qps")
+	fs.IntVar(&admissionWorkers, "admission-check-workers", 8, "workloads the admission check reconciles at once (at least 1): decisions are made one at a time, their API writes overlap")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "127.0.0.1:8080", `address for Prometheus metrics ("0" turns them off)`)
 	fs.StringVar(&probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "address for /healthz and /readyz")
 	fs.StringToStringVar(&flavorNodeLabels, "topology-flavor-node-labels", nil, "node labels (key=value,...) of a topology-aware Kueue ResourceFlavor \""+network.FlavorName+"\" to keep in sync (empty: only the Topology)")
@@ -143,6 +148,15 @@ func newCommand() *cobra.Command {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	return cmd
+}
+
+// validateAdmissionCheckWorkers refuses an --admission-check-workers value the admission
+// check cannot run with.
+func validateAdmissionCheckWorkers(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--admission-check-workers=%d: want at least 1", n)
+	}
+	return nil
 }
 
 // profilingHandlers are net/http/pprof's handlers, for the metrics server, when on.

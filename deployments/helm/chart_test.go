@@ -32,6 +32,7 @@ var valueSets = map[string][]string{
 	"hami topology": {"kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
 		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
 		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
+	"tuned controller": {"controller.kubeAPIQPS=50", "controller.kubeAPIBurst=100", "controller.admissionCheckWorkers=32"},
 }
 
 // realNodeValues adds what a lab's real node (a kubelet without kube-proxy) gets: a pool in
@@ -249,6 +250,34 @@ func TestControllerIsUnprivileged(t *testing.T) {
 	}
 }
 
+// TestControllerTuningArgs proves the controller's API client rate and admission check
+// workers reach its flags only when set: unset, the binary's defaults apply (no client-side
+// limit), and numbers a values file holds as floats are written whole.
+func TestControllerTuningArgs(t *testing.T) {
+	tuning := func(m manifest) []string {
+		args := m.get("Deployment", "gpudra-controller").(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args
+		return slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+			return !strings.HasPrefix(a, "--kube-api-") && !strings.HasPrefix(a, "--admission-check-workers")
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		sets []string
+		want []string
+	}{
+		{"defaults", nil, []string{"--admission-check-workers=8"}},
+		{"set", valueSets["tuned controller"], []string{"--kube-api-qps=50", "--kube-api-burst=100", "--admission-check-workers=32"}},
+		{"fractional qps, zero burst", []string{"controller.kubeAPIQPS=12.5", "controller.kubeAPIBurst=0"}, []string{"--kube-api-qps=12.5", "--kube-api-burst=0", "--admission-check-workers=8"}},
+		{"no limit", []string{"controller.kubeAPIQPS=-1"}, []string{"--kube-api-qps=-1", "--admission-check-workers=8"}},
+		{"values file numbers", []string{`controller={"kubeAPIQPS":1000000,"kubeAPIBurst":2000000,"admissionCheckWorkers":16}`}, []string{"--kube-api-qps=1000000", "--kube-api-burst=2000000", "--admission-check-workers=16"}},
+		{"workers unset", []string{"controller.admissionCheckWorkers=null"}, nil},
+	} {
+		if got := tuning(render(t, tc.sets...)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: controller args %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestRBACIsMinimal proves no role holds a wildcard, secrets, or verbs beyond what the
 // components use, and that the admission policy holds plugins to their own node.
 func TestRBACIsMinimal(t *testing.T) {
@@ -369,6 +398,12 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"kubeletPlugin.defaultPool=false", "no node would run the plugin"},
 		{`kubeletPlugin.pools=[{"name":"p","hostNetwrok":true}]`, "kubeletPlugin.pools[p].hostNetwrok: not a kubeletPlugin value; a pool may set"},
 		{"kubernetesService.host=10.0.0.1", "kubernetesService.port: required"},
+		{"controller.kubeAPIQPS=fast", "controller.kubeAPIQPS=fast: want a number"},
+		{"controller.kubeAPIQPS=0", "controller.kubeAPIQPS=0: client-go reads 0 as its default of 5 requests/s"},
+		{"controller.kubeAPIBurst=-1", "controller.kubeAPIBurst=-1: want an integer >= 0"},
+		{"controller.kubeAPIBurst=1.5", "controller.kubeAPIBurst=1.5: want an integer >= 0"},
+		{"controller.admissionCheckWorkers=0", "controller.admissionCheckWorkers=0: want an integer >= 1"},
+		{"controller.admissionCheckWorkers=true", "controller.admissionCheckWorkers=true: want an integer >= 1"},
 	} {
 		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -28,6 +28,48 @@ gpudra-controller
 {{- end }}
 {{- end -}}
 
+{{/* A numeric controller value as its flag's argument: empty when unset (null or ""), else the
+     value checked (a number, an integer when .integer, at least .min when given), whole numbers
+     written as integers (values files hold numbers as floats: 1e+06); anything else fails
+     naming the value.
+     Args: dict "key" (the value's path), "value", "integer", "min". */}}
+{{- define "gpudra.flagNumber" -}}
+{{- $v := .value -}}
+{{- if not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v ""))) -}}
+{{- $what := ternary "an integer" "a number" (not (not .integer)) -}}
+{{- if not (kindIs "invalid" .min) -}}{{- $what = printf "%s >= %v" $what .min -}}{{- end -}}
+{{- $number := or (kindIs "int64" $v) (kindIs "int" $v) (kindIs "float64" $v) -}}
+{{- if kindIs "string" $v -}}
+{{- $number = regexMatch "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$" $v -}}
+{{- end -}}
+{{- if not $number -}}
+{{- fail (printf "%s=%v: want %s" .key $v $what) -}}
+{{- end -}}
+{{- if and .integer (ne (float64 $v) (floor $v)) -}}
+{{- fail (printf "%s=%v: want %s" .key $v $what) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" .min)) (lt (float64 $v) (float64 .min)) -}}
+{{- fail (printf "%s=%v: want %s" .key $v $what) -}}
+{{- end -}}
+{{- if eq (float64 $v) (floor $v) -}}{{ int64 (float64 $v) }}{{- else -}}{{ float64 $v }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* gpudra-controller's flags from controller.kubeAPIQPS, kubeAPIBurst and
+     admissionCheckWorkers: only those set, each checked. */}}
+{{- define "gpudra.controllerTuningArgs" -}}
+{{- $c := .Values.controller -}}
+{{- with include "gpudra.flagNumber" (dict "key" "controller.kubeAPIQPS" "value" $c.kubeAPIQPS) }}
+- --kube-api-qps={{ . }}
+{{- end }}
+{{- with include "gpudra.flagNumber" (dict "key" "controller.kubeAPIBurst" "value" $c.kubeAPIBurst "integer" true "min" 0) }}
+- --kube-api-burst={{ . }}
+{{- end }}
+{{- with include "gpudra.flagNumber" (dict "key" "controller.admissionCheckWorkers" "value" $c.admissionCheckWorkers "integer" true "min" 1) }}
+- --admission-check-workers={{ . }}
+{{- end }}
+{{- end -}}
+
 {{/* Refuse values that would install something broken, naming the value and what is accepted. */}}
 {{- define "gpudra.validate" -}}
 {{- $k := .Values.kubeletPlugin -}}
@@ -58,6 +100,11 @@ gpudra-controller
 {{- end -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
+{{- end -}}
+{{- $_ := include "gpudra.controllerTuningArgs" . -}}
+{{- $qps := include "gpudra.flagNumber" (dict "key" "controller.kubeAPIQPS" "value" .Values.controller.kubeAPIQPS) -}}
+{{- if and $qps (eq (float64 $qps) 0.0) -}}
+{{- fail "controller.kubeAPIQPS=0: client-go reads 0 as its default of 5 requests/s; leave it unset or negative for no client-side limit, or give a positive limit" -}}
 {{- end -}}
 {{- if and .Values.webhook.certSecret (not (or .Values.webhook.caBundle .Values.webhook.annotations)) -}}
 {{- fail "webhook.certSecret needs webhook.caBundle (or webhook.annotations for a CA injector such as cert-manager)" -}}
