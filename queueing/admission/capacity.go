@@ -45,7 +45,7 @@ func (c *Capacity) Describe(ch chan<- *prometheus.Desc) {
 func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
 	defer cancel()
-	st, err := liveState(ctx, c.Client)
+	st, _, err := liveState(ctx, c.Client)
 	if err != nil {
 		// An invalid metric would fail the whole scrape, the other metrics with it.
 		log.Log.WithName("capacity").Error(err, "Reading the DRA state for the capacity metrics")

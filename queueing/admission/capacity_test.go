@@ -42,7 +42,7 @@ func scrape(t *testing.T, c client.Reader) map[string]float64 {
 func allocate(t *testing.T, c client.Client, node, name, specYAML string) *resourceapi.ResourceClaim {
 	t.Helper()
 	ctx := context.Background()
-	st, err := liveState(ctx, c)
+	st, _, err := liveState(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,8 @@ const ControllerName = "gpudra.dev/topology"
 const RetryAfter = 15 * time.Second
 
 // reservationTTL bounds how long a placed gang's devices are held in the controller's view
-// while its pods are not all bound (then, or when the workload goes, the live claims speak).
+// while its pods' claims are not all seen allocated (then, or when the workload goes, the
+// live claims speak).
 const reservationTTL = 5 * time.Minute
 
 // Reconciler answers gpudra.dev/topology admission checks.
@@ -286,7 +287,7 @@ func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
 // snapshot reads the cluster's DRA state (slices, classes, allocated claims) plus the
 // devices of gangs admitted but not yet running, the network and the nodes' taints.
 func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.State, *topology.Network, gang.Taints, error) {
-	st, err := liveState(ctx, r.Client)
+	st, allocated, err := liveState(ctx, r.Client)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -298,17 +299,22 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	if err := r.Client.List(ctx, &planned, client.HasLabels{LabelWorkload}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, nil, err
 	}
-	bound := map[types.UID]int{}
-	for _, p := range planned.Items {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			bound[types.UID(p.Labels[LabelWorkload])]++
+	// A gang's pods are accounted for once their claims are allocated in the claims just
+	// read (not once they are bound: the claims cache may trail the pods cache, and a
+	// reservation dropped before its allocations are seen left devices looking free that
+	// the scheduler was binding — the admission benchmark placed gangs on full nodes).
+	accounted := map[types.UID]int{}
+	for k := range planned.Items {
+		p := &planned.Items[k]
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && claimsAllocated(p, allocated) {
+			accounted[types.UID(p.Labels[LabelWorkload])]++
 		}
 	}
 	r.mu.Lock()
 	now := r.Now()
 	for uid, res := range r.reserved {
-		// Once every pod of the gang is bound, its claims are allocated and listed above.
-		if now.After(res.expires) || bound[uid] >= res.pods {
+		// Once every pod's claims are allocated, the gang's devices are in st already.
+		if now.After(res.expires) || accounted[uid] >= res.pods {
 			delete(r.reserved, uid)
 			continue
 		}
@@ -335,26 +341,56 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 }
 
 // liveState is the cluster's DRA state as the scheduler sees it: DeviceClasses,
-// ResourceSlices and the devices of allocated ResourceClaims.
+// ResourceSlices and the devices of allocated ResourceClaims; allocated holds the
+// namespace/name of every allocated claim it counted.
 //
 // The lists share the informer cache's objects instead of deep-copying them (on a 640-node
 // cluster the copies cost more than the planning): nothing here or in allocation writes to
 // them.
-func liveState(ctx context.Context, c client.Reader) (*allocation.State, error) {
+func liveState(ctx context.Context, c client.Reader) (_ *allocation.State, allocated map[types.NamespacedName]bool, _ error) {
 	var slices resourceapi.ResourceSliceList
 	if err := c.List(ctx, &slices, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var classes resourceapi.DeviceClassList
 	if err := c.List(ctx, &classes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var claims resourceapi.ResourceClaimList
 	if err := c.List(ctx, &claims, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	allocated = map[types.NamespacedName]bool{}
+	for k := range claims.Items {
+		if claims.Items[k].Status.Allocation != nil {
+			allocated[client.ObjectKeyFromObject(&claims.Items[k])] = true
+		}
 	}
 	st, _ := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
-	return st, nil
+	return st, allocated, nil
+}
+
+// claimsAllocated: every ResourceClaim of the pod is among the allocated ones (a claim from
+// a template is known once the pod's status names it; the claim kube-scheduler makes for
+// extended resources, such as an NVLink group, is named in the status before it binds).
+func claimsAllocated(pod *corev1.Pod, allocated map[types.NamespacedName]bool) bool {
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil && !allocated[types.NamespacedName{Namespace: pod.Namespace, Name: ext.ResourceClaimName}] {
+		return false
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		name := rc.ResourceClaimName
+		if name == nil {
+			for _, st := range pod.Status.ResourceClaimStatuses {
+				if st.Name == rc.Name {
+					name = st.ResourceClaimName
+				}
+			}
+		}
+		if name == nil || !allocated[types.NamespacedName{Namespace: pod.Namespace, Name: *name}] {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement) {

@@ -288,33 +288,74 @@ func TestWaitsForTerminatingPodsInsteadOfRetrying(t *testing.T) {
 	}
 }
 
-func TestReservationEndsWhenTheGangIsBoundOrDeleted(t *testing.T) {
+func TestReservationEndsWhenTheGangsClaimsAreAllocatedOrDeleted(t *testing.T) {
 	ctx := context.Background()
-	c := lab(t, job("train", "dp0", "dp1"), job("next", "dp0"))
+	c := lab(t, job("train", "dp0", "dp1"), job("next", "dp0"), job("later", "dp0"))
 	r := newReconciler(c)
 	got := reconcile(t, r, "train")
 	if got.State != kueue.CheckStateReady || got.PodSetUpdates[0].Labels[LabelWorkload] != "train" {
 		t.Fatalf("first: %s, updates %+v", got.State, got.PodSetUpdates)
 	}
-	// The pods of "train" are bound, but their claims are not in this fake cluster: if the
-	// controller still counted its reservation, "next" would not fit; once the pods are bound
-	// the reservation must end and the live claims (here: none) are the truth.
+	planned := r.reserved["train"].results
+	// The pods of "train" (all 32 GPUs) are bound, but their claims' allocations are not seen
+	// yet (the claims cache trails the pods cache): the devices are still held.
+	var pods []*corev1.Pod
 	for i := range 8 {
+		claim := fmt.Sprintf("train-%d-tp", i)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d", i), Labels: map[string]string{LabelWorkload: "train"}},
-			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("r%d-n%d", i/4+1, i%4+1), Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("r%d-n%d", i/4+1, i%4+1), Containers: []corev1.Container{{Name: "c", Image: "i"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}}},
+			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tp", ResourceClaimName: &claim}}}}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
+		pods = append(pods, pod)
 	}
-	if got := reconcile(t, r, "next"); got.State != kueue.CheckStateReady {
-		t.Errorf("after the first gang is bound: %s %q, want Ready", got.State, got.Message)
+	if got := reconcile(t, r, "next"); got.State != kueue.CheckStateRetry {
+		t.Fatalf("first gang bound, its claims not seen allocated: %s %q, want Retry (its devices are held)", got.State, got.Message)
+	}
+	// The allocations are seen: they hold the devices now, the reservation ends.
+	var claims []*resourceapi.ResourceClaim
+	for i := range 8 {
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d-tp", i)},
+			Status: resourceapi.ResourceClaimStatus{Allocation: &planned[i]}}
+		if err := c.Create(ctx, claim); err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, claim)
+	}
+	if got := reconcile(t, r, "later"); got.State != kueue.CheckStateRetry {
+		t.Fatalf("first gang's claims allocated: %s %q, want Retry", got.State, got.Message)
+	}
+	if _, held := r.reserved["train"]; held {
+		t.Error("the reservation outlived the allocations that replace it")
+	}
+	// The gang finishes: its pods and claims go, and nothing of it is held any more.
+	for i := range 8 {
+		if err := c.Delete(ctx, pods[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, claims[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wl kueue.Workload
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "later"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	wl.Status.AdmissionChecks[0].State = kueue.CheckStatePending
+	if err := c.Status().Update(ctx, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if got := reconcile(t, r, "later"); got.State != kueue.CheckStateReady {
+		t.Errorf("after the first gang finished: %s %q, want Ready", got.State, got.Message)
 	}
 
 	// A deleted workload's reservation ends at once.
 	c2 := lab(t, job("gone", "dp0", "dp1"), job("after", "dp0"))
 	r2 := newReconciler(c2)
 	reconcile(t, r2, "gone")
-	var wl kueue.Workload
+	wl = kueue.Workload{}
 	if err := c2.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "gone"}, &wl); err != nil {
 		t.Fatal(err)
 	}
