@@ -128,7 +128,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger.Info("Topology decision", "workload", req.NamespacedName, "state", decision.State, "message", decision.Message)
 	decision.Name = kueue.AdmissionCheckReference(checkName)
 	decision.LastTransitionTime = metav1.NewTime(r.Now())
+	wrote := time.Now()
 	written, err := r.writeDecision(ctx, &wl, *decision)
+	writeSeconds.Observe(time.Since(wrote).Seconds())
 	if !written && placement != nil {
 		r.release(wl.UID)
 	}
@@ -142,8 +144,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // decide again after wait instead of giving the quota back, which would let the preempted
 // gang in again.
 func (r *Reconciler) decideAndReserve(ctx context.Context, wl *kueue.Workload) (_ *kueue.AdmissionCheckState, _ *gang.Placement, wait time.Duration, _ error) {
+	waited := time.Now()
 	r.decideMu.Lock()
 	defer r.decideMu.Unlock()
+	decisionWaitSeconds.Observe(time.Since(waited).Seconds())
 	decision, placement, err := r.decide(ctx, wl)
 	if err != nil {
 		return nil, nil, 0, err
@@ -186,6 +190,7 @@ func (r *Reconciler) writeDecision(ctx context.Context, wl *kueue.Workload, deci
 		if !apierrors.IsConflict(err) || attempt == writeConflictRetries {
 			return false, err
 		}
+		writeConflicts.Inc()
 		var fresh kueue.Workload
 		if err := reader.Get(ctx, client.ObjectKeyFromObject(wl), &fresh); err != nil {
 			return false, client.IgnoreNotFound(err)

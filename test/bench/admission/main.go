@@ -5,12 +5,16 @@
 //
 // It starts a lab with Kueue and gpudra-controller, adds racks × nodes kwok nodes of 8 GPUs
 // (DGX H100 profile; their ResourceSlices published by this program, as each node's plugin
-// would), then submits gang Jobs of 2, 4 and 8 one-GPU pods, first to a ClusterQueue without
+// would), then submits gangs of 2, 4 and 8 one-GPU pods, first to a ClusterQueue without
 // the check (Kueue alone), then to one with gpudra.dev/topology (each gang kept in one rack).
-// Each queue holds admissions (stopPolicy Hold) until all its Workloads exist and is then
-// released, so what is measured is how fast a backlog is admitted, not how fast Jobs are
+// It does so twice: as bare Workloads, as Kueue's own scheduler performance tests submit
+// them (admission alone), then as Jobs (admission while the admitted gangs' pods are created,
+// allocated their claims, pinned and started: the whole path, on the same machine). Each
+// queue holds admissions (stopPolicy Hold) until all its Workloads exist and is then
+// released, so what is measured is how fast a backlog is admitted, not how fast objects are
 // created. It reports workloads admitted per second and time-to-admission percentiles (from
-// the release) for both.
+// the release) for each; after a round of Jobs it waits until all their pods run, so that
+// every gang the check placed is shown to be schedulable where it was placed.
 package main
 
 import (
@@ -22,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +35,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -44,6 +50,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/topology"
 )
 
 var cpuProfile string
@@ -102,6 +109,7 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 		defer func() { _ = lab.Down(lab.DownOptions{Dir: dir, Progress: os.Stderr}) }()
 	}
 	controllerState = state.Component("gpudra-controller")
+	labState = state
 	cfg, err := state.RESTConfig()
 	if err != nil {
 		return err
@@ -120,32 +128,48 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 		return err
 	}
 	var results []result
-	for _, mode := range []string{"kueue", "gpudra"} {
-		r, err := measure(ctx, cfg, cs, mode, n)
-		if err != nil {
+	for _, objects := range []string{"workloads", "jobs"} {
+		if err := apply(ctx, cfg, namespaces(objects)); err != nil {
 			return err
 		}
-		results = append(results, r)
+		for _, mode := range []string{"kueue", "gpudra"} {
+			r, err := measure(ctx, cfg, cs, mode, objects, n)
+			if err != nil {
+				return err
+			}
+			results = append(results, r)
+			if c := controllerState; mode == "gpudra" && c != nil && c.Ports["metrics"] > 0 {
+				// Where the check's time went (totals since the controller started): waits
+				// for the decision lock, decisions, writes, the work queue.
+				fmt.Fprintf(os.Stderr, "gpudra-controller after %s:\n", r.namespace)
+				for _, line := range controllerMetrics(ctx, c.Ports["metrics"]) {
+					fmt.Fprintln(os.Stderr, "    "+line)
+				}
+			}
+			if objects != "jobs" {
+				continue
+			}
+			// The admitted gangs' pods (their claims allocated, bound, started by kwok) load
+			// the API server for a while after the last admission: the next mode starts on a
+			// quiet cluster, not in the tail of this one's pod start-up.
+			running, err := waitPodsRunning(ctx, cs, r.namespace, podsOf(r.admitted))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "%s: %d pods running %s after the last admission\n", r.namespace, running, time.Since(r.last).Round(time.Second))
+		}
 	}
 	profiling.Wait()
-	for _, r := range results {
-		fmt.Fprintf(os.Stderr, "%s, medians: %s\n", r.mode, r.stages)
-	}
 	fmt.Printf("\nAdmission of %d gang workloads (2/4/8 one-GPU pods) per mode, %d nodes × 8 GPUs (%d racks):\n\n", n, racks*perRack, racks)
-	fmt.Println("| mode | admitted | workloads/s | p50 | p90 | p99 (from the queue's release) |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| submitted as | mode | admitted | workloads/s | p50 | p90 | p99 (from the queue's release) |")
+	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, r := range results {
-		fmt.Printf("| %s | %d/%d | %.1f | %s | %s | %s |\n", r.mode, r.admitted, n, r.rate, r.p(50), r.p(90), r.p(99))
+		fmt.Printf("| %s | %s | %d/%d | %.1f | %s | %s | %s |\n", r.objects, r.mode, r.admitted, n, r.rate, r.p(50), r.p(90), r.p(99))
 	}
-	if results[0].rate > 0 {
-		fmt.Printf("\ngpudra check / Kueue alone: %.2f× the throughput\n", results[1].rate/results[0].rate)
-	}
-	if c := controllerState; c != nil && c.Ports["metrics"] > 0 {
-		// Where the check's time goes: its decisions, and its reconciles that failed (a
-		// failed one is retried with back-off).
-		fmt.Println("\ngpudra-controller:")
-		for _, line := range controllerMetrics(ctx, c.Ports["metrics"]) {
-			fmt.Println("    " + line)
+	fmt.Println()
+	for k := 0; k+1 < len(results); k += 2 {
+		if results[k].rate > 0 {
+			fmt.Printf("%s: gpudra check / Kueue alone: %.2f× the throughput\n", results[k].objects, results[k+1].rate/results[k].rate)
 		}
 	}
 	return nil
@@ -153,6 +177,73 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 
 // profiling is the profile being taken, if any.
 var profiling sync.WaitGroup
+
+// labState is the lab's record of its processes.
+var labState *lab.State
+
+// cpuSample is the CPU time each lab process and the whole machine had used at one moment.
+type cpuSample struct {
+	at      time.Time
+	procs   map[string]float64 // component name → CPU seconds
+	machine float64            // busy CPU seconds of all cores
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
+const clockTicks = 100
+
+func sampleCPU() cpuSample {
+	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
+	if labState != nil {
+		for _, c := range labState.Components {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.PID))
+			if err != nil {
+				continue
+			}
+			// Fields after the ")" that ends the command: state is field 3, utime 14, stime 15.
+			f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+			if len(f) > 12 {
+				u, _ := strconv.ParseFloat(f[11], 64)
+				k, _ := strconv.ParseFloat(f[12], 64)
+				s.procs[c.Name] = (u + k) / clockTicks
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(data), "\n")
+		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+		for i := 1; i < len(f); i++ {
+			if i == 4 || i == 5 { // idle, iowait
+				continue
+			}
+			v, _ := strconv.ParseFloat(f[i], 64)
+			s.machine += v / clockTicks
+		}
+	}
+	return s
+}
+
+// cpuSince says where the CPU went since before: each component's seconds, largest first,
+// and how busy the machine's cores were.
+func cpuSince(before cpuSample) string {
+	now := sampleCPU()
+	type use struct {
+		name string
+		sec  float64
+	}
+	var uses []use
+	for name, v := range now.procs {
+		if d := v - before.procs[name]; d >= 0.05 {
+			uses = append(uses, use{name, d})
+		}
+	}
+	slices.SortFunc(uses, func(a, b use) int { return int((b.sec - a.sec) * 1000) })
+	var parts []string
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s %.1f s", u.name, u.sec))
+	}
+	wall := now.at.Sub(before.at).Seconds()
+	return fmt.Sprintf("CPU over %.1f s: %s; machine busy %.1f of %d cores", wall, strings.Join(parts, ", "), (now.machine-before.machine)/wall, runtime.NumCPU())
+}
 
 // controllerState is the lab's record of gpudra-controller (nil if it is not running).
 var controllerState *lab.Component
@@ -201,8 +292,8 @@ func controllerMetrics(ctx context.Context, port int) []string {
 	data, _ := io.ReadAll(resp.Body)
 	var out []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "gpudra_admission_decision_seconds_sum") || strings.HasPrefix(l, "gpudra_admission_decision_seconds_count") ||
-			strings.HasPrefix(l, "gpudra_admission_decisions_total") ||
+		if strings.HasPrefix(l, "gpudra_admission_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count") || strings.Contains(l, "_total")) ||
+			(strings.Contains(l, `name="gpudra-topology"`) && strings.HasPrefix(l, "workqueue_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count"))) ||
 			(strings.Contains(l, `controller="gpudra-topology"`) && (strings.HasPrefix(l, "controller_runtime_reconcile_total") || strings.HasPrefix(l, "controller_runtime_reconcile_errors_total") || strings.HasPrefix(l, "controller_runtime_reconcile_time_seconds_sum"))) {
 			out = append(out, l)
 		}
@@ -287,57 +378,96 @@ spec:
       resources:
       - {name: cpu, nominalQuota: "100000"}
       - {name: gpudra.dev/gpu, nominalQuota: "%[3]d"}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: bench-%[1]s}
----
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: q, namespace: bench-%[1]s}
-spec: {clusterQueue: bench-%[1]s}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: one-gpu, namespace: bench-%[1]s}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
 `, mode, check, gpus)
 	}
 	return b.String()
 }
 
-func job(mode string, i, pods int) string {
+// namespaces are the namespaces of one round (Workloads or Jobs), one per ClusterQueue,
+// each with its LocalQueue and the one-GPU claim template.
+func namespaces(objects string) string {
+	var b strings.Builder
+	for _, mode := range []string{"kueue", "gpudra"} {
+		fmt.Fprintf(&b, `---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: q, namespace: %[1]s}
+spec: {clusterQueue: bench-%[2]s}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: %[1]s}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
+`, namespace(mode, objects), mode)
+	}
+	return b.String()
+}
+
+func namespace(mode, objects string) string { return "bench-" + mode + "-" + objects }
+
+// podTemplate is a gang pod's template: one GPU through the claim template; with the
+// check, the gang is kept in one rack and its pods wait for gpudra to pin them.
+func podTemplate(mode, indent string) string {
 	meta, gate := "", ""
 	if mode == "gpudra" {
-		meta = "\n    metadata:\n      annotations: {gpudra.dev/required-topology: rack}"
-		gate = "\n      schedulingGates: [{name: gpudra.dev/placement}]"
+		meta = "\nmetadata:\n  annotations: {gpudra.dev/required-topology: rack}"
+		gate = "\n  schedulingGates: [{name: gpudra.dev/placement}]"
 	}
+	t := strings.TrimPrefix(meta+`
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0`+gate+`
+  nodeSelector: {`+lab.LabelBlock+`: bench}
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  containers:
+  - name: worker
+    image: registry.k8s.io/pause:3.10
+    resources:
+      requests: {cpu: "1"}
+      claims: [{name: gpu}]
+`, "\n")
+	return indent + strings.ReplaceAll(strings.TrimSuffix(t, "\n"), "\n", "\n"+indent) + "\n"
+}
+
+// job is gang i as a Job: Kueue's Job integration makes its Workload and, once it is
+// admitted, the Job controller creates its pods.
+func job(mode string, i, pods int) string {
 	return fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
 metadata:
   name: gang-%04d
-  namespace: bench-%s
+  namespace: %s
   labels: {kueue.x-k8s.io/queue-name: q}
 spec:
   parallelism: %d
   completions: %d
-  template:%s
-    spec:
-      restartPolicy: Never
-      terminationGracePeriodSeconds: 0%s
-      nodeSelector: {%s: bench}
-      resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
-      containers:
-      - name: worker
-        image: registry.k8s.io/pause:3.10
-        resources:
-          requests: {cpu: "1"}
-          claims: [{name: gpu}]
-`, i, mode, pods, pods, meta, gate, lab.LabelBlock)
+  template:
+%s`, i, namespace(mode, "jobs"), pods, pods, podTemplate(mode, "    "))
+}
+
+// workload is gang i as a bare Workload, as Kueue's own scheduler performance tests submit
+// them: admission alone, without pods started.
+func workload(mode string, i, pods int) string {
+	return fmt.Sprintf(`apiVersion: kueue.x-k8s.io/v1beta2
+kind: Workload
+metadata:
+  name: gang-%04d
+  namespace: %s
+spec:
+  queueName: q
+  podSets:
+  - name: main
+    count: %d
+    template:
+%s`, i, namespace(mode, "workloads"), pods, podTemplate(mode, "      "))
 }
 
 func apply(ctx context.Context, cfg *rest.Config, manifests string) error {
@@ -353,11 +483,14 @@ func apply(ctx context.Context, cfg *rest.Config, manifests string) error {
 }
 
 type result struct {
-	stages   string // median time per stage
-	mode     string
-	admitted int
-	rate     float64
-	latency  []time.Duration
+	last      time.Time // when the last Workload was admitted
+	stages    string    // median time per stage
+	mode      string
+	objects   string // "workloads" or "jobs"
+	namespace string
+	admitted  int
+	rate      float64
+	latency   []time.Duration
 }
 
 func (r result) p(q int) string {
@@ -371,23 +504,20 @@ func (r result) p(q int) string {
 // (stopPolicy Hold), waits until Kueue has a Workload for each, then releases the queue and
 // watches until all are admitted (or 10 minutes pass): admission throughput with a backlog,
 // not the rate at which this program can create Jobs. Latencies are from the release.
-func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mode string, n int) (result, error) {
-	ns := "bench-" + mode
+func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mode, objects string, n int) (result, error) {
+	ns := namespace(mode, objects)
 	dyn := dynamic.NewForConfigOrDie(cfg)
-	sizes := []int{2, 4, 8}
+	hold := []byte(`{"spec":{"stopPolicy":"Hold"}}`)
+	if _, err := dyn.Resource(clusterQueuesGVR).Patch(ctx, "bench-"+mode, types.MergePatchType, hold, metav1.PatchOptions{}); err != nil {
+		return result{}, fmt.Errorf("hold ClusterQueue bench-%s: %w", mode, err)
+	}
 	work := make(chan int)
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				var j batchv1.Job
-				if err := yaml.UnmarshalStrict([]byte(job(mode, i, sizes[i%len(sizes)])), &j); err != nil {
-					errs <- err
-					continue
-				}
-				_, err := cs.BatchV1().Jobs(ns).Create(ctx, &j, metav1.CreateOptions{})
-				errs <- err
+				errs <- submit(ctx, cs, dyn, mode, objects, i)
 			}
 		})
 	}
@@ -417,9 +547,10 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 	admitted := map[string]time.Time{}
 	var stages []stageTimes
 	release := []byte(`{"spec":{"stopPolicy":"None"}}`)
-	if mode == "gpudra" && cpuProfile != "" {
+	if mode == "gpudra" && objects == "workloads" && cpuProfile != "" {
 		profiling.Go(func() { profileController(ctx, cpuProfile) })
 	}
+	cpu := sampleCPU()
 	start := time.Now()
 	if _, err := dyn.Resource(clusterQueuesGVR).Patch(ctx, "bench-"+mode, types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
 		return result{}, fmt.Errorf("release ClusterQueue bench-%s: %w", mode, err)
@@ -445,13 +576,13 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 				stages = append(stages, stagesOf(u))
 			}
 		case <-deadline:
-			fmt.Fprintf(os.Stderr, "%s: %d of %d admitted after 10 minutes\n", mode, len(admitted), n)
+			fmt.Fprintf(os.Stderr, "%s: %d of %d admitted after 10 minutes\n", ns, len(admitted), n)
 			n = len(admitted)
 		case <-ctx.Done():
 			return result{}, ctx.Err()
 		}
 	}
-	r := result{mode: mode, admitted: len(admitted)}
+	r := result{mode: mode, objects: objects, namespace: ns, admitted: len(admitted), last: last}
 	for _, at := range admitted {
 		r.latency = append(r.latency, at.Sub(start))
 	}
@@ -459,9 +590,78 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 	if el := last.Sub(start).Seconds(); el > 0 {
 		r.rate = float64(r.admitted) / el
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d workloads admitted in %s after the queue's release\n", mode, r.admitted, last.Sub(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "%s: %d workloads admitted in %s after the queue's release\n", ns, r.admitted, last.Sub(start).Round(time.Millisecond))
 	r.stages = stageSummary(stages, start)
+	fmt.Fprintf(os.Stderr, "%s: medians: %s\n", ns, r.stages)
+	fmt.Fprintf(os.Stderr, "%s: %s\n", ns, cpuSince(cpu))
 	return r, nil
+}
+
+// submit creates gang i of the round.
+func submit(ctx context.Context, cs kubernetes.Interface, dyn dynamic.Interface, mode, objects string, i int) error {
+	pods := podSizes[i%len(podSizes)]
+	if objects == "workloads" {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(workload(mode, i, pods)), &u.Object); err != nil {
+			return err
+		}
+		_, err := dyn.Resource(workloadsGVR).Namespace(u.GetNamespace()).Create(ctx, &u, metav1.CreateOptions{})
+		return err
+	}
+	var j batchv1.Job
+	if err := yaml.UnmarshalStrict([]byte(job(mode, i, pods)), &j); err != nil {
+		return err
+	}
+	_, err := cs.BatchV1().Jobs(j.Namespace).Create(ctx, &j, metav1.CreateOptions{})
+	return err
+}
+
+// podSizes are the gangs' sizes in turn: workload i has podSizes[i%3] pods.
+var podSizes = []int{2, 4, 8}
+
+// podsOf is how many pods the first n workloads have.
+func podsOf(n int) int {
+	pods := 0
+	for i := range n {
+		pods += podSizes[i%len(podSizes)]
+	}
+	return pods
+}
+
+// waitPodsRunning waits (up to 10 minutes) until want pods of the namespace run. A pod that
+// gpudra pinned to a node (gate lifted, hostname selector) and that the scheduler has found
+// unschedulable there for a minute is a wrong placement: the benchmark fails, naming it.
+func waitPodsRunning(ctx context.Context, cs kubernetes.Interface, ns string, want int) (int, error) {
+	running := 0
+	var misplaced error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		running = 0
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+				continue
+			}
+			node := p.Spec.NodeSelector[topology.LabelHostname]
+			for _, c := range p.Status.Conditions {
+				if node != "" && c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && time.Since(c.LastTransitionTime.Time) > time.Minute {
+					misplaced = fmt.Errorf("pod %s/%s pinned to %s (slot %s of %s) is unschedulable there: %s", ns, p.Name, node, p.Labels["gpudra.dev/pinned-slot"], p.Annotations["gpudra.dev/placement"], c.Message)
+					return false, misplaced
+				}
+			}
+		}
+		return running >= want, nil
+	})
+	if misplaced != nil {
+		return running, misplaced
+	}
+	if err != nil {
+		return running, fmt.Errorf("%s: %d of %d pods running after 10 minutes: %w", ns, running, want, err)
+	}
+	return running, nil
 }
 
 // stageTimes are when a Workload's quota was reserved, its admission checks decided (the

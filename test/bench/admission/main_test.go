@@ -1,0 +1,41 @@
+package main
+
+import (
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/yaml"
+)
+
+// The gangs decode strictly, as the API server reads them, with the check's annotation and
+// gate only in the gpudra queue.
+func TestGangsDecode(t *testing.T) {
+	for _, mode := range []string{"kueue", "gpudra"} {
+		var j batchv1.Job
+		if err := yaml.UnmarshalStrict([]byte(job(mode, 7, 4)), &j); err != nil {
+			t.Fatalf("%s job: %v", mode, err)
+		}
+		var w kueue.Workload
+		if err := yaml.UnmarshalStrict([]byte(workload(mode, 7, 8)), &w); err != nil {
+			t.Fatalf("%s workload: %v", mode, err)
+		}
+		if *j.Spec.Parallelism != 4 || w.Spec.PodSets[0].Count != 8 || w.Spec.QueueName != "q" {
+			t.Errorf("%s: job parallelism %d, workload count %d queue %q", mode, *j.Spec.Parallelism, w.Spec.PodSets[0].Count, w.Spec.QueueName)
+		}
+		for _, tpl := range []struct {
+			what  string
+			gates int
+			ann   string
+			claim string
+		}{
+			{"job", len(j.Spec.Template.Spec.SchedulingGates), j.Spec.Template.Annotations["gpudra.dev/required-topology"], *j.Spec.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName},
+			{"workload", len(w.Spec.PodSets[0].Template.Spec.SchedulingGates), w.Spec.PodSets[0].Template.Annotations["gpudra.dev/required-topology"], *w.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName},
+		} {
+			checked := mode == "gpudra"
+			if (tpl.gates == 1) != checked || (tpl.ann == "rack") != checked || tpl.claim != "one-gpu" {
+				t.Errorf("%s %s: %d gates, required-topology %q, claim template %q", mode, tpl.what, tpl.gates, tpl.ann, tpl.claim)
+			}
+		}
+	}
+}
