@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -119,9 +120,16 @@ func TestShareEnforcement(t *testing.T) {
 		{
 			name:      "MPS limits when HAMi is not used",
 			limits:    cdi.Limits{MemoryMiB: 10240, ComputePercent: 25},
-			mps:       &cdi.MPS{PipeDir: "/run/gpudra/mps/x/pipe", LogDir: "/run/gpudra/mps/x/log", ActiveThreadPercent: 25, PinnedMemoryMiB: 10240},
+			mps:       &cdi.MPS{PipeDir: "/run/gpudra/mps/x/pipe", LogDir: "/run/gpudra/mps/x/log", ShmDir: "/run/gpudra/mps/x/shm", ActiveThreadPercent: 25, PinnedMemoryMiB: 10240},
 			wantEnv:   []string{"CUDA_MPS_PIPE_DIRECTORY=" + cdi.MPSPipeDir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M"},
 			noEnvs:    []string{"LD_PRELOAD", "CUDA_DEVICE_MEMORY_LIMIT_0"},
+			wantMount: []string{cdi.MPSPipeDir, cdi.MPSLogDir, cdi.MPSShmDir},
+		},
+		{
+			name:      "MPS of a claim recorded without a shm directory keeps the pod's /dev/shm",
+			limits:    cdi.Limits{MemoryMiB: 10240, ComputePercent: 25},
+			mps:       &cdi.MPS{PipeDir: "/run/gpudra/mps/x/pipe", LogDir: "/run/gpudra/mps/x/log", ActiveThreadPercent: 25, PinnedMemoryMiB: 10240},
+			wantEnv:   []string{"CUDA_MPS_PIPE_DIRECTORY=" + cdi.MPSPipeDir},
 			wantMount: []string{cdi.MPSPipeDir, cdi.MPSLogDir},
 		},
 	}
@@ -208,17 +216,7 @@ func TestClaimWithSeveralDevicesAgreesOnClaimWideEnv(t *testing.T) {
 // needs no privilege).
 func containerEnv(t *testing.T, cache *cdiapi.Cache, ids ...string) map[string]string {
 	t.Helper()
-	for _, id := range ids {
-		d := cache.GetDevice(id)
-		for _, n := range slices.Concat(d.GetSpec().ContainerEdits.DeviceNodes, d.ContainerEdits.DeviceNodes) {
-			if err := os.MkdirAll(filepath.Dir(n.HostPath), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := unix.Mkfifo(n.HostPath, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
-				t.Fatal(err)
-			}
-		}
-	}
+	makeNodes(t, cache, ids...)
 	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}}}
 	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
 		t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
@@ -267,6 +265,79 @@ func TestContainersHideTheirDevicesFromNVIDIAsRuntime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// makeNodes makes the device nodes of the devices ids as FIFOs.
+func makeNodes(t *testing.T, cache *cdiapi.Cache, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		d := cache.GetDevice(id)
+		for _, n := range slices.Concat(d.GetSpec().ContainerEdits.DeviceNodes, d.ContainerEdits.DeviceNodes) {
+			if err := os.MkdirAll(filepath.Dir(n.HostPath), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mkfifo(n.HostPath, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// containerMounts are the mounts of a container given the CDI devices ids, made from a
+// spec that has the mounts a runtime gives every container (its own /dev/shm among
+// them), as containerd makes it before it runs the OCI runtime.
+func containerMounts(t *testing.T, cache *cdiapi.Cache, ids ...string) []oci.Mount {
+	t.Helper()
+	spec := &oci.Spec{Process: &oci.Process{}, Mounts: []oci.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
+		{Destination: "/dev/shm", Type: "bind", Source: "/run/containerd/sandboxes/pod/shm", Options: []string{"rbind", "ro"}},
+	}}
+	makeNodes(t, cache, ids...)
+	if unresolved, err := cache.InjectDevices(spec, ids...); err != nil {
+		t.Fatalf("injecting %v (unresolved %v): %v", ids, unresolved, err)
+	}
+	return spec.Mounts
+}
+
+// MPS clients share POSIX shared memory with the MPS server in /dev/shm: every
+// container of an MPS claim gets the claim's shm directory there, instead of its pod's,
+// and two claims get two directories.
+func TestMPSClaimsContainersShareTheClaimsShmDirectory(t *testing.T) {
+	claim := func(uid string, gpu cdi.GPU) cdi.Device {
+		dir := "/var/lib/kubelet/plugins/gpu.gpudra.dev/mps/" + uid
+		return cdi.Device{Name: uid + "-gpu-" + strconv.Itoa(gpu.Index), Device: "gpu-" + strconv.Itoa(gpu.Index), GPUs: []cdi.GPU{gpu},
+			MPS: &cdi.MPS{PipeDir: dir + "/pipe", LogDir: dir + "/log", ShmDir: dir + "/shm"}}
+	}
+	for _, tc := range []struct {
+		uid string
+		gpu cdi.GPU
+	}{{"claim-a", gpu0}, {"claim-b", gpu3}} {
+		dev := claim(tc.uid, tc.gpu)
+		cache, ids, _ := written(t, cdi.Node{DriverRoot: t.TempDir()}, dev)
+		var shm []oci.Mount
+		for _, m := range containerMounts(t, cache, ids...) {
+			if m.Destination == cdi.MPSShmDir {
+				shm = append(shm, m)
+			}
+		}
+		if len(shm) != 1 || shm[0].Source != dev.MPS.ShmDir {
+			t.Errorf("%s: the container's %s mounts %+v, want only the claim's %s", tc.uid, cdi.MPSShmDir, shm, dev.MPS.ShmDir)
+			continue
+		}
+		if opts := shm[0].Options; !slices.Contains(opts, "rw") || !slices.Contains(opts, "rbind") || !slices.Contains(opts, "nosuid") || !slices.Contains(opts, "nodev") {
+			t.Errorf("%s: %s mount options %v, want rbind, rw, nosuid, nodev", tc.uid, cdi.MPSShmDir, opts)
+		}
+	}
+	// A claim recorded before claims had a shm directory leaves the pod's.
+	old := claim("claim-old", gpu0)
+	old.MPS.ShmDir = ""
+	cache, ids, _ := written(t, cdi.Node{DriverRoot: t.TempDir()}, old)
+	for _, m := range containerMounts(t, cache, ids...) {
+		if m.Destination == cdi.MPSShmDir && m.Source != "/run/containerd/sandboxes/pod/shm" {
+			t.Errorf("a claim without a shm directory replaced the pod's /dev/shm with %+v", m)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ const (
 	VGPUCacheDir    = "/tmp/vgpu"
 	MPSPipeDir      = "/tmp/nvidia-mps"
 	MPSLogDir       = "/var/log/nvidia-mps"
+	MPSShmDir       = "/dev/shm"
 )
 
 // Node says where this node's GPU device files and enforcement helpers are.
@@ -62,6 +63,12 @@ type Limits struct {
 type MPS struct {
 	// PipeDir and LogDir are host directories for this claim's daemon.
 	PipeDir, LogDir string
+	// ShmDir is the claim's host directory mounted at /dev/shm (MPSShmDir) in its
+	// containers, as it is in its daemon's: MPS clients and the MPS server share POSIX
+	// shared memory there as well as the pipe directory's sockets, so a client that sees
+	// its pod's own /dev/shm cannot work with the daemon. "" in records of claims
+	// prepared before gpudra gave each claim one: their containers keep the pod's.
+	ShmDir string
 	// ActiveThreadPercent caps each client's SMs; 0 means no cap.
 	ActiveThreadPercent int
 	// PinnedMemoryMiB caps each client's device memory; 0 means no cap.
@@ -236,4 +243,9 @@ func mpsEdits(e *cdispec.ContainerEdits, d Device, pos int) {
 	e.Mounts = append(e.Mounts,
 		&cdispec.Mount{HostPath: m.PipeDir, ContainerPath: MPSPipeDir, Options: []string{"rbind", "rw"}},
 		&cdispec.Mount{HostPath: m.LogDir, ContainerPath: MPSLogDir, Options: []string{"rbind", "rw"}})
+	if m.ShmDir != "" {
+		// Replaces the runtime's /dev/shm (a CDI mount replaces any mount at its path),
+		// as NVIDIA's DRA driver mounts its per-claim MPS shm directory.
+		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: m.ShmDir, ContainerPath: MPSShmDir, Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+	}
 }
