@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -51,6 +52,9 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	}
 	t.Cleanup(func() { b.Close() })
 	dir := t.TempDir()
+	// Claims left prepared keep their MPS shm tmpfs (when the test may mount): unmount
+	// them before the directory goes.
+	t.Cleanup(func() { unmountUnder(t, dir) })
 	root := filepath.Join(dir, "driver-root")
 	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
 		t.Fatal(err)
@@ -87,6 +91,79 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 		t.Fatal(err)
 	}
 	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1)), mps: mps, timeSlices: ts}
+}
+
+// mountsUnder are the mount points of this process's mount namespace at or below dir.
+func mountsUnder(t testing.TB, dir string) []string {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// mountEntry is the last mount on exactly dir in this process's mount namespace: its
+// filesystem type, source and mount options; ok false when nothing is mounted there.
+func mountEntry(t testing.TB, dir string) (fsType, source, options string, ok bool) {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 || f[4] != dir {
+			continue
+		}
+		for k := 6; k+2 < len(f); k++ {
+			if f[k] == "-" {
+				fsType, source, options, ok = f[k+1], f[k+2], f[5], true
+				break
+			}
+		}
+	}
+	return fsType, source, options, ok
+}
+
+var mountProbe struct {
+	once sync.Once
+	ok   bool
+}
+
+// canMountTmpfs reports whether this process may mount a tmpfs (root with
+// CAP_SYS_ADMIN), as the plugin tries to for each MPS claim's shm directory.
+func canMountTmpfs() bool {
+	mountProbe.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gpudra-mount-probe-")
+		if err != nil {
+			return
+		}
+		defer os.Remove(dir)
+		if unix.Mount("gpudra-mount-probe", dir, "tmpfs", 0, "size=4k") == nil {
+			mountProbe.ok = true
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+		}
+	})
+	return mountProbe.ok
+}
+
+// unmountUnder unmounts everything mounted at or below dir, last mounted first.
+func unmountUnder(t testing.TB, dir string) {
+	t.Helper()
+	mounts := mountsUnder(t, dir)
+	for k := len(mounts) - 1; k >= 0; k-- {
+		if err := unix.Unmount(mounts[k], unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", mounts[k], err)
+		}
+	}
 }
 
 // backendGPU is the UUID of the simulated GPU at index.

@@ -3,9 +3,11 @@ package kubeletplugin
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
@@ -17,6 +19,10 @@ type MPSDaemon struct {
 	// (host paths; the claim's containers mount them).
 	PipeDir string `json:"pipeDir"`
 	LogDir  string `json:"logDir"`
+	// ShmDir is the claim's shm directory (cdi.MPS.ShmDir), which the daemon sees as its
+	// /dev/shm, as the claim's containers do; "" (a claim recorded before claims had
+	// one): the plugin's /dev/shm.
+	ShmDir string `json:"shmDir,omitempty"`
 	// Devices is its CUDA_VISIBLE_DEVICES: the UUIDs of the claim's GPUs or MIG devices
 	// that run under MPS, in the claim's order.
 	Devices []string `json:"devices"`
@@ -44,13 +50,18 @@ type MPSControl interface {
 	Running(pipeDir string) (bool, error)
 }
 
-// mpsPipeDir and mpsLogDir are the claim's MPS directories (as planned in cdi.MPS).
+// mpsPipeDir, mpsLogDir and mpsShmDir are the claim's MPS directories (as planned in
+// cdi.MPS).
 func (p *planner) mpsPipeDir(claimUID string) string {
 	return filepath.Join(p.mpsDir(claimUID), "pipe")
 }
 
 func (p *planner) mpsLogDir(claimUID string) string {
 	return filepath.Join(p.mpsDir(claimUID), "log")
+}
+
+func (p *planner) mpsShmDir(claimUID string) string {
+	return filepath.Join(p.mpsDir(claimUID), "shm")
 }
 
 // mpsDaemon is the daemon the claim needs, nil when none of its devices runs under MPS.
@@ -63,7 +74,7 @@ func mpsDaemon(pc *PreparedClaim) *MPSDaemon {
 			continue
 		}
 		if d == nil {
-			d = &MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir}
+			d = &MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir}
 		}
 		var uuids []string
 		if mig := dev.CDI.MIG; mig != nil {
@@ -131,16 +142,24 @@ func (s *state) stopMPS(uid types.UID) error {
 
 // restoreMPS restarts a prepared claim's MPS control daemon that is not running (the
 // plugin's container, and the daemons it started, may have been restarted), or whose
-// devices changed (a MIG instance re-created).
+// devices changed (a MIG instance re-created), or whose shm directory had to be made
+// again (a running daemon sees the old one). The claim's MPS directories are made again
+// when missing: a shm tmpfs mounted in the mount namespace of a plugin's container that
+// does not propagate its mounts goes with that container.
 func (s *state) restoreMPS(pc *PreparedClaim, devicesChanged bool) error {
-	if mpsDaemon(pc) == nil {
+	d := mpsDaemon(pc)
+	if d == nil {
 		return nil
 	}
-	running, err := s.mps.Running(s.planner.mpsPipeDir(string(pc.UID)))
+	shmRemade, err := s.makeMPSDirs(d.PipeDir, d.LogDir, d.ShmDir)
 	if err != nil {
 		return err
 	}
-	if running && !devicesChanged {
+	running, err := s.mps.Running(d.PipeDir)
+	if err != nil {
+		return err
+	}
+	if running && !devicesChanged && !shmRemade {
 		return nil
 	}
 	if running {
@@ -148,13 +167,95 @@ func (s *state) restoreMPS(pc *PreparedClaim, devicesChanged bool) error {
 			return err
 		}
 	}
-	s.logger.Info("Restarting the MPS control daemon of a prepared claim", "claim", klog.KRef(pc.Namespace, pc.Name))
-	for _, dir := range []string{s.planner.mpsPipeDir(string(pc.UID)), s.planner.mpsLogDir(string(pc.UID))} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return fmt.Errorf("creating %s: %w", dir, err)
+	s.logger.Info("Restarting the MPS control daemon of a prepared claim", "claim", klog.KRef(pc.Namespace, pc.Name),
+		"wasRunning", running, "devicesChanged", devicesChanged, "shmDirRemade", shmRemade)
+	return s.startMPS(pc)
+}
+
+// makeMPSDirs makes a claim's MPS directories, or gives existing ones (a spare tree, an
+// earlier plugin's) their modes (mpsPipeMode...), and its shm directory unless shmDir is
+// "" (a claim recorded without one). It reports whether the shm directory was made anew.
+func (s *state) makeMPSDirs(pipeDir, logDir, shmDir string) (bool, error) {
+	claimDir := filepath.Dir(pipeDir)
+	for _, dir := range []struct {
+		path string
+		mode fs.FileMode
+	}{{filepath.Dir(claimDir), mpsTreeMode}, {claimDir, mpsTreeMode}, {pipeDir, mpsPipeMode}, {logDir, mpsLogMode}} {
+		if err := mkdirMode(dir.path, dir.mode); err != nil {
+			return false, fmt.Errorf("creating %s: %w", dir.path, err)
 		}
 	}
-	return s.startMPS(pc)
+	if shmDir == "" {
+		return false, nil
+	}
+	return s.makeShmDir(shmDir)
+}
+
+// makeShmDir makes a claim's shm directory: a tmpfs (mountMPSShm) mounted on it, or,
+// where the plugin may not mount one, a plain directory of mode 1777, which the log
+// says. It reports whether it made the directory or mounted the tmpfs; nothing is done
+// when a tmpfs is mounted there already.
+func (s *state) makeShmDir(dir string) (bool, error) {
+	mounted, err := isMountPoint(dir)
+	if err != nil {
+		return false, err
+	}
+	if mounted {
+		return false, nil
+	}
+	_, statErr := os.Stat(dir)
+	made := errors.Is(statErr, fs.ErrNotExist)
+	if err := mkdirMode(dir, mpsShmMode); err != nil {
+		return false, fmt.Errorf("creating %s: %w", dir, err)
+	}
+	err = s.mountShm(dir)
+	if err == nil {
+		s.checkShmPropagation(dir)
+		return true, nil
+	}
+	if !errors.Is(err, unix.EPERM) {
+		return false, fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
+	}
+	s.shmFallback.Do(func() {
+		s.logger.Info("No privilege to mount a tmpfs (CAP_SYS_ADMIN): the shm directories of MPS claims are plain directories on the plugin's state directory's filesystem, without a size limit",
+			"example", dir, "err", err)
+	})
+	s.logger.V(2).Info("The claim's shm directory is a plain directory", "shmDir", dir, "err", err)
+	return made, nil
+}
+
+// checkShmPropagation warns, once, when the tmpfs just mounted on dir is not shared with
+// other mount namespaces: a plugin running in a container whose state directory is not
+// mounted with bidirectional propagation mounts it in its own mount namespace only, and
+// the container runtime, which resolves the CDI spec's host path in the node's, gives
+// the claim's containers the empty directory beneath it.
+func (s *state) checkShmPropagation(dir string) {
+	s.shmPropagation.Do(func() {
+		m, err := mountOf(dir)
+		if err != nil {
+			s.logger.Error(err, "Cannot tell whether the MPS shm tmpfs mounts reach the container runtime")
+			return
+		}
+		if !m.shared {
+			s.logger.Info("WARNING: the MPS claims' shm tmpfs mounts do not propagate out of this mount namespace: if the plugin runs in a container, mount its state directory with mountPropagation: Bidirectional, or the claims' containers will not share /dev/shm with their MPS control daemons",
+				"mountPoint", m.mountPoint, "fsType", m.fsType)
+		}
+	})
+}
+
+// checkMPSDirsSearchable warns when users other than root cannot pass through the
+// directories above the claims' MPS directories: the MPS control daemon runs the MPS
+// server of a client that runs as another uid with that uid, and the server must reach
+// the pipe directory, in the daemon's view (the plugin's state directory), or the
+// client fails. Only for real daemons.
+func (s *state) checkMPSDirsSearchable() {
+	if _, real := s.mps.(MPSProcess); !real {
+		return
+	}
+	if dir, mode := unsearchable(filepath.Join(s.planner.stateDir, "mps")); dir != "" {
+		s.logger.Info("WARNING: MPS clients that run as a non-root user will fail: the MPS control daemon runs their MPS server with their uid, which cannot pass through this directory to the claim's pipe directory (give others search permission, o+x)",
+			"dir", dir, "mode", mode.String())
+	}
 }
 
 // removeUnknownMPS stops the MPS control daemons, and removes the directories, of
@@ -180,7 +281,7 @@ func (s *state) removeUnknownMPS() error {
 			errs = append(errs, err)
 			continue
 		}
-		s.removeClaimDirs(uid)
+		errs = append(errs, s.removeClaimDirs(uid))
 	}
 	return errors.Join(errs...)
 }

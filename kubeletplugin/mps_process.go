@@ -5,19 +5,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
 // MPSPIDFile is the file in its pipe directory where an MPS control daemon writes its
 // process id; it goes away when the daemon stops.
 const MPSPIDFile = "nvidia-cuda-mps-control.pid"
+
+// mpsShmEnv names, in the environment of a daemon started with a shm directory, that
+// directory: Stop reads it to send "quit" from the daemon's /dev/shm.
+const mpsShmEnv = "GPUDRA_MPS_SHM_DIRECTORY"
 
 // MPSProcess runs the node's nvidia-cuda-mps-control: "-d" starts a daemon, commands
 // written to the program's stdin ("echo quit | nvidia-cuda-mps-control") talk to the
@@ -28,6 +36,10 @@ type MPSProcess struct {
 	// Timeout bounds the wait for a started daemon to answer and for a daemon told to
 	// quit to exit; 0 means 30 s.
 	Timeout time.Duration
+	// Self is the program that runs Binary for a daemon with a shm directory, as
+	// "<Self> mps-exec <shm dir> <Binary> [args...]" in a new mount namespace (MPSExec);
+	// "" is this program (/proc/self/exe), whose main must hand MPSExecCommand to MPSExec.
+	Self string
 }
 
 var _ MPSControl = MPSProcess{}
@@ -39,12 +51,19 @@ func (p MPSProcess) timeout() time.Duration {
 	return 30 * time.Second
 }
 
+func (p MPSProcess) self() string {
+	if p.Self != "" {
+		return p.Self
+	}
+	return "/proc/self/exe"
+}
+
 // env is the plugin's environment (LD_LIBRARY_PATH finds the driver's libraries) with
 // the daemon's directories and devices.
-func mpsEnv(pipeDir, logDir string, devices []string) []string {
+func mpsEnv(pipeDir, logDir, shmDir string, devices []string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") && !strings.HasPrefix(kv, "CUDA_MPS_") {
+		if !strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") && !strings.HasPrefix(kv, "CUDA_MPS_") && !strings.HasPrefix(kv, mpsShmEnv+"=") {
 			env = append(env, kv)
 		}
 	}
@@ -52,10 +71,46 @@ func mpsEnv(pipeDir, logDir string, devices []string) []string {
 	if logDir != "" {
 		env = append(env, "CUDA_MPS_LOG_DIRECTORY="+logDir)
 	}
+	if shmDir != "" {
+		env = append(env, mpsShmEnv+"="+shmDir)
+	}
 	if devices != nil {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+strings.Join(devices, ","))
 	}
 	return env
+}
+
+// run runs Binary with args and waits for it. For a daemon with a shm directory it runs
+// "<Self> mps-exec <shm dir> <Binary> args..." in a new mount namespace, where MPSExec
+// binds the shm directory over /dev/shm: the daemon (and the servers it starts), and the
+// commands sent to it, see the claim's shm directory as /dev/shm, as the claim's
+// containers do, and the plugin's own /dev/shm is unchanged. Where the plugin may not
+// make a mount namespace (no CAP_SYS_ADMIN: an unprivileged plugin, tests as a non-root
+// user) Binary runs in the plugin's, which the log says: the daemon then shares no
+// /dev/shm with the claim's containers.
+func (p MPSProcess) run(ctx context.Context, shmDir string, env []string, stdin io.Reader, out io.Writer, args ...string) error {
+	if shmDir != "" {
+		cmd := exec.CommandContext(ctx, p.self(), append([]string{MPSExecCommand, shmDir, p.Binary}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, stdin, out, out
+		err := cmd.Start()
+		if err == nil {
+			return cmd.Wait()
+		}
+		if !errors.Is(err, syscall.EPERM) {
+			return err
+		}
+		logger := klog.Background()
+		if len(args) > 0 && args[0] == "-d" {
+			logger.Error(err, "No privilege for a mount namespace: the MPS control daemon runs with the plugin's /dev/shm, not the claim's shm directory that the claim's containers mount there; MPS clients will not work with it (run the plugin privileged)",
+				"shmDir", shmDir, "binary", p.Binary)
+		} else {
+			logger.V(4).Info("No privilege for a mount namespace: talking to the MPS control daemon from the plugin's /dev/shm", "shmDir", shmDir)
+		}
+	}
+	cmd := exec.CommandContext(ctx, p.Binary, args...)
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, stdin, out, out
+	return cmd.Run()
 }
 
 // Start implements MPSControl.
@@ -63,9 +118,19 @@ func (p MPSProcess) Start(d MPSDaemon) (int, error) {
 	if _, err := os.Stat(p.Binary); err != nil {
 		return 0, fmt.Errorf("MPS control daemon %s: %w (set --mps-control-daemon to its path under the driver root)", p.Binary, err)
 	}
-	for _, dir := range []string{d.PipeDir, d.LogDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return 0, fmt.Errorf("creating %s: %w", dir, err)
+	dirs := []struct {
+		path string
+		mode fs.FileMode
+	}{{d.PipeDir, mpsPipeMode}, {d.LogDir, mpsLogMode}, {d.ShmDir, mpsShmMode}}
+	for _, dir := range dirs {
+		if dir.path == "" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dir.path), mpsTreeMode); err != nil {
+			return 0, fmt.Errorf("creating %s: %w", dir.path, err)
+		}
+		if err := mkdirMode(dir.path, dir.mode); err != nil {
+			return 0, fmt.Errorf("creating %s: %w", dir.path, err)
 		}
 	}
 	// The daemon forks away from "-d"; its output goes to a file, not a pipe that the
@@ -78,10 +143,7 @@ func (p MPSProcess) Start(d MPSDaemon) (int, error) {
 	defer out.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
 	defer cancel()
-	cmd := exec.CommandContext(ctx, p.Binary, "-d")
-	cmd.Env = mpsEnv(d.PipeDir, d.LogDir, d.Devices)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Run(); err != nil {
+	if err := p.run(ctx, d.ShmDir, mpsEnv(d.PipeDir, d.LogDir, d.ShmDir, d.Devices), nil, out, "-d"); err != nil {
 		return 0, fmt.Errorf("%s -d: %w: %s", p.Binary, err, tail(startLog))
 	}
 	pid, err := p.waitReady(d)
@@ -100,7 +162,7 @@ func (p MPSProcess) waitReady(d MPSDaemon) (int, error) {
 	var last error
 	for {
 		if pid := p.pid(d.PipeDir); pid > 0 {
-			if _, last = p.control(d.PipeDir, "get_server_list"); last == nil {
+			if _, last = p.control(d.PipeDir, d.ShmDir, "get_server_list"); last == nil {
 				return pid, nil
 			}
 		} else {
@@ -124,23 +186,20 @@ func (p MPSProcess) applyLimits(d MPSDaemon) error {
 		}
 	}
 	for _, c := range cmds {
-		if _, err := p.control(d.PipeDir, c); err != nil {
+		if _, err := p.control(d.PipeDir, d.ShmDir, c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// control sends one command to the daemon listening in pipeDir and returns its answer.
-func (p MPSProcess) control(pipeDir, command string) (string, error) {
+// control sends one command to the daemon listening in pipeDir, whose /dev/shm is
+// shmDir ("" for the plugin's), and returns its answer.
+func (p MPSProcess) control(pipeDir, shmDir, command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, p.Binary)
-	cmd.Env = mpsEnv(pipeDir, "", nil)
-	cmd.Stdin = strings.NewReader(command + "\n")
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
+	if err := p.run(ctx, shmDir, mpsEnv(pipeDir, "", shmDir, nil), strings.NewReader(command+"\n"), &out); err != nil {
 		return "", fmt.Errorf("echo %s | %s: %w: %s", command, p.Binary, err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
@@ -179,6 +238,21 @@ func (p MPSProcess) pid(pipeDir string) int {
 	return pid
 }
 
+// daemonEnv is the value of the variable name in the environment of process pid, ""
+// when it has none or the environment cannot be read.
+func daemonEnv(pid int, name string) string {
+	environ, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(name+"=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
+
 // Running implements MPSControl.
 func (p MPSProcess) Running(pipeDir string) (bool, error) {
 	return p.pid(pipeDir) > 0, nil
@@ -191,7 +265,7 @@ func (p MPSProcess) Stop(pipeDir string) error {
 	if pid == 0 {
 		return nil
 	}
-	_, quitErr := p.control(pipeDir, "quit")
+	_, quitErr := p.control(pipeDir, daemonEnv(pid, mpsShmEnv), "quit")
 	if p.waitExit(pid, pipeDir, p.timeout()) {
 		return nil
 	}

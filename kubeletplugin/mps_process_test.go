@@ -1,19 +1,24 @@
 package kubeletplugin_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
 // fakeMPSControl stands in for nvidia-cuda-mps-control: "-d" forks a daemon that writes
-// its environment and pid file into the pipe directory; without arguments it passes the
-// commands on stdin to the daemon (recorded in <pipe>/commands; quit stops it).
+// its environment, what its /dev/shm holds and its pid file into the pipe directory;
+// without arguments it passes the commands on stdin to the daemon (recorded in
+// <pipe>/commands; quit stops it), and writes what its /dev/shm holds to <pipe>/client.shm.
 const fakeMPSControl = `#!/bin/sh
 pipe=${CUDA_MPS_PIPE_DIRECTORY:?}
 case "$1" in
@@ -22,17 +27,30 @@ case "$1" in
   exit 0 ;;
 serve)
   env > "$pipe/daemon.env"
+  ls -A /dev/shm > "$pipe/daemon.shm"
   trap 'rm -f "$pipe/nvidia-cuda-mps-control.pid"; exit 0' TERM
   echo $$ > "$pipe/nvidia-cuda-mps-control.pid"
   while :; do sleep 0.05; done ;;
 esac
 pid=$(cat "$pipe/nvidia-cuda-mps-control.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+ls -A /dev/shm > "$pipe/client.shm"
 while read -r cmd; do
   echo "$cmd" >> "$pipe/commands"
   [ "$cmd" = quit ] && kill "$pid"
 done
 exit 0
 `
+
+// TestMain runs the test binary as MPSProcess runs the plugin's program (its Self) for
+// a daemon with a shm directory: "<program> mps-exec <shm dir> <binary> [args...]".
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == plugin.MPSExecCommand {
+		err := plugin.MPSExec(os.Args[2:])
+		fmt.Fprintln(os.Stderr, plugin.MPSExecCommand+":", err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 func writeScript(t *testing.T, body string) string {
 	t.Helper()
@@ -121,5 +139,107 @@ func TestMPSProcessFailsClearly(t *testing.T) {
 	silent := plugin.MPSProcess{Binary: writeScript(t, "#!/bin/sh\nexit 0\n"), Timeout: 300 * time.Millisecond}
 	if _, err := silent.Start(d); err == nil || !strings.Contains(err.Error(), "not ready") {
 		t.Errorf("daemon that never answers: %v, want 'not ready'", err)
+	}
+}
+
+// The daemon of a claim with a shm directory, and every command sent to it, see that
+// directory as /dev/shm, in a mount namespace of their own (the plugin re-executes
+// itself, here the test binary, with "mps-exec"), as the claim's containers do; the
+// plugin's /dev/shm and mounts are unchanged. Without the privilege for a mount
+// namespace (not root) the daemon runs in the plugin's, which the test logs.
+func TestMPSProcessGivesTheDaemonTheClaimsShmDirectory(t *testing.T) {
+	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
+	dir := t.TempDir()
+	t.Cleanup(func() { unmountUnder(t, dir) })
+	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"), Devices: []string{"GPU-a"}}
+	privileged := canMountTmpfs()
+	// Another claim's shm tmpfs: the daemon's mount namespace starts as a copy of the
+	// plugin's, this mount included.
+	other := filepath.Join(dir, "other-shm")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if privileged {
+		if err := unix.Mount("gpudra-test-shm", other, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(d.ShmDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const marker = "gpudra-claim-shm-marker"
+	if err := os.WriteFile(filepath.Join(d.ShmDir, marker), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	devShmMounts := mountsUnder(t, "/dev/shm")
+
+	pid, err := p.Start(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(d.PipeDir) })
+	env, _ := os.ReadFile(filepath.Join(d.PipeDir, "daemon.env"))
+	if !strings.Contains(string(env), "GPUDRA_MPS_SHM_DIRECTORY="+d.ShmDir+"\n") {
+		t.Errorf("daemon environment lacks its shm directory:\n%s", env)
+	}
+	daemonShm, _ := os.ReadFile(filepath.Join(d.PipeDir, "daemon.shm"))
+	clientShm, _ := os.ReadFile(filepath.Join(d.PipeDir, "client.shm"))
+	for dir, want := range map[string]os.FileMode{d.PipeDir: 0o755, d.LogDir: 0o755} {
+		if got := mode(t, dir); got != want {
+			t.Errorf("%s has mode %v, want %v", dir, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/dev/shm", marker)); err == nil {
+		t.Error("the claim's shm directory is the test's /dev/shm")
+	}
+	if got := mountsUnder(t, "/dev/shm"); !slices.Equal(got, devShmMounts) {
+		t.Errorf("the test's mounts on /dev/shm changed from %v to %v", devShmMounts, got)
+	}
+	if !privileged {
+		t.Logf("uid %d may not make a mount namespace: checking the fallback, the daemon in the plugin's", os.Geteuid())
+		if strings.Contains(string(daemonShm), marker) {
+			t.Errorf("without a mount namespace the daemon's /dev/shm holds the claim's marker:\n%s", daemonShm)
+		}
+		return
+	}
+	t.Logf("uid %d may make mount namespaces: checking the daemon's /dev/shm is %s", os.Geteuid(), d.ShmDir)
+	if !strings.Contains(string(daemonShm), marker) {
+		t.Errorf("the daemon's /dev/shm is not the claim's shm directory; it holds:\n%s", daemonShm)
+	}
+	if !strings.Contains(string(clientShm), marker) {
+		t.Errorf("the commands sent to the daemon did not run with the claim's /dev/shm; it held:\n%s", clientShm)
+	}
+	// No leaked mounts: the other claim's tmpfs, copied into the daemon's namespace, is
+	// detached there when the plugin unmounts it and removes its directory.
+	inDaemon := func() bool {
+		raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "mountinfo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(raw), " "+other+" ")
+	}
+	if !inDaemon() {
+		t.Fatalf("the other claim's tmpfs %s is not in the daemon's mount namespace", other)
+	}
+	if err := unix.Unmount(other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if inDaemon() {
+		t.Errorf("the other claim's tmpfs %s outlives its directory in the daemon's mount namespace", other)
+	}
+	if err := os.Remove(filepath.Join(d.PipeDir, "client.shm")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(d.PipeDir); err != nil {
+		t.Fatal(err)
+	}
+	if cmds, _ := os.ReadFile(filepath.Join(d.PipeDir, "commands")); !strings.HasSuffix(string(cmds), "quit\n") {
+		t.Errorf("daemon was not told to quit:\n%s", cmds)
+	}
+	if quit, _ := os.ReadFile(filepath.Join(d.PipeDir, "client.shm")); !strings.Contains(string(quit), marker) {
+		t.Errorf("quit was not sent from the daemon's /dev/shm; it held:\n%s", quit)
 	}
 }

@@ -1,13 +1,19 @@
 package kubeletplugin_test
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -41,13 +47,84 @@ func mpsMounts(t *testing.T, n *node, c *resourceapi.ResourceClaim) (pipe, log s
 	return pipe, log
 }
 
+// mpsShm is the host directory the claim's CDI spec mounts at /dev/shm.
+func mpsShm(t *testing.T, n *node, c *resourceapi.ResourceClaim) string {
+	t.Helper()
+	var shm []string
+	for _, m := range n.spec(c).Devices[0].ContainerEdits.Mounts {
+		if m.ContainerPath == "/dev/shm" {
+			shm = append(shm, m.HostPath)
+		}
+	}
+	if len(shm) != 1 {
+		t.Fatalf("claim %s mounts %v at /dev/shm, want its shm directory once", c.Name, shm)
+	}
+	return shm[0]
+}
+
+// mode is dir's permission bits with the sticky bit.
+func mode(t *testing.T, dir string) os.FileMode {
+	t.Helper()
+	info, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.IsDir() {
+		t.Fatalf("%s is not a directory", dir)
+	}
+	return info.Mode() & (os.ModePerm | os.ModeSticky)
+}
+
+// assertMPSDirs checks a prepared claim's MPS directories: every container uid can use
+// the pipe directory (0755) and the shm directory (1777, as /dev/shm), and reach them
+// through the claim's directory (0711); the shm directory is a tmpfs where the test may
+// mount one, else a plain directory (logged: which of the two ran).
+func assertMPSDirs(t *testing.T, pipe, log, shm string) {
+	t.Helper()
+	for dir, want := range map[string]os.FileMode{pipe: 0o755, log: 0o755, shm: os.ModeSticky | 0o777, filepath.Dir(pipe): 0o711} {
+		if got := mode(t, dir); got != want {
+			t.Errorf("%s has mode %v, want %v", dir, got, want)
+		}
+	}
+	if filepath.Dir(shm) != filepath.Dir(pipe) {
+		t.Errorf("shm directory %s is not beside the pipe directory %s", shm, pipe)
+	}
+	fsType, source, opts, mounted := mountEntry(t, shm)
+	if canMountTmpfs() {
+		t.Logf("uid %d may mount: checking that %s is a tmpfs", os.Geteuid(), shm)
+		if !mounted || fsType != "tmpfs" || source != "gpudra-mps-shm" {
+			t.Errorf("shm directory %s: mounted %v, %s from %s; want the plugin's tmpfs", shm, mounted, fsType, source)
+		}
+		for _, o := range []string{"nosuid", "nodev", "noexec"} {
+			if !strings.Contains(","+opts+",", ","+o+",") {
+				t.Errorf("shm tmpfs options %s lack %s", opts, o)
+			}
+		}
+	} else {
+		t.Logf("uid %d may not mount: checking the fallback, %s a plain directory", os.Geteuid(), shm)
+		if mounted {
+			t.Errorf("shm directory %s is a %s mount, want a plain directory", shm, fsType)
+		}
+	}
+}
+
+// assertNoMounts checks that nothing is mounted at or below dir.
+func assertNoMounts(t *testing.T, dir string) {
+	t.Helper()
+	if got := mountsUnder(t, dir); len(got) != 0 {
+		t.Errorf("mounts left under %s: %v", dir, got)
+	}
+}
+
 func TestMPSClaimStartsOneDaemonWithItsDevicesAndLimits(t *testing.T) {
 	n := newNode(t, "dgx-h100")
 	d := n.newDriver(nil)
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
 	pipe, log := mpsMounts(t, n, c)
-	want := plugin.MPSDaemon{PipeDir: pipe, LogDir: log, Devices: []string{d.Inventory().GPU(2).UUID},
+	shm := mpsShm(t, n, c)
+	assertMPSDirs(t, pipe, log, shm)
+	want := plugin.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, Devices: []string{d.Inventory().GPU(2).UUID},
 		ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{20 << 10}}
 	if len(n.mps.started) != 1 || !reflect.DeepEqual(n.mps.started[0], want) {
 		t.Fatalf("daemons started %+v, want exactly %+v", n.mps.started, want)
@@ -65,9 +142,12 @@ func TestMPSClaimStartsOneDaemonWithItsDevicesAndLimits(t *testing.T) {
 	if got := n.mps.daemons(); len(got) != 0 || n.mps.stops != 1 {
 		t.Errorf("after unprepare: running %v, stops %d; want none running, one stop", got, n.mps.stops)
 	}
-	if _, err := os.Stat(pipe); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pipe directory %s left after unprepare (%v)", pipe, err)
+	for _, dir := range []string{pipe, shm} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("directory %s left after unprepare (%v)", dir, err)
+		}
 	}
+	assertNoMounts(t, n.cfg.CheckpointDir)
 }
 
 func TestTwoMPSClaimsOnDifferentGPUsGetTwoDaemons(t *testing.T) {
@@ -81,10 +161,19 @@ func TestTwoMPSClaimsOnDifferentGPUsGetTwoDaemons(t *testing.T) {
 		t.Fatalf("running daemons %v, want two", running)
 	}
 	for c, gpu := range map[*resourceapi.ResourceClaim]int{a: 2, b: 3} {
-		pipe, _ := mpsMounts(t, n, c)
+		pipe, log := mpsMounts(t, n, c)
 		if got, want := running[pipe].Devices, []string{d.Inventory().GPU(gpu).UUID}; !reflect.DeepEqual(got, want) {
 			t.Errorf("claim %s's daemon serves %v, want %v", c.Name, got, want)
 		}
+		shm := mpsShm(t, n, c)
+		if got := running[pipe].ShmDir; got != shm {
+			t.Errorf("claim %s's daemon sees %q as /dev/shm, its containers %s", c.Name, got, shm)
+		}
+		assertMPSDirs(t, pipe, log, shm)
+	}
+	shmA, shmB := mpsShm(t, n, a), mpsShm(t, n, b)
+	if shmA == shmB {
+		t.Fatalf("two claims share the shm directory %s", shmA)
 	}
 	if err := unprepare(t, d, a); err != nil {
 		t.Fatal(err)
@@ -92,6 +181,12 @@ func TestTwoMPSClaimsOnDifferentGPUsGetTwoDaemons(t *testing.T) {
 	pipeB, _ := mpsMounts(t, n, b)
 	if got := n.mps.daemons(); len(got) != 1 || got[pipeB].PipeDir == "" {
 		t.Errorf("after unpreparing %s: running %v, want only %s's", a.Name, got, b.Name)
+	}
+	if _, err := os.Stat(shmA); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s's shm directory left after its unprepare (%v)", a.Name, err)
+	}
+	if got := mountsUnder(t, n.cfg.CheckpointDir); canMountTmpfs() && !reflect.DeepEqual(got, []string{shmB}) {
+		t.Errorf("mounts after unpreparing %s: %v, want only %s's shm tmpfs %s", a.Name, got, b.Name, shmB)
 	}
 }
 
@@ -151,9 +246,152 @@ func TestMPSDaemonThatDiedIsRestartedAndUnknownOneIsStopped(t *testing.T) {
 	if running := n.mps.daemons(); len(running) != 0 {
 		t.Errorf("daemon of an unknown claim still runs: %v", running)
 	}
-	if _, err := os.Stat(first.PipeDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("unknown claim's MPS directory %s left (%v)", first.PipeDir, err)
+	for _, dir := range []string{first.PipeDir, first.ShmDir} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("unknown claim's MPS directory %s left (%v)", dir, err)
+		}
 	}
+	assertNoMounts(t, n.cfg.CheckpointDir)
+}
+
+// A claim's shm directory that went away (a tmpfs does not outlive the mount namespace
+// it was mounted in; someone removed it) is made again, and the daemon, which saw the
+// old one, restarted: at a prepare of the prepared claim and at a plugin's start.
+func TestMPSShmDirectoryIsMadeAgainWhenMissing(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	c := n.allocate(gpuClaim("2", mpsConfig))
+	mustPrepare(t, d, c)
+	pipe, log := mpsMounts(t, n, c)
+	shm := mpsShm(t, n, c)
+	lose := func() {
+		t.Helper()
+		unmountUnder(t, shm)
+		if err := os.RemoveAll(shm); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	lose() // the daemon still runs, with the old /dev/shm
+	mustPrepare(t, d, c)
+	assertMPSDirs(t, pipe, log, shm)
+	if len(n.mps.started) != 2 || n.mps.stops != 1 || len(n.mps.daemons()) != 1 {
+		t.Errorf("after the shm directory was made again: %d starts, %d stops, running %v; want the daemon restarted once", len(n.mps.started), n.mps.stops, n.mps.daemons())
+	}
+
+	lose()
+	n.mps.kill() // the plugin's container restarted, its daemons with it
+	n.newDriver(nil)
+	assertMPSDirs(t, pipe, log, shm)
+	if running := n.mps.daemons(); running[pipe].ShmDir != shm {
+		t.Errorf("after restart the daemon runs as %+v, want it with the shm directory %s", running[pipe], shm)
+	}
+}
+
+// Without the privilege to mount, a claim's shm directory is a plain directory of mode
+// 1777, which the containers and the daemon still share, and unprepare removes it.
+func TestMPSShmDirectoryFallsBackToAPlainDirectory(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	var tried []string
+	plugin.MountShmWith(d, func(dir string) error {
+		tried = append(tried, dir)
+		return unix.EPERM
+	})
+	c := n.allocate(gpuClaim("2", mpsConfig))
+	mustPrepare(t, d, c)
+	shm := mpsShm(t, n, c)
+	if len(tried) != 1 || tried[0] != shm {
+		t.Errorf("tmpfs mounts tried %v, want one on %s", tried, shm)
+	}
+	if got := mode(t, shm); got != os.ModeSticky|0o777 {
+		t.Errorf("plain shm directory %s has mode %v, want 1777", shm, got)
+	}
+	if _, _, _, mounted := mountEntry(t, shm); mounted {
+		t.Errorf("%s is a mount point", shm)
+	}
+	if got := n.mps.daemons()[filepath.Join(filepath.Dir(shm), "pipe")].ShmDir; got != shm {
+		t.Errorf("the daemon sees %q as /dev/shm, the containers %s", got, shm)
+	}
+	if err := unprepare(t, d, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(shm); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("plain shm directory %s left after unprepare (%v)", shm, err)
+	}
+}
+
+// A checkpoint written before claims had a shm directory still loads: its MPS claim
+// keeps the pod's /dev/shm (its containers were made so), its daemon is restarted
+// without one, and unprepare cleans up.
+func TestMPSClaimRecordedWithoutAShmDirectory(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	plugin.CompactJournalAfterEachRecord(d)
+	c := n.allocate(gpuClaim("2", mpsConfig))
+	mustPrepare(t, d, c)
+	pipe, _ := mpsMounts(t, n, c)
+	shm := mpsShm(t, n, c)
+
+	// What the earlier plugin left: its record (without the shm directory), its CDI
+	// spec (rewritten from the record below) and MPS directories, no shm directory.
+	path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Version, Checksum string
+		Data              json.RawMessage
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	old := regexp.MustCompile(`,"(ShmDir|shmDir)":"[^"]*"`).ReplaceAll(f.Data, nil)
+	if bytes.Equal(old, f.Data) || bytes.Contains(old, []byte(`"ShmDir"`)) || bytes.Contains(old, []byte(`"shmDir"`)) {
+		t.Fatalf("checkpoint data has no shm directory to remove, or kept one:\n%s", old)
+	}
+	sum := sha256.Sum256(old)
+	raw, err = json.Marshal(map[string]any{"version": f.Version, "checksum": hex.EncodeToString(sum[:]), "data": json.RawMessage(old)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(n.specPath(c.UID)); err != nil {
+		t.Fatal(err)
+	}
+	unmountUnder(t, shm)
+	if err := os.RemoveAll(shm); err != nil {
+		t.Fatal(err)
+	}
+	n.mps.kill()
+
+	d = n.newDriver(nil)
+	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
+		t.Fatalf("the checkpoint without shm directories was set aside as corrupt: %v", aside)
+	}
+	if claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir); err != nil || claims[c.UID] != plugin.PrepareCompleted {
+		t.Fatalf("claims %v (%v), want %s prepared", claims, err, c.Name)
+	}
+	running := n.mps.daemons()
+	if dm, ok := running[pipe]; !ok || dm.ShmDir != "" {
+		t.Errorf("restored daemon %+v (running %v), want it without a shm directory", dm, ok)
+	}
+	for _, m := range n.spec(c).Devices[0].ContainerEdits.Mounts {
+		if m.ContainerPath == "/dev/shm" {
+			t.Errorf("the rewritten CDI spec mounts %s at /dev/shm; the claim's containers keep their pod's", m.HostPath)
+		}
+	}
+	if _, err := os.Stat(shm); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a shm directory %s was made for a claim recorded without one (%v)", shm, err)
+	}
+	if err := unprepare(t, d, c); err != nil {
+		t.Fatal(err)
+	}
+	assertClean(t, n, c)
+	assertNoMounts(t, n.cfg.CheckpointDir)
 }
 
 func TestMPSClaimFailsWhenTheDaemonCannotStart(t *testing.T) {

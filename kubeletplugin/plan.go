@@ -163,7 +163,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	useMPS := sharing.Strategy == config.MPS || (pd.CDI.Limits != nil && !pd.CDI.Limits.HAMi)
 	if useMPS {
 		dir := p.mpsDir(claimUID)
-		m := &cdi.MPS{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log")}
+		m := &cdi.MPS{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
 		if c := sharing.MPS; c != nil {
 			if c.DefaultActiveThreadPercentage != nil {
 				m.ActiveThreadPercent = *c.DefaultActiveThreadPercentage

@@ -70,6 +70,7 @@ func (s *state) recover() error {
 		}
 	}
 	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.resetSpareMPSDirs(), s.store.compact(s.cp))
+	s.checkMPSDirsSearchable()
 	return errors.Join(errs...)
 }
 

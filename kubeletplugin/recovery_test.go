@@ -43,7 +43,7 @@ func run(t *testing.T, f func()) (crashed bool) {
 }
 
 // assertClean checks that the node holds nothing for the claim: no MIG instance, CDI
-// spec or MPS control daemon, and every GPU at its default time-slice.
+// spec, MPS control daemon or shm mount, and every GPU at its default time-slice.
 func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 	t.Helper()
 	if got := n.migInstances(); len(got) != 0 {
@@ -54,6 +54,9 @@ func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 	}
 	if got := n.mps.daemons(); len(got) != 0 {
 		t.Errorf("leaked MPS control daemons %v", got)
+	}
+	if got := mountsUnder(t, n.cfg.CheckpointDir); len(got) != 0 {
+		t.Errorf("leaked MPS shm mounts %v", got)
 	}
 	for gpu, iv := range n.timeSlices.intervals {
 		if iv != config.IntervalDefault {

@@ -25,7 +25,7 @@ var _ MPSControl = SimulatedMPS{}
 
 // Start implements MPSControl.
 func (SimulatedMPS) Start(d MPSDaemon) (int, error) {
-	if err := os.MkdirAll(d.PipeDir, 0o750); err != nil {
+	if err := os.MkdirAll(d.PipeDir, mpsPipeMode); err != nil {
 		return 0, err
 	}
 	raw, err := json.Marshal(d)

@@ -9,7 +9,7 @@ import (
 )
 
 // spareMPSDirs is how many empty MPS directory trees (<checkpoint dir>/mps/.spare-*/
-// {pipe,log}) the plugin keeps ready, so that preparing a claim under MPS renames one
+// {pipe,log,shm}) the plugin keeps ready, so that preparing a claim under MPS renames one
 // into place instead of creating three directories while the kubelet waits (on ext4 a
 // directory costs about as much as writing the claim's CDI spec). Start-up creates them;
 // an unprepare creates those that prepares took. A spare is always new: directories of
@@ -39,10 +39,15 @@ func (s *state) takeSpareMPSDir(uid string) bool {
 	return false
 }
 
-// makeSpareMPSDirs creates spare trees until there are spareMPSDirs.
+// makeSpareMPSDirs creates spare trees until there are spareMPSDirs, with the modes of a
+// claim's MPS directories (mpsTreeMode...). A claim's shm tmpfs is mounted once its tree
+// is in place.
 func (s *state) makeSpareMPSDirs() error {
 	root := filepath.Join(s.planner.stateDir, "mps")
-	if err := os.MkdirAll(root, 0o750); err != nil {
+	if err := os.MkdirAll(root, mpsTreeMode); err != nil {
+		return err
+	}
+	if err := mkdirMode(root, mpsTreeMode); err != nil {
 		return err
 	}
 	for len(s.spares) < spareMPSDirs {
@@ -50,11 +55,14 @@ func (s *state) makeSpareMPSDirs() error {
 		if err != nil {
 			return err
 		}
-		if err := os.Chmod(dir, 0o750); err != nil {
+		if err := os.Chmod(dir, mpsTreeMode); err != nil {
 			return err
 		}
-		for _, sub := range []string{"pipe", "log"} {
-			if err := os.Mkdir(filepath.Join(dir, sub), 0o750); err != nil {
+		for _, sub := range []struct {
+			name string
+			mode fs.FileMode
+		}{{"pipe", mpsPipeMode}, {"log", mpsLogMode}, {"shm", mpsShmMode}} {
+			if err := mkdirMode(filepath.Join(dir, sub.name), sub.mode); err != nil {
 				return err
 			}
 		}

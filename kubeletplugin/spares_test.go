@@ -26,6 +26,15 @@ func TestMPSClaimTakesASpareDirectoryTree(t *testing.T) {
 	if len(before) != 4 {
 		t.Fatalf("spares after start-up %v, want 4", before)
 	}
+	// A spare has a claim's modes already (mps_test.go, assertMPSDirs).
+	for _, sp := range before {
+		for dir, want := range map[string]os.FileMode{sp: 0o711, filepath.Dir(sp): 0o711, filepath.Join(sp, "pipe"): 0o755,
+			filepath.Join(sp, "log"): 0o755, filepath.Join(sp, "shm"): os.ModeSticky | 0o777} {
+			if got := mode(t, dir); got != want {
+				t.Errorf("spare directory %s has mode %v, want %v", dir, got, want)
+			}
+		}
+	}
 	c := n.allocate(shareClaim("4Gi", "20", ""))
 	mustPrepare(t, d, c)
 	after := spares(t, n)
@@ -40,11 +49,12 @@ func TestMPSClaimTakesASpareDirectoryTree(t *testing.T) {
 			t.Fatalf("spare %s appeared during a prepare (before %v)", s, before)
 		}
 	}
-	for _, sub := range []string{"pipe", "log"} {
+	for _, sub := range []string{"pipe", "log", "shm"} {
 		if fi, err := os.Stat(filepath.Join(claimDir, sub)); err != nil || !fi.IsDir() {
 			t.Errorf("claim's %s directory: %v", sub, err)
 		}
 	}
+	assertMPSDirs(t, filepath.Join(claimDir, "pipe"), filepath.Join(claimDir, "log"), filepath.Join(claimDir, "shm"))
 	if err := unprepare(t, d, c); err != nil {
 		t.Fatal(err)
 	}

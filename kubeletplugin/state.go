@@ -89,6 +89,11 @@ type state struct {
 	corruptions int
 	// spares are the empty MPS directory trees ready for claims (spares.go).
 	spares []string
+	// mountShm mounts a claim's shm tmpfs (mountMPSShm; tests make it fail as without
+	// privilege). shmFallback and shmPropagation log, once, that the plugin may not mount
+	// and that its mounts do not propagate.
+	mountShm                    func(dir string) error
+	shmFallback, shmPropagation sync.Once
 }
 
 func (s *state) lock() (func(), error) {
@@ -269,7 +274,12 @@ func (s *state) realize(pc *PreparedClaim) ([]byte, error) {
 		s.takeSpareMPSDir(string(pc.UID))
 	}
 	for _, d := range pc.Devices {
-		for _, dir := range claimDirs(d.CDI) {
+		if m := d.CDI.MPS; m != nil {
+			if _, err := s.makeMPSDirs(m.PipeDir, m.LogDir, m.ShmDir); err != nil {
+				return nil, err
+			}
+		}
+		if dir := d.CDI.CacheDir; dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, fmt.Errorf("creating %s: %w", dir, err)
 			}
@@ -323,17 +333,6 @@ func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
 	return raw, nil
 }
 
-func claimDirs(d cdi.Device) []string {
-	var out []string
-	if d.MPS != nil {
-		out = append(out, d.MPS.PipeDir, d.MPS.LogDir)
-	}
-	if d.CacheDir != "" {
-		out = append(out, d.CacheDir)
-	}
-	return out
-}
-
 // rollback undoes whatever part of a prepare happened and forgets the claim.
 func (s *state) rollback(pc *PreparedClaim) error {
 	if err := s.teardown(pc); err != nil {
@@ -372,13 +371,22 @@ func (s *state) teardown(pc *PreparedClaim) error {
 	if err := s.releaseTimeSlices(pc); err != nil {
 		return err
 	}
-	s.removeClaimDirs(pc.UID)
-	return nil
+	return s.removeClaimDirs(pc.UID)
 }
 
-func (s *state) removeClaimDirs(uid types.UID) {
-	_ = os.RemoveAll(s.planner.mpsDir(string(uid)))
-	_ = os.RemoveAll(s.planner.cacheDir(string(uid)))
+// removeClaimDirs removes the claim's MPS and HAMi-core directories, its shm tmpfs
+// unmounted first (its MPS control daemon must have stopped). A tmpfs that cannot be
+// unmounted is an error, and its directories stay for the retry.
+func (s *state) removeClaimDirs(uid types.UID) error {
+	if err := unmountMPSShm(s.planner.mpsShmDir(string(uid))); err != nil {
+		return fmt.Errorf("claim %s: %w", uid, err)
+	}
+	for _, dir := range []string{s.planner.mpsDir(string(uid)), s.planner.cacheDir(string(uid))} {
+		if err := os.RemoveAll(dir); err != nil {
+			s.logger.Error(err, "Removing a claim's directory", "claimUID", uid, "dir", dir)
+		}
+	}
+	return nil
 }
 
 // unprepare undoes prepare; an unknown claim is already unprepared.
@@ -396,7 +404,9 @@ func (s *state) unprepare(uid types.UID) error {
 		if err := s.stopMPS(uid); err != nil {
 			return err
 		}
-		s.removeClaimDirs(uid)
+		if err := s.removeClaimDirs(uid); err != nil {
+			return err
+		}
 		return s.specs.Remove(string(uid))
 	}
 	pc.State = UnprepareStarted
@@ -463,5 +473,6 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		timeSlicer: timeSlicer,
 		hook:       cfg.Hook,
 		logger:     logger,
+		mountShm:   mountMPSShm,
 	}, nil
 }

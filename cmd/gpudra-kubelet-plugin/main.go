@@ -71,7 +71,22 @@ func newCommand() *cobra.Command {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
+	cmd.AddCommand(mpsExecCommand())
 	return cmd
+}
+
+// mpsExecCommand is how the plugin runs nvidia-cuda-mps-control for a claim under MPS:
+// the plugin re-executes itself with it in a new mount namespace, where the claim's shm
+// directory becomes /dev/shm (plugin.MPSExec). Not for people.
+func mpsExecCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                plugin.MPSExecCommand + " <shm dir> <program> [args...]",
+		Short:              "run a program with a claim's MPS shm directory as /dev/shm (internal: in a mount namespace of its own)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		Args:               cobra.MinimumNArgs(2),
+		RunE:               func(_ *cobra.Command, args []string) error { return plugin.MPSExec(args) },
+	}
 }
 
 func run(ctx context.Context, f flags) error {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -58,5 +61,29 @@ func TestCDIHookPathIsOffOnSimulatedNodesUnlessGiven(t *testing.T) {
 				t.Errorf("cdiHookPath(%q, %v) = %q, want %q", tc.flag, tc.simulated, got, tc.want)
 			}
 		})
+	}
+}
+
+// The plugin re-executes itself as "gpudra-kubelet-plugin mps-exec <shm dir> <program>
+// [args...]" in a new mount namespace to start a claim's MPS control daemon. Run in the
+// mount namespace of its parent (here: the test's), it must refuse rather than bind the
+// claim's directory over the parent's /dev/shm.
+func TestMPSExecIsWiredAndRefusesTheParentsMountNamespace(t *testing.T) {
+	shm := t.TempDir()
+	marker := filepath.Join(shm, "claim-marker")
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newCommand()
+	cmd.SetArgs([]string{plugin.MPSExecCommand, shm, "/bin/true", "-d"})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "mount namespace") {
+		t.Fatalf("mps-exec in the test's mount namespace: %v, want a refusal", err)
+	}
+	if _, err := os.Stat("/dev/shm/claim-marker"); err == nil {
+		t.Fatal("the claim's shm directory was bound over the test's /dev/shm")
+	}
+	if sub, _, err := newCommand().Find([]string{plugin.MPSExecCommand}); err != nil || !sub.Hidden || !sub.DisableFlagParsing {
+		t.Errorf("mps-exec subcommand %+v (%v): want hidden, flags passed through", sub, err)
 	}
 }
