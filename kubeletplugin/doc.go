@@ -12,7 +12,8 @@
 // state change is one checksummed line appended to the checkpoint's journal
 // (checkpoint.journal); checkpoint.json is rewritten only when the journal outgrows it,
 // and at start-up (checkpoint.go). Claims under MPS take a spare, new directory tree
-// made at start-up or by an earlier unprepare (spares.go).
+// made at start-up or by an earlier unprepare (spares.go), with a shm directory that is
+// /dev/shm in the claim's containers and its daemon's own mount namespace (mps_shm.go).
 //
 // Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
 // GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished
