@@ -115,6 +115,10 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Errorf("the plugin with real NVML must be privileged (MIG, all /dev/nvidia*): %+v", c.SecurityContext)
 	}
+	// The MPS claims' shm tmpfs the plugin mounts under its data directory reaches the host.
+	if m := mountOf(c, hostPathsOf(spec), "/var/lib/kubelet/plugins/gpu.gpudra.dev"); m == nil || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
+		t.Errorf("plugin data mount %+v, want Bidirectional propagation for a privileged plugin", m)
+	}
 	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" {
 		t.Errorf("nodeSelector = %v, want nvidia.com/gpu.present=true", spec.NodeSelector)
 	}
@@ -209,6 +213,11 @@ func TestPoolOverridesHostNetworkAndDirs(t *testing.T) {
 	qc := plain.get("DaemonSet", "gpudra-kubelet-plugin-quiet").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
 	if sc := qc.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || slices.ContainsFunc(qc.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-bind-address") }) {
 		t.Errorf("pool with privileged false and metricsPort 0: securityContext %+v, args %v", qc.SecurityContext, qc.Args)
+	}
+	for _, m := range qc.VolumeMounts {
+		if m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional {
+			t.Errorf("unprivileged pool: %s has Bidirectional propagation (refused by the API server)", m.Name)
+		}
 	}
 	if dc := plain.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]; dc.SecurityContext == nil || !*dc.SecurityContext.Privileged {
 		t.Errorf("the default DaemonSet lost its privileges to a pool's value: %+v", dc.SecurityContext)
