@@ -18,10 +18,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
@@ -82,7 +85,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Workers <= 0 {
 		r.Workers = 8
 	}
-	b := ctrl.NewControllerManagedBy(mgr).For(&kueue.Workload{}).Named("gpudra-topology").
+	b := ctrl.NewControllerManagedBy(mgr).For(&kueue.Workload{}, builder.WithPredicates(workloadEvents())).Named("gpudra-topology").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers})
 	// Everything a decision reads, watched without handlers: the informers start with the
 	// manager and the workers wait until they are synced. Read lazily, the first decision
@@ -93,6 +96,38 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(obj, handler.Funcs{})
 	}
 	return b.Complete(r)
+}
+
+// workloadEvents lets through the Workload events the check acts on: a check pending on
+// reserved quota (to decide), a workload that is done (its reservation ends), creations and
+// deletions. A Workload is written ~9 times around a checked admission; queued, the other
+// updates kept workers from decisions (the admission benchmark: 1 058 reconciles for 120
+// workloads, 0.5 s in the queue on average).
+func workloadEvents() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			wl, ok := e.ObjectNew.(*kueue.Workload)
+			if !ok {
+				return false
+			}
+			old, _ := e.ObjectOld.(*kueue.Workload)
+			return waitsForADecision(wl) || (doneState(wl) && (old == nil || !doneState(old)))
+		},
+	}
+}
+
+// waitsForADecision: quota is reserved and some admission check is pending (which one is
+// gpudra's is read in Reconcile).
+func waitsForADecision(wl *kueue.Workload) bool {
+	if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+		return false
+	}
+	for _, s := range wl.Status.AdmissionChecks {
+		if s.State == kueue.CheckStatePending {
+			return true
+		}
+	}
+	return false
 }
 
 // Reconcile decides one Workload's gpudra.dev/topology check.
@@ -436,7 +471,9 @@ func (r *Reconciler) release(uid types.UID) {
 }
 
 // done: once pods run (PodsReady), finished or evicted, the live claims are the truth.
-func (r *Reconciler) done(wl *kueue.Workload) bool {
+func (r *Reconciler) done(wl *kueue.Workload) bool { return doneState(wl) }
+
+func doneState(wl *kueue.Workload) bool {
 	c := wl.Status.Conditions
 	return apimeta.IsStatusConditionTrue(c, kueue.WorkloadPodsReady) ||
 		apimeta.IsStatusConditionTrue(c, kueue.WorkloadFinished) ||

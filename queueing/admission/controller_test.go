@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -367,5 +368,42 @@ func TestReservationEndsWhenTheGangsClaimsAreAllocatedOrDeleted(t *testing.T) {
 	}
 	if got := reconcile(t, r2, "after"); got.State != kueue.CheckStateReady {
 		t.Errorf("after the first workload was deleted: %s %q, want Ready", got.State, got.Message)
+	}
+}
+
+// Only the Workload updates the check acts on reach its workers: a check pending on reserved
+// quota, and a workload becoming done (its reservation ends); Kueue's other writes around an
+// admission do not queue.
+func TestWorkloadEventsFilter(t *testing.T) {
+	pending := job("train", "dp0")
+	decided := pending.DeepCopy()
+	decided.Status.AdmissionChecks[0].State = kueue.CheckStateReady
+	admitted := decided.DeepCopy()
+	admitted.Status.Conditions = append(admitted.Status.Conditions, metav1.Condition{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue})
+	running := admitted.DeepCopy()
+	running.Status.Conditions = append(running.Status.Conditions, metav1.Condition{Type: kueue.WorkloadPodsReady, Status: metav1.ConditionTrue})
+	again := running.DeepCopy()
+	again.Labels = map[string]string{"touched": "yes"}
+	noQuota := pending.DeepCopy()
+	noQuota.Status.Conditions = nil
+	f := workloadEvents()
+	for _, tc := range []struct {
+		what     string
+		old, new *kueue.Workload
+		want     bool
+	}{
+		{"quota reserved, check pending", noQuota, pending, true},
+		{"check pending, no quota", pending, noQuota, false},
+		{"check decided", pending, decided, false},
+		{"admitted", decided, admitted, false},
+		{"pods ready: the reservation ends", admitted, running, true},
+		{"done already, written again", running, again, false},
+	} {
+		if got := f.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: reconcile = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	if !f.Create(event.CreateEvent{Object: pending}) || !f.Delete(event.DeleteEvent{Object: running}) {
+		t.Error("creations and deletions must reach the workers")
 	}
 }
