@@ -64,6 +64,11 @@ func Down(opts DownOptions) error {
 }
 
 func removeState(dir string, keepLogs bool) error {
+	// Plugins stopped with MPS claims still prepared leave their claims' shm tmpfs mounted
+	// under their state directories.
+	if err := unmountUnder(dir); err != nil {
+		return err
+	}
 	if !keepLogs {
 		return os.RemoveAll(dir)
 	}
