@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
@@ -45,6 +46,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"sigs.k8s.io/yaml"
 
@@ -65,7 +68,7 @@ func main() {
 	perRack := flag.Int("nodes-per-rack", 64, "8-GPU nodes per rack")
 	n := flag.Int("workloads", 120, "gang workloads submitted per mode (sizes 2, 4, 8 pods in turn)")
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of gpudra-controller, taken while the gpudra queue is admitted, to this file")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -243,6 +246,59 @@ func cpuSince(before cpuSample) string {
 	}
 	wall := now.at.Sub(before.at).Seconds()
 	return fmt.Sprintf("CPU over %.1f s: %s; machine busy %.1f of %d cores", wall, strings.Join(parts, ", "), (now.machine-before.machine)/wall, runtime.NumCPU())
+}
+
+// workloadRequests reads the API server's request counts on Workloads, by verb and
+// subresource, from its metrics.
+func workloadRequests(ctx context.Context, cs kubernetes.Interface) map[string]float64 {
+	out := map[string]float64{}
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(l, "apiserver_request_total{") || !strings.Contains(l, `resource="workloads"`) {
+			continue
+		}
+		labels, value, _ := strings.Cut(l[len("apiserver_request_total{"):], "} ")
+		var verb, sub string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "verb":
+				verb = strings.Trim(v, `"`)
+			case "subresource":
+				sub = strings.Trim(v, `"`)
+			}
+		}
+		if verb == "WATCH" || verb == "LIST" || verb == "GET" {
+			continue
+		}
+		if sub != "" {
+			verb += " " + sub
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		out[verb] += v
+	}
+	return out
+}
+
+// requestsSince says how many write requests on Workloads the API server served since
+// before, per admitted workload.
+func requestsSince(ctx context.Context, cs kubernetes.Interface, before map[string]float64, admitted int) string {
+	if admitted == 0 {
+		return "-"
+	}
+	now := workloadRequests(ctx, cs)
+	var parts []string
+	total := 0.0
+	for _, verb := range slices.Sorted(maps.Keys(now)) {
+		if d := now[verb] - before[verb]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", verb, d/float64(admitted)))
+			total += d
+		}
+	}
+	return fmt.Sprintf("%.1f (%s)", total/float64(admitted), strings.Join(parts, ", "))
 }
 
 // controllerState is the lab's record of gpudra-controller (nil if it is not running).
@@ -539,7 +595,16 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 		return result{}, fmt.Errorf("%s: Kueue did not create the %d Workloads: %w", mode, n, err)
 	}
 
-	w, err := dyn.Resource(workloadsGVR).Namespace(ns).Watch(ctx, metav1.ListOptions{})
+	// Held: none is admitted yet. A watch the API server ends is resumed from the last
+	// version seen (a loaded server ends watches early).
+	wls := dyn.Resource(workloadsGVR).Namespace(ns)
+	list, err := wls.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return result{}, err
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return wls.Watch(ctx, o) },
+	})
 	if err != nil {
 		return result{}, err
 	}
@@ -547,10 +612,11 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 	admitted := map[string]time.Time{}
 	var stages []stageTimes
 	release := []byte(`{"spec":{"stopPolicy":"None"}}`)
-	if mode == "gpudra" && objects == "workloads" && cpuProfile != "" {
-		profiling.Go(func() { profileController(ctx, cpuProfile) })
+	if mode == "gpudra" && cpuProfile != "" {
+		profiling.Go(func() { profileController(ctx, cpuProfile+"."+objects) })
 	}
 	cpu := sampleCPU()
+	requests := workloadRequests(ctx, cs)
 	start := time.Now()
 	if _, err := dyn.Resource(clusterQueuesGVR).Patch(ctx, "bench-"+mode, types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
 		return result{}, fmt.Errorf("release ClusterQueue bench-%s: %w", mode, err)
@@ -594,6 +660,7 @@ func measure(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, mod
 	r.stages = stageSummary(stages, start)
 	fmt.Fprintf(os.Stderr, "%s: medians: %s\n", ns, r.stages)
 	fmt.Fprintf(os.Stderr, "%s: %s\n", ns, cpuSince(cpu))
+	fmt.Fprintf(os.Stderr, "%s: API requests on Workloads per admitted workload: %s\n", ns, requestsSince(ctx, cs, requests, r.admitted))
 	return r, nil
 }
 
