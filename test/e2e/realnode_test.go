@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra/kubeletplugin"
 	"github.com/gpudra/gpudra/test/lab"
 )
 
@@ -44,6 +45,7 @@ type probeReport struct {
 	mounts  []string
 	files   map[string]bool   // files the probe looked for and found
 	links   map[string]string // symlink → target in the library folders
+	shm     string            // the root of /dev/shm's mount and its mode: "<root> <mode>"
 	raw     string
 }
 
@@ -66,6 +68,8 @@ func parseProbe(out string) probeReport {
 		case "link":
 			link, target, _ := strings.Cut(rest, " -> ")
 			r.links[link] = target
+		case "shm":
+			r.shm = rest
 		}
 	}
 	return r
@@ -150,7 +154,16 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 		claimOf(ns, "whole", "gpu.gpudra.dev", nil, ""),
 		claimOf(ns, "share", "gpu-share.gpudra.dev", map[string]string{"memory": "10Gi", "compute": "25"}, ""),
 		claimOf(ns, "mig", "mig.gpudra.dev", nil, `device.attributes["gpu.gpudra.dev"].migProfile.startsWith("1g.")`),
+		claimOf(ns, "mps", "gpu-share.gpudra.dev", map[string]string{"memory": "8Gi", "compute": "20"}, ""),
 	}
+	// The "mps" share runs under its own MPS control daemon (simulated on this node).
+	claims[3].Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver:     lab.DriverName,
+			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}`),
+		}},
+	}}
 	for _, c := range claims {
 		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -240,6 +253,27 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 	}
 	if r := reports["share"]; r.env["GPUDRA_MEMORY_MIB_0"] != "10240" || r.env["GPUDRA_COMPUTE_PERCENT_0"] != "25" {
 		t.Errorf("share of 10Gi and 25%%: the container got memory %q MiB, compute %q %%", r.env["GPUDRA_MEMORY_MIB_0"], r.env["GPUDRA_COMPUTE_PERCENT_0"])
+	}
+	// MPS: the container talks to the claim's daemon through the claim's pipe directory
+	// (where the simulated daemon's file is) and shares the claim's shm directory as its
+	// /dev/shm (a plain 1777 directory: the lab's plugin may not mount a tmpfs).
+	if r := reports["mps"]; r.env["CUDA_MPS_PIPE_DIRECTORY"] != "/tmp/nvidia-mps" || !slices.Contains(r.mounts, "/tmp/nvidia-mps") || !slices.Contains(r.mounts, "/var/log/nvidia-mps") {
+		t.Errorf("MPS share: CUDA_MPS_PIPE_DIRECTORY=%q, mounts %v: want the claim's pipe and log directories", r.env["CUDA_MPS_PIPE_DIRECTORY"], r.mounts)
+	} else if !r.files["/tmp/nvidia-mps/"+kubeletplugin.SimulatedMPSFile] {
+		t.Errorf("MPS share: the claim's daemon is not in the container's pipe directory (files %v)", r.files)
+	}
+	if root, mode, _ := strings.Cut(reports["mps"].shm, " "); !strings.HasSuffix(root, "/mps/"+uids["mps"]+"/shm") || mode != "sticky-777" {
+		t.Errorf("MPS share: /dev/shm is %q (mode %s), want the claim's shm directory .../mps/%s/shm, 1777", root, mode, uids["mps"])
+	}
+	// The plain share is enforced with MPS limits too (no libvgpu.so on this node): its own
+	// daemon and shm directory, not the other claim's. Claims without MPS keep the pod's.
+	if root, _, _ := strings.Cut(reports["share"].shm, " "); !strings.HasSuffix(root, "/mps/"+uids["share"]+"/shm") {
+		t.Errorf("share under MPS limits: /dev/shm is %q, want its own shm directory .../mps/%s/shm", root, uids["share"])
+	}
+	for _, other := range []string{"whole", "mig"} {
+		if root, _, _ := strings.Cut(reports[other].shm, " "); strings.Contains(root, "/mps/") {
+			t.Errorf("claim %s (no MPS): /dev/shm is an MPS directory %q", other, root)
+		}
 	}
 	var caps []string
 	for p, what := range reports["mig"].devices {

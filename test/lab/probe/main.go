@@ -101,6 +101,18 @@ func report(w io.Writer) {
 				continue
 			}
 			mp := fields[4]
+			if mp == "/dev/shm" {
+				// Where the container's /dev/shm comes from (the mount's root in its
+				// filesystem): an MPS claim's containers share the claim's shm directory.
+				mode := "?"
+				if st, err := os.Stat(mp); err == nil {
+					mode = fmt.Sprintf("%o", st.Mode()&(fs.ModePerm|fs.ModeSticky))
+					if st.Mode()&fs.ModeSticky != 0 {
+						mode = "sticky-" + fmt.Sprintf("%o", st.Mode()&fs.ModePerm)
+					}
+				}
+				fmt.Fprintf(w, "shm %s %s\n", fields[3], mode)
+			}
 			if slices.Contains(standardMounts, mp) || strings.HasPrefix(mp, "/proc/") || strings.HasPrefix(mp, "/sys/") ||
 				strings.HasPrefix(mp, "/dev/nvidia") {
 				continue
@@ -122,6 +134,12 @@ func report(w io.Writer) {
 					fmt.Fprintf(w, "link %s -> %s\n", filepath.Join(dir, e.Name()), target)
 				}
 			}
+		}
+	}
+	// An MPS claim's pipe directory: what its control daemon left there.
+	if entries, err := os.ReadDir("/tmp/nvidia-mps"); err == nil {
+		for _, e := range entries {
+			fmt.Fprintf(w, "file %s\n", filepath.Join("/tmp/nvidia-mps", e.Name()))
 		}
 	}
 	fmt.Fprintln(w, "probe-report-done")
