@@ -164,14 +164,15 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 // Inventory is what the plugin discovered.
 func (d *Driver) Inventory() *driver.Inventory { return d.inventory }
 
-// Stop unregisters, stops publishing (published slices stay until the node goes) and
-// stops watching GPU health.
+// Stop unregisters, stops publishing (published slices stay until the node goes), stops
+// watching GPU health and removes its spare MPS trees (their shm tmpfs).
 func (d *Driver) Stop() {
 	if d.helper != nil {
 		d.helper.Stop()
 	}
 	d.cancel(nil)
 	d.health.watchers.Wait()
+	d.state.removeSpareMPSDirs()
 }
 
 // PrepareResourceClaims prepares allocated claims: MIG instances, CDI specs, enforced

@@ -36,3 +36,15 @@ func MountShmWith(d *Driver, mount func(dir string) error) {
 	defer d.state.mu.Unlock()
 	d.state.mountShm = mount
 }
+
+// SpareMPSDirs is how many spare MPS directory trees (each with its shm tmpfs where the
+// plugin may mount) a plugin keeps ready.
+const SpareMPSDirs = spareMPSDirs
+
+// RemakeSpareMPSDirs replaces d's spare MPS trees with new ones (made with d's current
+// mount function).
+func RemakeSpareMPSDirs(d *Driver) error {
+	d.state.mu.Lock()
+	defer d.state.mu.Unlock()
+	return d.state.resetSpareMPSDirs()
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,12 +109,31 @@ func assertMPSDirs(t *testing.T, pipe, log, shm string) {
 	}
 }
 
-// assertNoMounts checks that nothing is mounted at or below dir.
+// assertNoMounts checks that no claim's shm tmpfs is mounted at or below dir (the spare
+// trees' are the plugin's, ready for the next claims).
 func assertNoMounts(t *testing.T, dir string) {
 	t.Helper()
-	if got := mountsUnder(t, dir); len(got) != 0 {
-		t.Errorf("mounts left under %s: %v", dir, got)
+	if got, spares := claimMounts(t, dir); len(got) != 0 || len(spares) > maxSpareMounts {
+		t.Errorf("mounts left under %s: %v (and %d spare ones, at most %d: %v)", dir, got, len(spares), maxSpareMounts, spares)
 	}
+}
+
+// maxSpareMounts bounds the spare trees' shm mounts: the tests run two plugin instances on
+// one node at once, as a rolling update does, and each keeps its own spares (a plugin's
+// start-up removes those on disk, a stop its own).
+const maxSpareMounts = 2 * plugin.SpareMPSDirs
+
+// claimMounts splits the mounts at or below dir into the claims' and the spare trees'.
+func claimMounts(t testing.TB, dir string) (claims, spares []string) {
+	t.Helper()
+	for _, m := range mountsUnder(t, dir) {
+		if strings.HasPrefix(filepath.Base(filepath.Dir(m)), ".spare-") {
+			spares = append(spares, m)
+		} else {
+			claims = append(claims, m)
+		}
+	}
+	return claims, spares
 }
 
 func TestMPSClaimStartsOneDaemonWithItsDevicesAndLimits(t *testing.T) {
@@ -185,7 +205,7 @@ func TestTwoMPSClaimsOnDifferentGPUsGetTwoDaemons(t *testing.T) {
 	if _, err := os.Stat(shmA); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s's shm directory left after its unprepare (%v)", a.Name, err)
 	}
-	if got := mountsUnder(t, n.cfg.CheckpointDir); canMountTmpfs() && !reflect.DeepEqual(got, []string{shmB}) {
+	if got, _ := claimMounts(t, n.cfg.CheckpointDir); canMountTmpfs() && !reflect.DeepEqual(got, []string{shmB}) {
 		t.Errorf("mounts after unpreparing %s: %v, want only %s's shm tmpfs %s", a.Name, got, b.Name, shmB)
 	}
 }
@@ -298,11 +318,21 @@ func TestMPSShmDirectoryFallsBackToAPlainDirectory(t *testing.T) {
 		tried = append(tried, dir)
 		return unix.EPERM
 	})
+	// Spares are made with the plugin's mount function (at start-up, after unprepares).
+	if err := plugin.RemakeSpareMPSDirs(d); err != nil {
+		t.Fatal(err)
+	}
+	if len(tried) != plugin.SpareMPSDirs {
+		t.Errorf("tmpfs mounts tried for the spare trees: %v, want %d", tried, plugin.SpareMPSDirs)
+	}
+	tried = nil
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
 	shm := mpsShm(t, n, c)
+	// The claim took a spare tree whose shm directory is a plain one: the prepare tries
+	// once more to mount.
 	if len(tried) != 1 || tried[0] != shm {
-		t.Errorf("tmpfs mounts tried %v, want one on %s", tried, shm)
+		t.Errorf("tmpfs mounts tried at prepare %v, want one on %s", tried, shm)
 	}
 	if got := mode(t, shm); got != os.ModeSticky|0o777 {
 		t.Errorf("plain shm directory %s has mode %v, want 1777", shm, got)
@@ -451,5 +481,41 @@ func TestSimulatedMPSDaemonIsAFileInItsPipeDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(pipe, plugin.SimulatedMPSFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("simulated daemon still there after unprepare (%v)", err)
+	}
+}
+
+// A plugin keeps spare MPS trees with their shm tmpfs mounted, so that a prepare only
+// renames one into place; when it stops, it takes its spares (and their mounts) away.
+func TestSpareMPSTreesAreReadyAndGoWithThePlugin(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	d := n.newDriver(nil)
+	spares, _ := filepath.Glob(filepath.Join(n.cfg.CheckpointDir, "mps", ".spare-*"))
+	if len(spares) != plugin.SpareMPSDirs {
+		t.Fatalf("spare trees %v, want %d", spares, plugin.SpareMPSDirs)
+	}
+	_, mounted := claimMounts(t, n.cfg.CheckpointDir)
+	if canMountTmpfs() {
+		t.Logf("uid %d may mount: checking that each spare's shm is a tmpfs already", os.Geteuid())
+		if len(mounted) != plugin.SpareMPSDirs {
+			t.Errorf("spare shm mounts %v, want one per spare", mounted)
+		}
+	} else {
+		t.Logf("uid %d may not mount: the spares' shm directories are plain ones", os.Geteuid())
+		if len(mounted) != 0 {
+			t.Errorf("spare shm mounts %v without the privilege to mount", mounted)
+		}
+	}
+	c := n.allocate(gpuClaim("2", mpsConfig))
+	mustPrepare(t, d, c)
+	shm := mpsShm(t, n, c)
+	if _, _, _, isMount := mountEntry(t, shm); isMount != canMountTmpfs() {
+		t.Errorf("the claim's shm %s: mount point %v, want %v (the spare's tmpfs moved with its tree)", shm, isMount, canMountTmpfs())
+	}
+	d.Stop()
+	if left, _ := filepath.Glob(filepath.Join(n.cfg.CheckpointDir, "mps", ".spare-*")); len(left) != 0 {
+		t.Errorf("spare trees left after the plugin stopped: %v", left)
+	}
+	if claims, spareMounts := claimMounts(t, n.cfg.CheckpointDir); len(spareMounts) != 0 || (canMountTmpfs() && !slices.Equal(claims, []string{shm})) {
+		t.Errorf("after the plugin stopped: claim mounts %v (want the prepared claim's only), spare mounts %v", claims, spareMounts)
 	}
 }

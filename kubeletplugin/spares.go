@@ -40,8 +40,11 @@ func (s *state) takeSpareMPSDir(uid string) bool {
 }
 
 // makeSpareMPSDirs creates spare trees until there are spareMPSDirs, with the modes of a
-// claim's MPS directories (mpsTreeMode...). A claim's shm tmpfs is mounted once its tree
-// is in place.
+// claim's MPS directories (mpsTreeMode...) and the shm tmpfs mounted (makeShmDir), so that
+// a prepare neither makes directories nor mounts: the mount moves with the tree when it is
+// renamed into place (a mount follows its directory, in every mount namespace it
+// propagated to). Mounting at prepare cost a share under MPS ~170 µs (p50 490 against 320
+// without a shm directory, BenchmarkPrepareVsFloor back to back).
 func (s *state) makeSpareMPSDirs() error {
 	root := filepath.Join(s.planner.stateDir, "mps")
 	if err := os.MkdirAll(root, mpsTreeMode); err != nil {
@@ -61,10 +64,13 @@ func (s *state) makeSpareMPSDirs() error {
 		for _, sub := range []struct {
 			name string
 			mode fs.FileMode
-		}{{"pipe", mpsPipeMode}, {"log", mpsLogMode}, {"shm", mpsShmMode}} {
+		}{{"pipe", mpsPipeMode}, {"log", mpsLogMode}} {
 			if err := mkdirMode(filepath.Join(dir, sub.name), sub.mode); err != nil {
 				return err
 			}
+		}
+		if _, err := s.makeShmDir(filepath.Join(dir, "shm")); err != nil {
+			return err
 		}
 		s.spares = append(s.spares, dir)
 	}
@@ -82,9 +88,32 @@ func (s *state) resetSpareMPSDirs() error {
 	var errs []error
 	for _, e := range entries {
 		if isSpare(e.Name()) {
-			errs = append(errs, os.RemoveAll(filepath.Join(root, e.Name())))
+			spare := filepath.Join(root, e.Name())
+			if err := unmountMPSShm(filepath.Join(spare, "shm")); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, os.RemoveAll(spare))
 		}
 	}
 	s.spares = nil
 	return errors.Join(append(errs, s.makeSpareMPSDirs())...)
+}
+
+// removeSpareMPSDirs unmounts and removes this plugin's spare trees, when it stops: a
+// plugin that is uninstalled leaves no tmpfs mounted, and in a rolling update the new
+// plugin has made its own.
+func (s *state) removeSpareMPSDirs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, spare := range s.spares {
+		if err := unmountMPSShm(filepath.Join(spare, "shm")); err != nil {
+			s.logger.Error(err, "Removing a spare MPS directory tree", "dir", spare)
+			continue
+		}
+		if err := os.RemoveAll(spare); err != nil {
+			s.logger.Error(err, "Removing a spare MPS directory tree", "dir", spare)
+		}
+	}
+	s.spares = nil
 }
