@@ -29,11 +29,7 @@ func (s *State) Exhausted(node string) bool {
 			}
 		}
 	}
-	sharedIDs := map[structured.DeviceID]bool{}
-	for shared := range s.allocated.AllocatedSharedDeviceIDs {
-		sharedIDs[shared.GetDeviceID()] = true
-	}
-	inUse := func(id structured.DeviceID) bool { return s.allocated.AllocatedDevices.Has(id) || sharedIDs[id] }
+	inUse := func(id structured.DeviceID) bool { return s.allocated.AllocatedDevices.Has(id) || s.shares[id] > 0 }
 	// What the node's allocated devices consume (a device allocated several times counts
 	// once: less than the allocator may count, never more).
 	used := map[counterKey]resource.Quantity{}
@@ -58,7 +54,7 @@ func (s *State) Exhausted(node string) bool {
 			if s.allocated.AllocatedDevices.Has(id) && !allowsMultiple(dev) {
 				continue
 			}
-			if sharedIDs[id] {
+			if s.shares[id] > 0 {
 				// Shared already: its counters are taken by itself, another share may fit
 				// in what capacity it has left (not looked at here).
 				return false

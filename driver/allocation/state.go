@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 
 	v1 "k8s.io/api/core/v1"
@@ -46,7 +47,10 @@ type State struct {
 	shared    []*resourceapi.ResourceSlice
 	classes   classLister
 	allocated structured.AllocatedState
-	celCache  *cel.Cache
+	// shares counts the allocated shares of each device that allows several allocations
+	// (the devices of AllocatedSharedDeviceIDs, without walking all of them).
+	shares   map[structured.DeviceID]int
+	celCache *cel.Cache
 }
 
 // New builds a state with nothing allocated.
@@ -139,7 +143,14 @@ func (s *State) Commit(r *resourceapi.AllocationResult) {
 	for _, d := range r.Devices.Results {
 		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
 		if d.ShareID != nil {
-			s.allocated.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, d.ShareID))
+			shared := structured.MakeSharedDeviceID(id, d.ShareID)
+			if !s.allocated.AllocatedSharedDeviceIDs.Has(shared) {
+				if s.shares == nil {
+					s.shares = map[structured.DeviceID]int{}
+				}
+				s.shares[id]++
+			}
+			s.allocated.AllocatedSharedDeviceIDs.Insert(shared)
 			s.allocated.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
 			continue
 		}
@@ -152,7 +163,13 @@ func (s *State) Release(r *resourceapi.AllocationResult) {
 	for _, d := range r.Devices.Results {
 		id := structured.MakeDeviceID(d.Driver, d.Pool, d.Device)
 		if d.ShareID != nil {
-			s.allocated.AllocatedSharedDeviceIDs.Delete(structured.MakeSharedDeviceID(id, d.ShareID))
+			shared := structured.MakeSharedDeviceID(id, d.ShareID)
+			if s.allocated.AllocatedSharedDeviceIDs.Has(shared) {
+				if s.shares[id]--; s.shares[id] <= 0 {
+					delete(s.shares, id)
+				}
+			}
+			s.allocated.AllocatedSharedDeviceIDs.Delete(shared)
 			s.allocated.AggregatedCapacity.Remove(structured.NewDeviceConsumedCapacity(id, d.ConsumedCapacity))
 			continue
 		}
@@ -215,6 +232,7 @@ func (s *State) Clone() *State {
 		AllocatedSharedDeviceIDs: s.allocated.AllocatedSharedDeviceIDs.Clone(),
 		AggregatedCapacity:       s.allocated.AggregatedCapacity.Clone(),
 	}
+	c.shares = maps.Clone(s.shares)
 	return &c
 }
 
