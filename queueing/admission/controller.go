@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.done(&wl) {
+	if doneState(&wl) {
 		r.release(wl.UID)
 		return ctrl.Result{}, nil
 	}
@@ -470,9 +470,7 @@ func (r *Reconciler) release(uid types.UID) {
 	delete(r.reserved, uid)
 }
 
-// done: once pods run (PodsReady), finished or evicted, the live claims are the truth.
-func (r *Reconciler) done(wl *kueue.Workload) bool { return doneState(wl) }
-
+// doneState: once pods run (PodsReady), finished or evicted, the live claims are the truth.
 func doneState(wl *kueue.Workload) bool {
 	c := wl.Status.Conditions
 	return apimeta.IsStatusConditionTrue(c, kueue.WorkloadPodsReady) ||
