@@ -34,9 +34,11 @@ spec:
           selectors:
           - cel:
               expression: device.attributes["gpu.gpudra.dev"].index == %[3]s
-`+podYAML("first")+podYAML("second"), ns, node, index))
-
+`+podYAML("first"), ns, node, index))
 	eventually(t, 2*time.Minute, "the first pod runs", podRunning(ns, "first"))
+	// The second pod only once the first holds the GPU: created together, the scheduler may
+	// take the second first (its claim can be made from the template before the first's).
+	apply(t, fmt.Sprintf(podYAML("second"), ns, node))
 	claimOf := func(pod string) string {
 		p, err := client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
 		if err != nil || len(p.Status.ResourceClaimStatuses) == 0 || p.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
