@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -96,16 +97,13 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 // mountsUnder are the mount points of this process's mount namespace at or below dir.
 func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
-	raw, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
+	out := make([]string, len(mounts))
+	for i, m := range mounts {
+		out[i] = m.Mountpoint
 	}
 	return out
 }
@@ -114,23 +112,15 @@ func mountsUnder(t testing.TB, dir string) []string {
 // filesystem type, source and mount options; ok false when nothing is mounted there.
 func mountEntry(t testing.TB, dir string) (fsType, source, options string, ok bool) {
 	t.Helper()
-	raw, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) { return m.Mountpoint != dir, false })
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 || f[4] != dir {
-			continue
-		}
-		for k := 6; k+2 < len(f); k++ {
-			if f[k] == "-" {
-				fsType, source, options, ok = f[k+1], f[k+2], f[5], true
-				break
-			}
-		}
+	if len(mounts) == 0 {
+		return "", "", "", false
 	}
-	return fsType, source, options, ok
+	m := mounts[len(mounts)-1]
+	return m.FSType, m.Source, m.Options, true
 }
 
 var mountProbe struct {

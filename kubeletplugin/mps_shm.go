@@ -1,15 +1,16 @@
 package kubeletplugin
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -128,7 +129,7 @@ func unmountMPSShm(dir string) error {
 	return fmt.Errorf("unmounting the tmpfs on %s: still mounted after 8 unmounts", dir)
 }
 
-// mountInfo is the entry of /proc/self/mountinfo of the mount that holds path.
+// mountInfo is what the plugin needs of the mount that holds a path.
 type mountInfo struct {
 	mountPoint string
 	shared     bool // propagates mounts and unmounts to its peers ("shared:N")
@@ -139,68 +140,27 @@ type mountInfo struct {
 // mountOf finds, in /proc/self/mountinfo, the mount that holds path (the last one on
 // the longest mount point above it).
 func mountOf(path string) (mountInfo, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !within(path, m.Mountpoint), false
+	})
 	if err != nil {
 		return mountInfo{}, err
 	}
-	defer f.Close()
-	var best mountInfo
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		m, ok := parseMountInfo(sc.Text())
-		if !ok || !within(path, m.mountPoint) || len(m.mountPoint) < len(best.mountPoint) {
-			continue
+	var best *mountinfo.Info
+	for _, m := range mounts {
+		if best == nil || len(m.Mountpoint) >= len(best.Mountpoint) {
+			best = m
 		}
-		best = m
 	}
-	if err := sc.Err(); err != nil {
-		return mountInfo{}, err
-	}
-	if best.mountPoint == "" {
+	if best == nil {
 		return mountInfo{}, fmt.Errorf("no mount holds %s", path)
 	}
-	return best, nil
-}
-
-// parseMountInfo reads one mountinfo line: "id parent maj:min root mountpoint options
-// [optional fields...] - fstype source superoptions".
-func parseMountInfo(line string) (mountInfo, bool) {
-	fields := strings.Fields(line)
-	if len(fields) < 10 {
-		return mountInfo{}, false
-	}
-	m := mountInfo{mountPoint: unescapeMountInfo(fields[4])}
-	k := 6
-	for ; k < len(fields) && fields[k] != "-"; k++ {
-		if strings.HasPrefix(fields[k], "shared:") {
-			m.shared = true
-		}
-	}
-	if k+2 >= len(fields) {
-		return mountInfo{}, false
-	}
-	m.fsType, m.source = fields[k+1], unescapeMountInfo(fields[k+2])
-	return m, true
-}
-
-// unescapeMountInfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountInfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return mountInfo{
+		mountPoint: best.Mountpoint,
+		shared:     slices.ContainsFunc(strings.Fields(best.Optional), func(f string) bool { return strings.HasPrefix(f, "shared:") }),
+		fsType:     best.FSType,
+		source:     best.Source,
+	}, nil
 }
 
 // within reports whether path is dir or below it.

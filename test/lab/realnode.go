@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,59 +94,20 @@ func CheckRealNodeHost() error {
 // cgroupHierarchies lists the cgroup hierarchies mounted under /sys/fs/cgroup by folder name
 // ("memory", "cpu", ..., "unified"); "" stands for a cgroup v2 mount at /sys/fs/cgroup itself.
 func cgroupHierarchies() []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		mp, fstype := mountinfoFields(sc.Text())
-		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
-		}
+	for _, m := range mounts {
 		switch {
-		case mp == "/sys/fs/cgroup":
+		case m.Mountpoint == "/sys/fs/cgroup":
 			out = append(out, "")
-		case strings.HasPrefix(mp, "/sys/fs/cgroup/"):
-			out = append(out, strings.TrimPrefix(mp, "/sys/fs/cgroup/"))
+		case strings.HasPrefix(m.Mountpoint, "/sys/fs/cgroup/"):
+			out = append(out, strings.TrimPrefix(m.Mountpoint, "/sys/fs/cgroup/"))
 		}
 	}
 	return out
-}
-
-// mountinfoFields returns the mount point and filesystem type of a /proc/self/mountinfo line.
-func mountinfoFields(line string) (mountPoint, fstype string) {
-	fields := strings.Fields(line)
-	if len(fields) < 5 {
-		return "", ""
-	}
-	for i, f := range fields {
-		if f == "-" && i+1 < len(fields) {
-			fstype = fields[i+1]
-			break
-		}
-	}
-	return unescapeMountinfo(fields[4]), fstype
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // realNodePaths are the files and folders of one real node, all under its node folder.
@@ -612,15 +573,13 @@ func sharedBindMount(dir string) error {
 
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(dir string) ([]string, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil, err
 	}
-	var mps []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if mp, _ := mountinfoFields(line); mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mps = append(mps, mp)
-		}
+	mps := make([]string, len(mounts))
+	for i, m := range mounts {
+		mps[i] = m.Mountpoint
 	}
 	return mps, nil
 }

@@ -21,14 +21,6 @@ func TestCRILogText(t *testing.T) {
 	}
 }
 
-func TestMountinfoFields(t *testing.T) {
-	line := `36 25 0:32 / /work/.lab/nodes/n1/with\040space rw,relatime shared:1 - overlay overlay rw`
-	mp, fstype := mountinfoFields(line)
-	if mp != "/work/.lab/nodes/n1/with space" || fstype != "overlay" {
-		t.Errorf("mountinfoFields = %q, %q", mp, fstype)
-	}
-}
-
 // TestCheckRealNodeHostNamesWhatIsMissing: without root, the host check refuses a real node
 // and says it needs root (run as nobody when the test itself runs as root).
 func TestCheckRealNodeHostNamesWhatIsMissing(t *testing.T) {
