@@ -88,12 +88,7 @@ func (s *state) resetSpareMPSDirs() error {
 	var errs []error
 	for _, e := range entries {
 		if isSpare(e.Name()) {
-			spare := filepath.Join(root, e.Name())
-			if err := unmountMPSShm(filepath.Join(spare, "shm")); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			errs = append(errs, os.RemoveAll(spare))
+			errs = append(errs, removeSpareTree(filepath.Join(root, e.Name())))
 		}
 	}
 	s.spares = nil
@@ -107,13 +102,18 @@ func (s *state) removeSpareMPSDirs() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, spare := range s.spares {
-		if err := unmountMPSShm(filepath.Join(spare, "shm")); err != nil {
-			s.logger.Error(err, "Removing a spare MPS directory tree", "dir", spare)
-			continue
-		}
-		if err := os.RemoveAll(spare); err != nil {
+		if err := removeSpareTree(spare); err != nil {
 			s.logger.Error(err, "Removing a spare MPS directory tree", "dir", spare)
 		}
 	}
 	s.spares = nil
+}
+
+// removeSpareTree unmounts a spare tree's shm tmpfs and removes the tree; with the tmpfs
+// still mounted (the unmount failed) the tree stays.
+func removeSpareTree(dir string) error {
+	if err := unmountMPSShm(filepath.Join(dir, "shm")); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
