@@ -16,6 +16,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -410,23 +411,17 @@ func liveState(ctx context.Context, c client.Reader) (_ *allocation.State, alloc
 	return st, allocated, nil
 }
 
-// claimsAllocated: every ResourceClaim of the pod is among the allocated ones (a claim from
-// a template is known once the pod's status names it; the claim kube-scheduler makes for
-// extended resources, such as an NVLink group, is named in the status before it binds).
+// claimsAllocated: every ResourceClaim of the pod is among the allocated ones (named as
+// resourceclaim.Name names them: a claim from a template once the pod's status names it;
+// the claim kube-scheduler makes for extended resources, such as an NVLink group, is
+// named in the status before it binds).
 func claimsAllocated(pod *corev1.Pod, allocated map[types.NamespacedName]bool) bool {
 	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil && !allocated[types.NamespacedName{Namespace: pod.Namespace, Name: ext.ResourceClaimName}] {
 		return false
 	}
-	for _, rc := range pod.Spec.ResourceClaims {
-		name := rc.ResourceClaimName
-		if name == nil {
-			for _, st := range pod.Status.ResourceClaimStatuses {
-				if st.Name == rc.Name {
-					name = st.ResourceClaimName
-				}
-			}
-		}
-		if name == nil || !allocated[types.NamespacedName{Namespace: pod.Namespace, Name: *name}] {
+	for k := range pod.Spec.ResourceClaims {
+		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[k])
+		if err != nil || name == nil || !allocated[types.NamespacedName{Namespace: pod.Namespace, Name: *name}] {
 			return false
 		}
 	}
