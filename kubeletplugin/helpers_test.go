@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"sigs.k8s.io/yaml"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
@@ -43,6 +45,18 @@ type node struct {
 	// simulated GPUs they outlive plugin restarts.
 	mps        *fakeMPS
 	timeSlices *fakeTimeSlicer
+	// daemonPods is the API server of MPS control daemons in pods (newMPSPodsNode).
+	daemonPods *fake.Clientset
+}
+
+// daemons are the node's MPS control daemons: their pipe directories, or, in pods, their
+// Deployments' names.
+func (n *node) daemons(t testing.TB) []string {
+	t.Helper()
+	if n.daemonPods != nil {
+		return slices.Sorted(maps.Keys(deploymentsOf(t, n.daemonPods)))
+	}
+	return slices.Sorted(maps.Keys(n.mps.daemons()))
 }
 
 func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node {

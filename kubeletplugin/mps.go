@@ -249,7 +249,13 @@ func (s *state) checkShmPropagation(dir string) {
 // the pipe directory, in the daemon's view (the plugin's state directory), or the
 // client fails. Only for real daemons.
 func (s *state) checkMPSDirsSearchable() {
-	if _, real := s.mps.(MPSProcess); !real {
+	switch m := s.mps.(type) {
+	case MPSProcess:
+	case MPSPods:
+		if m.Simulated {
+			return
+		}
+	default:
 		return
 	}
 	if dir, mode := unsearchable(filepath.Join(s.planner.stateDir, "mps")); dir != "" {
@@ -282,6 +288,30 @@ func (s *state) removeUnknownMPS() error {
 			continue
 		}
 		errs = append(errs, s.removeClaimDirs(uid))
+	}
+	return errors.Join(append(errs, s.removeUnlistedMPS())...)
+}
+
+// removeUnlistedMPS stops the daemons an MPSControl that lists its daemons (MPSPods)
+// runs for claims the checkpoint does not know, whatever became of their directories
+// (a node's state directory wiped, a plugin moved to another one).
+func (s *state) removeUnlistedMPS() error {
+	lister, ok := s.mps.(mpsDaemonLister)
+	if !ok {
+		return nil
+	}
+	dirs, err := lister.PipeDirs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pipe := range dirs {
+		uid := types.UID(filepath.Base(filepath.Dir(pipe)))
+		if s.cp.Claims[uid] != nil {
+			continue
+		}
+		s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid, "pipeDir", pipe)
+		errs = append(errs, s.mps.Stop(pipe))
 	}
 	return errors.Join(errs...)
 }

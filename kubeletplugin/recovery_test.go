@@ -52,7 +52,7 @@ func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 	if n.spec(c) != nil {
 		t.Error("leaked CDI spec")
 	}
-	if got := n.mps.daemons(); len(got) != 0 {
+	if got := n.daemons(t); len(got) != 0 {
 		t.Errorf("leaked MPS control daemons %v", got)
 	}
 	if got, spares := claimMounts(t, n.cfg.CheckpointDir); len(got) != 0 || len(spares) > maxSpareMounts {
@@ -68,7 +68,7 @@ func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 // assertSharing checks the claim's MPS control daemons and GPU 2's time-slice.
 func assertSharing(t *testing.T, n *node, daemons int, slice config.TimeSliceInterval) {
 	t.Helper()
-	if got := n.mps.daemons(); len(got) != daemons {
+	if got := n.daemons(t); len(got) != daemons {
 		t.Errorf("MPS control daemons %v, want %d", got, daemons)
 	}
 	uuid := n.backendGPU(2)
@@ -98,12 +98,22 @@ var crashClaims = []struct {
 	mig        bool
 	mps        int // MPS control daemons while prepared
 	slice      config.TimeSliceInterval
+	pods       bool // MPS control daemons in pods (MPSPods)
 }{
-	{"mig", migClaim, true, 0, config.IntervalDefault},
-	{"share", shareClaim("4Gi", "20", ""), false, 1, config.IntervalDefault},
-	{"whole", wholeGPU, false, 0, config.IntervalDefault},
-	{"mps", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault},
-	{"timeslice", gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"), false, 0, config.IntervalLong},
+	{"mig", migClaim, true, 0, config.IntervalDefault, false},
+	{"share", shareClaim("4Gi", "20", ""), false, 1, config.IntervalDefault, false},
+	{"whole", wholeGPU, false, 0, config.IntervalDefault, false},
+	{"mps", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault, false},
+	{"timeslice", gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"), false, 0, config.IntervalLong, false},
+	{"mps-pod", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault, true},
+}
+
+// crashNode is a node for the crash tests: its MPS control daemons in pods or not.
+func crashNode(t *testing.T, pods bool) *node {
+	if pods {
+		return newMPSPodsNode(t)
+	}
+	return newNode(t, "dgx-h100")
 }
 
 func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
@@ -111,7 +121,7 @@ func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
 	for _, cl := range crashClaims {
 		for _, point := range plugin.PreparePoints {
 			t.Run("prepare/"+cl.name+"/"+point, func(t *testing.T) {
-				n := newNode(t, "dgx-h100")
+				n := crashNode(t, cl.pods)
 				c := n.allocate(cl.spec)
 				var reached bool
 				crashed := run(t, func() { _, _ = prepare(t, n.newDriver(crashAt(point, &reached)), c) })
@@ -141,7 +151,7 @@ func TestRestartAfterCrashAtEachStepEndsClean(t *testing.T) {
 		}
 		for _, point := range plugin.UnpreparePoints {
 			t.Run("unprepare/"+cl.name+"/"+point, func(t *testing.T) {
-				n := newNode(t, "dgx-h100")
+				n := crashNode(t, cl.pods)
 				c := n.allocate(cl.spec)
 				var reached bool
 				d := n.newDriver(crashAt(point, &reached))

@@ -39,6 +39,8 @@ type flags struct {
 	vgpuLibrary                       string
 	healthInjectionFile, podUID       string
 	mpsControl, nvidiaSMI, cdiHook    string
+	mpsDaemons, mpsImage              string
+	mpsNamespace, mpsPriorityClass    string
 }
 
 func newCommand() *cobra.Command {
@@ -63,6 +65,10 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.containerDriverRoot, "container-driver-root", "", "where this plugin's container mounts --driver-root (the chart: /driver-root), read for the driver's files and tools; the CDI specs name them under --driver-root, the host path (default: --driver-root itself, for a plugin running on the host)")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
 	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <container-driver-root or driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
+	fs.StringVar(&f.mpsDaemons, "mps-control-daemons", mpsInProcess, `where each MPS claim's control daemon runs: "process" (a child of this plugin: it stops when the plugin's container does) or "pod" (a Deployment of one pod per claim on this node, in --mps-daemon-namespace, running --mps-daemon-image: it outlives plugin restarts and rolling updates; needs RBAC on deployments and pods there)`)
+	fs.StringVar(&f.mpsImage, "mps-daemon-image", "", "image of the MPS control daemon pods (--mps-control-daemons=pod): gpudra's, the plugin's own")
+	fs.StringVar(&f.mpsNamespace, "mps-daemon-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the MPS control daemon pods (env POD_NAMESPACE: the plugin's own)")
+	fs.StringVar(&f.mpsPriorityClass, "mps-daemon-priority-class", "", "priority class of the MPS control daemon pods (empty: none)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
@@ -71,7 +77,7 @@ func newCommand() *cobra.Command {
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
-	cmd.AddCommand(mpsExecCommand())
+	cmd.AddCommand(mpsExecCommand(), mpsDaemonCommand())
 	return cmd
 }
 
@@ -134,6 +140,22 @@ func run(ctx context.Context, f flags) error {
 	}
 
 	mps, timeSlicer := sharingTools(f, backend.Simulated)
+	switch f.mpsDaemons {
+	case mpsInProcess:
+	case mpsInPod:
+		pods, err := mpsPods(f, mps, backend.Simulated)
+		if err != nil {
+			return err
+		}
+		pods.Client = client
+		if err := pods.Validate(); err != nil {
+			return fmt.Errorf("--mps-control-daemons=pod: %w (set --mps-daemon-image, --mps-daemon-namespace)", err)
+		}
+		klog.InfoS("MPS control daemons run in pods of their own", "namespace", pods.Namespace, "image", pods.Image, "simulated", pods.Simulated)
+		mps = pods
+	default:
+		return fmt.Errorf("--mps-control-daemons is %q, want %q or %q", f.mpsDaemons, mpsInProcess, mpsInPod)
+	}
 	hook := cdiHookPath(f.cdiHook, backend.Simulated)
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

@@ -87,3 +87,56 @@ func TestMPSExecIsWiredAndRefusesTheParentsMountNamespace(t *testing.T) {
 		t.Errorf("mps-exec subcommand %+v (%v): want hidden, flags passed through", sub, err)
 	}
 }
+
+func TestMPSDaemonPodsFromFlags(t *testing.T) {
+	f := flags{nodeName: "n1", mpsNamespace: "gpudra-system", mpsImage: "ghcr.io/gpudra/gpudra:0.1.0",
+		driverRoot: "/run/nvidia/driver", containerDriverRoot: "/driver-root"}
+	t.Setenv("LD_LIBRARY_PATH", "/driver-root/usr/lib64:/opt/lib")
+	tools, _ := sharingTools(f, false)
+	p, err := mpsPods(f, tools, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pod mounts the host's driver root at /driver-root and runs the driver's daemon from it.
+	if p.DriverRoot != "/run/nvidia/driver" || p.Binary != "/driver-root/usr/bin/nvidia-cuda-mps-control" || p.LibraryPath != "/driver-root/usr/lib64:/opt/lib" {
+		t.Errorf("daemon pods %+v", p)
+	}
+	// A plugin on the host (no container driver root) cannot say where the pod finds the daemon.
+	f.containerDriverRoot = ""
+	tools, _ = sharingTools(f, false)
+	if _, err := mpsPods(f, tools, false); err == nil || !strings.Contains(err.Error(), "--container-driver-root") {
+		t.Errorf("no container driver root: %v, want an error naming --container-driver-root", err)
+	}
+	// Simulated: no driver root needed; Validate names what is missing.
+	f.mpsImage = ""
+	tools, _ = sharingTools(f, true)
+	p, err = mpsPods(f, tools, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "image") || !strings.Contains(err.Error(), "client") {
+		t.Errorf("Validate: %v, want the missing image and client named", err)
+	}
+}
+
+func TestMPSDaemonCommandRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--devices=GPU-a"}, "--mps-control-daemon"},
+		{[]string{"--devices=GPU-a", "--simulated", "--mps-control-daemon=/x"}, "exclude"},
+		{[]string{"--simulated"}, "--devices"},
+		{[]string{"--simulated", "--devices=GPU-a,GPU-b", "--pinned-memory-mib=10"}, "one per device"},
+		{[]string{"--simulated", "--devices=GPU-a", "--pinned-memory-mib=ten"}, `"ten"`},
+		{[]string{"--simulated", "--devices=GPU-a", "--active-thread-percentage=150"}, "0 (no cap) to 100"},
+		{[]string{"--simulated", "--check", "--pipe-dir=" + t.TempDir()}, "no MPS control daemon"},
+	} {
+		cmd := mpsDaemonCommand()
+		cmd.SetArgs(tc.args)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %s", tc.args, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,437 @@
+package kubeletplugin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpudra/gpudra/cdi"
+)
+
+// A claim's MPS control daemon in a pod of its own (MPSPods), as NVIDIA's DRA driver runs
+// it (a Deployment per claim, pinned to the node): the daemon then lives as long as the
+// claim, not as long as the plugin's container. A plugin whose container restarts or is
+// rolled to a new version finds the claim's daemon still running, and the claim's
+// containers keep working with it. The plugin creates the Deployment when it prepares
+// the claim, waits until its pod is ready, and deletes it, waiting until the pod is gone,
+// when it unprepares the claim.
+
+// MPSDaemonCommand is the plugin's subcommand that a daemon pod runs (RunMPSDaemon).
+const MPSDaemonCommand = "mps-control-daemon"
+
+// Labels and annotation of the daemons' Deployments and pods.
+const (
+	LabelMPSComponent    = "app.kubernetes.io/component"
+	MPSComponent         = "mps-control-daemon"
+	LabelMPSNode         = "gpu.gpudra.dev/mps-node"
+	LabelMPSClaimUID     = "gpu.gpudra.dev/mps-claim-uid"
+	AnnotationMPSPipeDir = "gpu.gpudra.dev/mps-pipe-dir"
+	// annotationMPSSpec is a digest of what the daemon was started with: a Deployment
+	// found with another one (a plugin of another version made it) is made again.
+	annotationMPSSpec = "gpu.gpudra.dev/mps-daemon-spec"
+)
+
+// MPSPodPrefix begins the name of every daemon's Deployment; the claim's UID ends it.
+const MPSPodPrefix = "gpudra-mps-"
+
+// MPSPods runs each claim's MPS control daemon in a Deployment of one pod, on this node,
+// in Namespace. The pod runs Image's gpudra-kubelet-plugin mps-control-daemon, which
+// starts nvidia-cuda-mps-control (or, Simulated, a SimulatedMPS daemon) with the claim's
+// pipe, log and shm directories mounted where the claim's containers have them, and
+// stops it when the pod is deleted.
+type MPSPods struct {
+	Client    kubernetes.Interface
+	Namespace string
+	NodeName  string
+	// Image is the daemon pod's image (the plugin's own); PullPolicy its pull policy
+	// ("": IfNotPresent).
+	Image      string
+	PullPolicy corev1.PullPolicy
+	// Simulated: the pod runs a SimulatedMPS daemon (a simulated NVML backend); the pod
+	// is then unprivileged and mounts no driver root.
+	Simulated bool
+	// Binary is nvidia-cuda-mps-control's path in the pod, under /driver-root, where the
+	// pod mounts DriverRoot (a host path); LibraryPath is the pod's LD_LIBRARY_PATH.
+	Binary, DriverRoot, LibraryPath string
+	// PriorityClassName of the daemon pods ("": none).
+	PriorityClassName string
+	// Timeout bounds the wait for a daemon's pod to become ready and for a deleted one to
+	// go; 0 means 2 min.
+	Timeout time.Duration
+	// Poll is how often the Deployment is read while waiting; 0 means 250 ms.
+	Poll time.Duration
+}
+
+var _ MPSControl = MPSPods{}
+
+// MPSPodDriverRoot is where a daemon pod mounts the node's driver root.
+const MPSPodDriverRoot = "/driver-root"
+
+func (p MPSPods) timeout() time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return 2 * time.Minute
+}
+
+func (p MPSPods) poll() time.Duration {
+	if p.Poll > 0 {
+		return p.Poll
+	}
+	return 250 * time.Millisecond
+}
+
+// Validate says what is missing for daemons in pods.
+func (p MPSPods) Validate() error {
+	var missing []string
+	for _, f := range []struct{ name, value string }{{"namespace", p.Namespace}, {"node name", p.NodeName}, {"image", p.Image}} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if !p.Simulated && (p.Binary == "" || p.DriverRoot == "") {
+		missing = append(missing, "nvidia-cuda-mps-control path and driver root")
+	}
+	if p.Client == nil {
+		missing = append(missing, "Kubernetes client")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("MPS control daemons in pods need: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// mpsPodName is the name of the Deployment of the daemon listening in pipeDir
+// (<state>/mps/<claim UID>/pipe).
+func mpsPodName(pipeDir string) (name, claimUID string, err error) {
+	claimUID = filepath.Base(filepath.Dir(pipeDir))
+	name = MPSPodPrefix + claimUID
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || filepath.Base(pipeDir) != "pipe" || filepath.Base(filepath.Dir(filepath.Dir(pipeDir))) != "mps" {
+		return "", "", fmt.Errorf("%s is not a claim's MPS pipe directory (<state>/mps/<claim UID>/pipe)", pipeDir)
+	}
+	return name, claimUID, nil
+}
+
+// daemonArgs are the mps-control-daemon flags that give d, as the pod sees it.
+func (p MPSPods) daemonArgs(d MPSDaemon) []string {
+	args := []string{MPSDaemonCommand, "--pipe-dir=" + cdi.MPSPipeDir, "--log-dir=" + cdi.MPSLogDir,
+		"--devices=" + strings.Join(d.Devices, ",")}
+	if d.ActiveThreadPercent > 0 {
+		args = append(args, "--active-thread-percentage="+strconv.Itoa(d.ActiveThreadPercent))
+	}
+	if hasLimit(d.PinnedMemoryMiB) {
+		mibs := make([]string, len(d.PinnedMemoryMiB))
+		for k, m := range d.PinnedMemoryMiB {
+			mibs[k] = strconv.FormatInt(m, 10)
+		}
+		args = append(args, "--pinned-memory-mib="+strings.Join(mibs, ","))
+	}
+	if p.Simulated {
+		args = append(args, "--simulated")
+	} else {
+		args = append(args, "--mps-control-daemon="+p.Binary)
+	}
+	return args
+}
+
+// deployment is the Deployment that runs d.
+func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
+	name, claimUID, err := mpsPodName(d.PipeDir)
+	if err != nil {
+		return nil, err
+	}
+	args := p.daemonArgs(d)
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{p.Image, d.PipeDir, d.LogDir, d.ShmDir}, args...), "\x00")))
+	selector := map[string]string{LabelMPSComponent: MPSComponent, LabelMPSClaimUID: claimUID}
+	podLabels := map[string]string{"app.kubernetes.io/name": "gpudra", LabelMPSNode: p.NodeName}
+	for k, v := range selector {
+		podLabels[k] = v
+	}
+	hostPath := func(name, path string) corev1.Volume {
+		t := corev1.HostPathDirectory
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
+	}
+	volumes := []corev1.Volume{hostPath("pipe", d.PipeDir), hostPath("log", d.LogDir)}
+	mounts := []corev1.VolumeMount{{Name: "pipe", MountPath: cdi.MPSPipeDir}, {Name: "log", MountPath: cdi.MPSLogDir}}
+	if d.ShmDir != "" {
+		volumes = append(volumes, hostPath("shm", d.ShmDir))
+		mounts = append(mounts, corev1.VolumeMount{Name: "shm", MountPath: cdi.MPSShmDir})
+	}
+	security := &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)}
+	var env []corev1.EnvVar
+	if p.Simulated {
+		security.AllowPrivilegeEscalation = ptr.To(false)
+		security.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}
+	} else {
+		// The claim's GPUs (device-cgroup access to /dev/nvidia*, MIG capabilities), as
+		// NVIDIA's daemon pods.
+		security.Privileged = ptr.To(true)
+		volumes = append(volumes, hostPath("driver-root", p.DriverRoot))
+		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: MPSPodDriverRoot, ReadOnly: true})
+		if p.LibraryPath != "" {
+			env = append(env, corev1.EnvVar{Name: "LD_LIBRARY_PATH", Value: p.LibraryPath})
+		}
+	}
+	check := append(slices.Clone(args[:1]), "--check", "--pipe-dir="+cdi.MPSPipeDir)
+	if p.Simulated {
+		check = append(check, "--simulated")
+	} else {
+		check = append(check, "--mps-control-daemon="+p.Binary)
+	}
+	pull := p.PullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: p.Namespace, Labels: podLabels,
+			Annotations: map[string]string{AnnotationMPSPipeDir: d.PipeDir, annotationMPSSpec: hex.EncodeToString(sum[:12])},
+		},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			// Never two daemons on one pipe directory.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					// Bound to this node by name, as the claim is: no scheduling, every taint
+					// tolerated (the claim's pods run here).
+					NodeName:                      p.NodeName,
+					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					PriorityClassName:             p.PriorityClassName,
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(int64(30)),
+					Containers: []corev1.Container{{
+						Name: MPSComponent, Image: p.Image, ImagePullPolicy: pull,
+						Command: []string{"gpudra-kubelet-plugin"}, Args: args, Env: env,
+						VolumeMounts: mounts, SecurityContext: security,
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{"gpudra-kubelet-plugin"}, check...)}},
+							PeriodSeconds: 1, TimeoutSeconds: 10, FailureThreshold: 3,
+						},
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+							corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
+						}},
+					}},
+					Volumes: volumes,
+				},
+			},
+		},
+	}, nil
+}
+
+// Start implements MPSControl: it creates the daemon's Deployment (or finds the one an
+// earlier plugin made for the same daemon) and waits until its pod is ready. A daemon
+// that does not become ready is deleted again, and the error says why its pod is not.
+func (p MPSPods) Start(d MPSDaemon) (int, error) {
+	want, err := p.deployment(d)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
+	defer cancel()
+	deployments := p.Client.AppsV1().Deployments(p.Namespace)
+	_, err = deployments.Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var have *appsv1.Deployment
+		have, err = deployments.Get(ctx, want.Name, metav1.GetOptions{})
+		if err == nil && (have.DeletionTimestamp != nil || have.Annotations[annotationMPSSpec] != want.Annotations[annotationMPSSpec]) {
+			klog.Background().Info("Replacing an MPS control daemon's Deployment made for another daemon or being deleted", "deployment", klog.KObj(have))
+			if err = p.Stop(d.PipeDir); err == nil {
+				_, err = deployments.Create(ctx, want, metav1.CreateOptions{})
+			}
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("creating Deployment %s/%s of the MPS control daemon: %w", p.Namespace, want.Name, err)
+	}
+	if err := p.waitReady(ctx, want.Name); err != nil {
+		return 0, errors.Join(err, p.Stop(d.PipeDir))
+	}
+	return 0, nil
+}
+
+// waitReady waits until the Deployment has a ready pod.
+func (p MPSPods) waitReady(ctx context.Context, name string) error {
+	deployments := p.Client.AppsV1().Deployments(p.Namespace)
+	for {
+		dep, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && dep.Status.ObservedGeneration >= dep.Generation && dep.Status.ReadyReplicas > 0 {
+			return nil
+		}
+		if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+			klog.Background().V(4).Info("Reading an MPS control daemon's Deployment", "deployment", klog.KRef(p.Namespace, name), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the MPS control daemon's pod (Deployment %s/%s on node %s) is not ready after %s: %s", p.Namespace, name, p.NodeName, p.timeout(), p.whyNotReady(name, dep))
+		case <-time.After(p.poll()):
+		}
+	}
+}
+
+// whyNotReady says what the Deployment's pods wait for, for an error message.
+func (p MPSPods) whyNotReady(name string, dep *appsv1.Deployment) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, claimUID, _ := strings.Cut(name, MPSPodPrefix)
+	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, LabelMPSClaimUID: claimUID}).String(),
+	})
+	var why []string
+	if err != nil {
+		why = append(why, "listing its pods: "+err.Error())
+	} else {
+		for _, pod := range pods.Items {
+			s := fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase)
+			for _, c := range pod.Status.ContainerStatuses {
+				switch {
+				case c.State.Waiting != nil:
+					s += fmt.Sprintf(", container waiting: %s %s", c.State.Waiting.Reason, c.State.Waiting.Message)
+				case c.State.Terminated != nil:
+					s += fmt.Sprintf(", container exited %d: %s %s", c.State.Terminated.ExitCode, c.State.Terminated.Reason, c.State.Terminated.Message)
+				case !c.Ready:
+					s += ", container running, not ready (see its log)"
+				}
+				if c.RestartCount > 0 {
+					s += fmt.Sprintf(", %d restarts", c.RestartCount)
+				}
+			}
+			why = append(why, s)
+		}
+		if len(pods.Items) == 0 {
+			why = append(why, "no pod")
+		}
+	}
+	if dep != nil {
+		for _, c := range dep.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				why = append(why, fmt.Sprintf("Deployment %s: %s %s", c.Type, c.Reason, c.Message))
+			}
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// Running implements MPSControl: whether the daemon's Deployment exists. Kubernetes keeps
+// its pod running (restarts it when it fails, or after a node reboot); the plugin only
+// makes and deletes it.
+func (p MPSPods) Running(pipeDir string) (bool, error) {
+	name, _, err := mpsPodName(pipeDir)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = p.Client.AppsV1().Deployments(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Stop implements MPSControl: it deletes the daemon's Deployment, its pods first
+// (foreground deletion), and waits until it is gone, so that the daemon has quit
+// before the claim's directories go.
+func (p MPSPods) Stop(pipeDir string) error {
+	name, _, err := mpsPodName(pipeDir)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
+	defer cancel()
+	deployments := p.Client.AppsV1().Deployments(p.Namespace)
+	err = deployments.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting Deployment %s/%s of the MPS control daemon: %w", p.Namespace, name, err)
+	}
+	for {
+		_, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the MPS control daemon's Deployment %s/%s is not gone %s after its deletion: %s", p.Namespace, name, p.timeout(), p.whyNotReady(name, nil))
+		case <-time.After(p.poll()):
+		}
+	}
+}
+
+// PipeDirs are the pipe directories of the daemons that run in pods on this node (for
+// the start-up clean-up of daemons no claim accounts for).
+func (p MPSPods) PipeDirs() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := p.Client.AppsV1().Deployments(p.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, LabelMPSNode: p.NodeName}).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the MPS control daemons' Deployments on node %s: %w", p.NodeName, err)
+	}
+	var dirs []string
+	for _, dep := range list.Items {
+		if dir := dep.Annotations[AnnotationMPSPipeDir]; dir != "" {
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs, nil
+}
+
+// mpsDaemonLister is an MPSControl that can list its daemons (MPSPods), whose
+// Deployments may outlive the directories the start-up clean-up goes by.
+type mpsDaemonLister interface {
+	PipeDirs() ([]string, error)
+}
+
+// RunMPSDaemon is a daemon pod's process: it starts the daemon with ctl, watches it, and
+// stops it when ctx ends (the pod is deleted). It returns an error when the daemon stops
+// on its own, so that the pod's container restarts it.
+func RunMPSDaemon(ctx context.Context, ctl MPSControl, d MPSDaemon, every time.Duration) error {
+	logger := klog.FromContext(ctx)
+	pid, err := ctl.Start(d)
+	if err != nil {
+		return err
+	}
+	logger.Info("MPS control daemon running", "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir,
+		"activeThreadPercentage", d.ActiveThreadPercent, "pinnedMemoryMiB", d.PinnedMemoryMiB)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("Stopping the MPS control daemon", "pipeDir", d.PipeDir)
+			return ctl.Stop(d.PipeDir)
+		case <-tick.C:
+			running, err := ctl.Running(d.PipeDir)
+			if err != nil {
+				logger.Error(err, "Checking the MPS control daemon")
+			} else if !running {
+				return fmt.Errorf("the MPS control daemon in %s exited; its log: %s", d.PipeDir, tail(filepath.Join(d.LogDir, "control.log")))
+			}
+		}
+	}
+}
