@@ -105,6 +105,15 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
 	}
+	// MPS claims' daemons run in pods of their own, of the plugin's image, in its namespace.
+	for _, arg := range []string{"--mps-control-daemons=pod", "--mps-daemon-image=" + c.Image, "--mps-daemon-priority-class=system-node-critical"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("args %v lack %s", c.Args, arg)
+		}
+	}
+	if env := envOf(c, "POD_NAMESPACE"); env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+		t.Errorf("POD_NAMESPACE = %+v, want it from fieldRef metadata.namespace (where the MPS daemon pods go)", env)
+	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
 	if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rollingUpdate = %+v, want maxSurge 1 and maxUnavailable 0 (the new plugin starts beside the old one)", ru)
@@ -143,7 +152,7 @@ func TestLabPoolsRunSimulatedProfiles(t *testing.T) {
 			}
 		}
 		if slices.ContainsFunc(c.Args, func(a string) bool {
-			return strings.HasPrefix(a, "--mps-control-daemon") || strings.HasPrefix(a, "--nvidia-smi")
+			return strings.HasPrefix(a, "--mps-control-daemon=") || strings.HasPrefix(a, "--nvidia-smi")
 		}) {
 			t.Errorf("%s: args %v: a simulated pool simulates MPS daemons and time-slices, it gets no driver tools", want.name, c.Args)
 		}
@@ -316,6 +325,19 @@ func TestRBACIsMinimal(t *testing.T) {
 	if got := verbsByResource(plugin); !apiequality.Semantic.DeepEqual(got, want) {
 		t.Errorf("plugin permissions:\n%s", diff.Diff(want, got))
 	}
+	// In its own namespace only: its node's MPS control daemons.
+	role := m.get("Role", "gpudra-kubelet-plugin").(*rbacv1.Role)
+	wantRole := map[string][]string{"apps/deployments": {"create", "delete", "get", "list"}, "/pods": {"list"}}
+	if got := verbsByRules(role.Rules); role.Namespace != namespace || !apiequality.Semantic.DeepEqual(got, wantRole) {
+		t.Errorf("plugin Role in %q:\n%s", role.Namespace, diff.Diff(wantRole, got))
+	}
+	daemons := m.get("ValidatingAdmissionPolicy", "gpudra-mps-daemons-own-node").(*admissionv1.ValidatingAdmissionPolicy)
+	if rules := daemons.Spec.MatchConstraints.ResourceRules; len(rules) != 1 || !slices.Equal(rules[0].Resources, []string{"deployments"}) {
+		t.Errorf("MPS daemon policy matches %+v, want deployments", rules)
+	}
+	if m.get("ValidatingAdmissionPolicyBinding", "gpudra-mps-daemons-own-node") == nil {
+		t.Error("no binding for the MPS daemon policy")
+	}
 	vap := m.get("ValidatingAdmissionPolicy", "gpudra-resourceslices-own-node").(*admissionv1.ValidatingAdmissionPolicy)
 	if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, `"system:serviceaccount:gpudra:gpudra-kubelet-plugin"`) {
 		t.Errorf("policy does not match the plugin's identity in the release namespace: %+v", vap.Spec.MatchConditions)
@@ -402,6 +424,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"kubeletPlugin.nvml=cuda", `kubeletPlugin.nvml="cuda"`},
 		{"kubeletPlugin.mig=mixed", `kubeletPlugin.mig="mixed"`},
+		{"kubeletPlugin.mpsControlDaemons=thread", `kubeletPlugin.mpsControlDaemons="thread": accepted values are pod, process`},
+		{`kubeletPlugin.pools=[{"name":"p","mpsControlDaemons":"host"}]`, `kubeletPlugin.pools[p].mpsControlDaemons="host"`},
 		{`kubeletPlugin.pools=[{"name":"Big_Pool"}]`, "kubeletPlugin.pools[].name"},
 		{`kubeletPlugin.pools=[{"name":"p","nvml":"fake"}]`, `kubeletPlugin.pools[p].nvml="fake"`},
 		{"kubeletPlugin.defaultPool=false", "no node would run the plugin"},
@@ -474,9 +498,11 @@ func withoutLabels(t *testing.T, obj any) any {
 	return obj
 }
 
-func verbsByResource(r *rbacv1.ClusterRole) map[string][]string {
+func verbsByResource(r *rbacv1.ClusterRole) map[string][]string { return verbsByRules(r.Rules) }
+
+func verbsByRules(rules []rbacv1.PolicyRule) map[string][]string {
 	out := map[string][]string{}
-	for _, rule := range r.Rules {
+	for _, rule := range rules {
 		for _, g := range rule.APIGroups {
 			for _, res := range rule.Resources {
 				out[g+"/"+res] = slices.Sorted(slices.Values(slices.Concat(out[g+"/"+res], rule.Verbs)))

@@ -42,6 +42,8 @@ var kinds = map[string]func() any{
 	"Deployment":                       func() any { return &appsv1.Deployment{} },
 	"ClusterRole":                      func() any { return &rbacv1.ClusterRole{} },
 	"ClusterRoleBinding":               func() any { return &rbacv1.ClusterRoleBinding{} },
+	"Role":                             func() any { return &rbacv1.Role{} },
+	"RoleBinding":                      func() any { return &rbacv1.RoleBinding{} },
 	"DeviceClass":                      func() any { return &resourceapi.DeviceClass{} },
 	"ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
 	"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },

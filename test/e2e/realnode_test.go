@@ -472,26 +472,140 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 	}
 }
 
+// TestRealNodeMPSDaemonOutlivesItsPlugin: with the chart, an MPS claim's control daemon runs
+// in a pod of its own on the claim's node (gpudra-mps-<claim UID>), which the claim's
+// container talks to through its pipe directory. The plugin's pod is deleted and made again
+// (a crash, an eviction, an upgrade): the daemon's pod is the same one, never restarted, and
+// the claim stays prepared. Deleting the claim's pod deletes the daemon's pod and directories.
+func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
+	node := realNode(t)
+	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
+		t.Skip("this lab runs the real node's plugin as a process (install: processes); its MPS daemons are the plugin's children")
+	}
+	ns := namespace(t, "real-node-mps-daemon")
+	ctx := t.Context()
+	claim := claimOf(ns, "mps", "gpu.gpudra.dev", nil, "")
+	claim.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver:     lab.DriverName,
+			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}}`),
+		}},
+	}}
+	created, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := lab.RealNodePod(ns, "mps", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("mps")}})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := probeOutput(t, ns, "mps")
+	if !r.files["/tmp/nvidia-mps/"+kubeletplugin.SimulatedMPSFile] {
+		t.Fatalf("the claim's container does not see its daemon in its pipe directory (files %v)", r.files)
+	}
+
+	name := kubeletplugin.MPSPodPrefix + string(created.UID)
+	daemonPod := func(ctx context.Context) (*corev1.Pod, error) {
+		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: kubeletplugin.LabelMPSClaimUID + "=" + string(created.UID)})
+		if err != nil {
+			return nil, err
+		}
+		if len(pods.Items) != 1 {
+			return nil, fmt.Errorf("%d daemon pods of the claim", len(pods.Items))
+		}
+		return &pods.Items[0], nil
+	}
+	dep, err := client.AppsV1().Deployments(dsNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's MPS control daemon Deployment: %v", err)
+	}
+	first, err := daemonPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Spec.NodeName != node || !podIsReady(first) {
+		t.Fatalf("daemon pod %s on %q, ready %v: want it ready on %s", first.Name, first.Spec.NodeName, podIsReady(first), node)
+	}
+	pipe := dep.Annotations[kubeletplugin.AnnotationMPSPipeDir]
+	raw, err := os.ReadFile(filepath.Join(pipe, kubeletplugin.SimulatedMPSFile))
+	if err != nil || !strings.Contains(string(raw), `"activeThreadPercent":40`) {
+		t.Fatalf("the daemon's state in %s: %s (%v), want the claim's active thread percentage 40", pipe, raw, err)
+	}
+
+	// The plugin's pod goes; the DaemonSet makes a new one.
+	old := realNodePluginPod(t, node)
+	if err := client.CoreV1().Pods(dsNS).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "a new plugin pod is ready on "+node, func(ctx context.Context) error {
+		if p := realNodePluginPodNow(ctx, node); p == nil || p.UID == old.UID {
+			return fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
+		}
+		return nil
+	})
+	now, err := daemonPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := int32(0)
+	for _, c := range now.Status.ContainerStatuses {
+		restarts += c.RestartCount
+	}
+	if now.UID != first.UID || restarts > 0 || !podIsReady(now) {
+		t.Errorf("after the plugin's pod was replaced: daemon pod %s (uid %s, was %s), %d restarts, ready %v; want the same pod, never restarted",
+			now.Name, now.UID, first.UID, restarts, podIsReady(now))
+	}
+	if err := podRunning(ns, "mps")(ctx); err != nil {
+		t.Errorf("the claim's pod: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(pipe, kubeletplugin.SimulatedMPSFile)); err != nil {
+		t.Errorf("the daemon is gone from the claim's pipe directory: %v", err)
+	}
+
+	// The claim's pod goes: the new plugin unprepares the claim, and its daemon goes.
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "mps", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the claim's MPS control daemon and its directories are gone", func(ctx context.Context) error {
+		if _, err := client.AppsV1().Deployments(dsNS).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Deployment %s still there (%v)", name, err)
+		}
+		if p, err := daemonPod(ctx); p != nil || !strings.HasPrefix(fmt.Sprint(err), "0 daemon pods") {
+			return fmt.Errorf("daemon pod: %v", err)
+		}
+		if _, err := os.Stat(pipe); !os.IsNotExist(err) {
+			return fmt.Errorf("pipe directory %s still there (%v)", pipe, err)
+		}
+		return nil
+	})
+}
+
 // realNodePluginSelector selects the chart's plugin pods.
 var realNodePluginSelector = lab.ChartPodSelector("kubelet-plugin")
 
 // realNodePluginPod is the one running, ready plugin pod of the chart on the node.
 func realNodePluginPod(t *testing.T, node string) *corev1.Pod {
 	t.Helper()
-	dsNS, _, _ := state.RealNodePluginDaemonSet(node)
 	var found *corev1.Pod
 	eventually(t, 2*time.Minute, "one ready plugin pod on node "+node, func(ctx context.Context) error {
-		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			return err
-		}
-		if len(pods.Items) != 1 || !podIsReady(&pods.Items[0]) || pods.Items[0].DeletionTimestamp != nil {
+		if found = realNodePluginPodNow(ctx, node); found == nil {
 			return fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
 		}
-		found = &pods.Items[0]
 		return nil
 	})
 	return found
+}
+
+// realNodePluginPodNow is the node's one plugin pod if it is ready and not going, else nil.
+func realNodePluginPodNow(ctx context.Context, node string) *corev1.Pod {
+	dsNS, _, _ := state.RealNodePluginDaemonSet(node)
+	pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: realNodePluginSelector, FieldSelector: "spec.nodeName=" + node})
+	if err != nil || len(pods.Items) != 1 || !podIsReady(&pods.Items[0]) || pods.Items[0].DeletionTimestamp != nil {
+		return nil
+	}
+	return &pods.Items[0]
 }
 
 func describeRealNodePluginPods(t *testing.T, node string) string {

@@ -85,6 +85,7 @@ func (u *upper) chartValues() ([]byte, error) {
 		KubeletRegistryDir string              `json:"kubeletRegistryDir,omitempty"`
 		CDIRoot            string              `json:"cdiRoot,omitempty"`
 		NvidiaCDIHook      string              `json:"nvidiaCDIHook,omitempty"`
+		MPSControlDaemons  string              `json:"mpsControlDaemons,omitempty"`
 	}
 	mig := map[string]string{}
 	for _, n := range u.kwokNodes() {
@@ -99,7 +100,9 @@ func (u *upper) chartValues() ([]byte, error) {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 			return nil, fmt.Errorf("profile %s cannot name a chart pool: %s", profile, strings.Join(errs, "; "))
 		}
-		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}})
+		// kwok runs no pods: the MPS control daemons of kwok nodes' plugins (processes
+		// here) are their children. A real node runs them in pods (the chart's default).
+		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}, MPSControlDaemons: "process"})
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	// A real node's kubelet runs its pool's pod as a container of the gpudra image: in the

@@ -73,7 +73,7 @@ gpudra-controller
 {{/* Refuse values that would install something broken, naming the value and what is accepted. */}}
 {{- define "gpudra.validate" -}}
 {{- $k := .Values.kubeletPlugin -}}
-{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "mig" $k.mig)) -}}
+{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "mig" $k.mig "mpsControlDaemons" $k.mpsControlDaemons)) -}}
 {{- $where := ternary "kubeletPlugin" (printf "kubeletPlugin.pools[%s]" $p.name) (eq $p.name "") -}}
 {{- $nvml := $p.nvml | default $k.nvml -}}
 {{- if not (or (eq $nvml "nvml") (hasPrefix "sim:" $nvml)) -}}
@@ -82,6 +82,10 @@ gpudra-controller
 {{- $mig := $p.mig | default $k.mig -}}
 {{- if not (has $mig (list "static" "dynamic" "none")) -}}
 {{- fail (printf "%s.mig=%q: accepted values are static, dynamic, none" $where $mig) -}}
+{{- end -}}
+{{- $mps := $p.mpsControlDaemons | default $k.mpsControlDaemons -}}
+{{- if not (has $mps (list "pod" "process")) -}}
+{{- fail (printf "%s.mpsControlDaemons=%q: accepted values are pod, process" $where $mps) -}}
 {{- end -}}
 {{- end -}}
 {{- $poolKeys := concat (list "name" "nodeSelector" "tolerations") (without (keys $k) "pools" "defaultPool" "enabled") -}}
