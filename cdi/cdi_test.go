@@ -33,7 +33,7 @@ func written(t *testing.T, node cdi.Node, devs ...cdi.Device) (*cdiapi.Cache, []
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := specs.Write(claimUID, node, devs, []byte(`{"state":"PrepareCompleted"}`))
+	ids, err := specs.Write(claimUID, "train", node, devs, []byte(`{"state":"PrepareCompleted"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +209,56 @@ func TestClaimWithSeveralDevicesAgreesOnClaimWideEnv(t *testing.T) {
 	}
 }
 
+// A container given two claims (a pod's two claims in one container) gets the claim-wide
+// variables of one of them, the runtime applying the claims' specs in turn; each claim's
+// own variables, named after the claim, tell it what every claim got.
+func TestContainerWithTwoClaimsSeesEachClaimsOwnVariables(t *testing.T) {
+	dir := t.TempDir()
+	specs, err := cdi.NewSpecs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, err := specs.Write("uid-train", "train", cdi.Node{}, []cdi.Device{
+		{Name: "uid-train-gpu-0", Device: "gpu-0", GPUs: []cdi.GPU{gpu0}, MemoryBytes: 80 << 30, ComputePercent: 100},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig := &cdi.MIG{Parent: cdi.GPU{Index: 1, Minor: 1, UUID: "GPU-bbbb"}, GI: 2, UUID: "MIG-GPU-bbbb/2/0", GICapMinor: 40, CICapMinor: 41}
+	eval, err := specs.Write("uid-eval", "eval-gpus.v2", cdi.Node{}, []cdi.Device{
+		{Name: "uid-eval-gpu-3-share", Device: "gpu-3-share", GPUs: []cdi.GPU{gpu3}, MemoryBytes: 10 << 30, ComputePercent: 25},
+		{Name: "uid-eval-gpu-1-mig-1g10gb-4", Device: "gpu-1-mig-1g10gb-4", MIG: mig, MemoryBytes: 10 << 30, ComputePercent: 14},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := containerEnv(t, cache, append(train, eval...)...)
+	for k, v := range map[string]string{
+		"GPUDRA_CLAIM_TRAIN_VISIBLE_DEVICES":        "GPU-aaaa",
+		"GPUDRA_CLAIM_TRAIN_DEVICES":                "gpu-0",
+		"GPUDRA_CLAIM_TRAIN_MEMORY_MIB":             "81920",
+		"GPUDRA_CLAIM_TRAIN_COMPUTE_PERCENT":        "100",
+		"GPUDRA_CLAIM_EVAL_GPUS_V2_VISIBLE_DEVICES": "GPU-dddd,MIG-GPU-bbbb/2/0",
+		"GPUDRA_CLAIM_EVAL_GPUS_V2_DEVICES":         "gpu-3-share,gpu-1-mig-1g10gb-4",
+		"GPUDRA_CLAIM_EVAL_GPUS_V2_MEMORY_MIB":      "10240,10240",
+		"GPUDRA_CLAIM_EVAL_GPUS_V2_COMPUTE_PERCENT": "25,14",
+	} {
+		if env[k] != v {
+			t.Errorf("the container's %s=%q, want %q", k, env[k], v)
+		}
+	}
+	if got := env["GPUDRA_VISIBLE_DEVICES"]; got != "GPU-aaaa" && got != "GPU-dddd,MIG-GPU-bbbb/2/0" {
+		t.Errorf("GPUDRA_VISIBLE_DEVICES=%q, want one claim's", got)
+	}
+	if got := cdi.ClaimEnvPrefix("a-b.c9"); got != "GPUDRA_CLAIM_A_B_C9_" {
+		t.Errorf("ClaimEnvPrefix(a-b.c9) = %q", got)
+	}
+}
+
 // containerEnv is the environment of a container made from a CUDA image (whose
 // Dockerfile sets NVIDIA_VISIBLE_DEVICES=all) and given the CDI devices ids, as
 // containerd makes it before it runs the OCI runtime, which may be NVIDIA's.
@@ -349,7 +399,7 @@ func TestRemoveAndList(t *testing.T) {
 	}
 	dev := cdi.Device{Name: "a-gpu-0", Device: "gpu-0", GPUs: []cdi.GPU{gpu0}}
 	for _, uid := range []string{"a", "b"} {
-		if _, err := specs.Write(uid, cdi.Node{}, []cdi.Device{dev}, []byte("rec-"+uid)); err != nil {
+		if _, err := specs.Write(uid, "", cdi.Node{}, []cdi.Device{dev}, []byte("rec-"+uid)); err != nil {
 			t.Fatal(err)
 		}
 	}

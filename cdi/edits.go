@@ -158,28 +158,60 @@ func (n Node) root() string {
 	return n.DriverRoot
 }
 
+// ClaimEnvPrefix begins the names of the variables that describe the claim named claim
+// (ClaimEdits): GPUDRA_CLAIM_ and the name in upper case, every character other than a
+// letter or digit an underscore ("train-gpus" → GPUDRA_CLAIM_TRAIN_GPUS_).
+func ClaimEnvPrefix(claim string) string {
+	b := []byte(strings.ToUpper(claim))
+	for k, c := range b {
+		if (c < 'A' || c > 'Z') && (c < '0' || c > '9') {
+			b[k] = '_'
+		}
+	}
+	return "GPUDRA_CLAIM_" + string(b) + "_"
+}
+
 // ClaimEdits computes the container edits of each device of one claim. Variables that
 // describe the whole claim (GPUDRA_VISIBLE_DEVICES: the UUIDs of its GPUs and MIG
 // devices; GPUDRA_DEVICES: its device names) carry the same value on every device, so a
 // container given several of the claim's devices sees no conflict; per-GPU variables are
 // suffixed with the GPU's position k in GPUDRA_VISIBLE_DEVICES, as HAMi-core's
-// CUDA_DEVICE_MEMORY_LIMIT_<k> is. No device sets NVIDIA_VISIBLE_DEVICES: a device's
-// value would replace the spec's guard (SpecEdits).
-func (n Node) ClaimEdits(devs []Device) []cdispec.ContainerEdits {
-	var all, names []string
+// CUDA_DEVICE_MEMORY_LIMIT_<k> is. A container given several claims gets these
+// variables from one of them (the runtime applies the claims' specs in turn, and the
+// last value of a variable wins), so each claim also sets the same facts under names of
+// its own, ClaimEnvPrefix(claim) + VISIBLE_DEVICES, DEVICES, MEMORY_MIB and
+// COMPUTE_PERCENT (comma-separated, in the order of its VISIBLE_DEVICES), unless claim
+// is "". No device sets NVIDIA_VISIBLE_DEVICES: a device's value would replace the
+// spec's guard (SpecEdits).
+func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
+	var all, names, mems, computes []string
 	first := make([]int, len(devs)) // position of each device's first GPU
 	for i, d := range devs {
 		first[i] = len(all)
 		all = append(all, d.uuids()...)
 		names = append(names, d.Device)
+		for range d.uuids() {
+			mems = append(mems, strconv.FormatInt(d.MemoryBytes>>20, 10))
+			computes = append(computes, strconv.Itoa(d.ComputePercent))
+		}
+	}
+	var own []string
+	if claim != "" {
+		prefix := ClaimEnvPrefix(claim)
+		own = []string{
+			prefix + "VISIBLE_DEVICES=" + strings.Join(all, ","),
+			prefix + "DEVICES=" + strings.Join(names, ","),
+			prefix + "MEMORY_MIB=" + strings.Join(mems, ","),
+			prefix + "COMPUTE_PERCENT=" + strings.Join(computes, ","),
+		}
 	}
 	out := make([]cdispec.ContainerEdits, len(devs))
 	for i, d := range devs {
 		e := &out[i]
-		e.Env = []string{
+		e.Env = append([]string{
 			"GPUDRA_VISIBLE_DEVICES=" + strings.Join(all, ","),
 			"GPUDRA_DEVICES=" + strings.Join(names, ","),
-		}
+		}, own...)
 		for k := range d.uuids() {
 			pos := strconv.Itoa(first[i] + k)
 			e.Env = append(e.Env,

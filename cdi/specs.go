@@ -58,8 +58,9 @@ func specName(claimUID string) string {
 func (s *Specs) Path(claimUID string) string { return filepath.Join(s.dir, specName(claimUID)) }
 
 // Write writes the claim's spec with one CDI device per entry of devs and returns
-// their qualified ids in the same order. record is stored in ClaimAnnotation.
-func (s *Specs) Write(claimUID string, node Node, devs []Device, record []byte) ([]string, error) {
+// their qualified ids in the same order. claim names the claim in the variables of its
+// own (ClaimEdits); record is stored in ClaimAnnotation.
+func (s *Specs) Write(claimUID, claim string, node Node, devs []Device, record []byte) ([]string, error) {
 	spec := &cdispec.Spec{
 		Kind:           Kind,
 		ContainerEdits: node.SpecEdits(),
@@ -68,7 +69,7 @@ func (s *Specs) Write(claimUID string, node Node, devs []Device, record []byte) 
 		spec.Annotations = map[string]string{ClaimAnnotation: string(record)}
 	}
 	ids := make([]string, len(devs))
-	for k, own := range node.ClaimEdits(devs) {
+	for k, own := range node.ClaimEdits(claim, devs) {
 		e, err := node.DeviceEdits(devs[k], own)
 		if err != nil {
 			return nil, fmt.Errorf("CDI spec for claim %s: %w", claimUID, err)

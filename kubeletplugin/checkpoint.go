@@ -54,11 +54,14 @@ const (
 
 // PreparedClaim is the checkpoint's record of one claim.
 type PreparedClaim struct {
-	UID       types.UID        `json:"uid"`
-	Namespace string           `json:"namespace"`
-	Name      string           `json:"name"`
-	State     ClaimState       `json:"state"`
-	Devices   []PreparedDevice `json:"devices"`
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	// PodClaimName is the pod's name for a claim made from its template (the claim's
+	// resource.kubernetes.io/pod-claim-name annotation); "" for other claims.
+	PodClaimName string           `json:"podClaimName,omitempty"`
+	State        ClaimState       `json:"state"`
+	Devices      []PreparedDevice `json:"devices"`
 	// MPS is the claim's MPS control daemon once started; nil when it has none.
 	MPS *MPSDaemon `json:"mps,omitempty"`
 }

@@ -1,12 +1,16 @@
 package kubeletplugin_test
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpudra/gpudra/cdi"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -36,6 +40,24 @@ func TestWholeGPUClaimGetsItsDeviceNodeAndUUID(t *testing.T) {
 	}
 	if got := env(e)["GPUDRA_MEMORY_MIB_0"]; got != "81559" && got != "81920" {
 		t.Errorf("GPUDRA_MEMORY_MIB_0=%s", got)
+	}
+	// The claim's own variables are named after it ...
+	if got := env(e)[cdi.ClaimEnvPrefix(c.Name)+"VISIBLE_DEVICES"]; got != uuid {
+		t.Errorf("%sVISIBLE_DEVICES=%q, want %s (env %v)", cdi.ClaimEnvPrefix(c.Name), got, uuid, e.Env)
+	}
+	// ... or, for a claim made from a pod's template, after the pod's name for it, which
+	// the user wrote (the claim's own name has a random suffix); a restarted plugin
+	// writing the spec again from its checkpoint keeps that name.
+	tc := n.allocate(gpuClaim("5", ""))
+	tc.Annotations = map[string]string{resourceapi.PodResourceClaimAnnotation: "train-gpu"}
+	mustPrepare(t, d, tc)
+	if err := os.Remove(n.specPath(tc.UID)); err != nil {
+		t.Fatal(err)
+	}
+	mustPrepare(t, n.newDriver(nil), tc)
+	te := n.spec(tc).Devices[0].ContainerEdits
+	if got := env(te)["GPUDRA_CLAIM_TRAIN_GPU_DEVICES"]; got != "gpu-5" {
+		t.Errorf("GPUDRA_CLAIM_TRAIN_GPU_DEVICES=%q, want gpu-5 (env %v)", got, te.Env)
 	}
 }
 

@@ -200,7 +200,8 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devic
 	if err := s.checkExclusive(uid, devs); err != nil {
 		return nil, err
 	}
-	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, State: PrepareStarted, Devices: devs}
+	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
+		State: PrepareStarted, Devices: devs}
 	if err := s.checkTimeSlices(pc); err != nil {
 		return nil, err
 	}
@@ -327,7 +328,7 @@ func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
 	for k, d := range pc.Devices {
 		devs[k] = d.CDI
 	}
-	if _, err := s.specs.Write(string(pc.UID), s.planner.node, devs, raw); err != nil {
+	if _, err := s.specs.Write(string(pc.UID), cmp.Or(pc.PodClaimName, pc.Name), s.planner.node, devs, raw); err != nil {
 		return nil, err
 	}
 	return raw, nil

@@ -142,6 +142,11 @@ func run(ctx context.Context, f flags) error {
 	mps, timeSlicer := sharingTools(f, backend.Simulated)
 	switch f.mpsDaemons {
 	case mpsInProcess:
+		if f.mpsNamespace != "" {
+			if err := stopPodDaemons(client, f.mpsNamespace, f.nodeName); err != nil {
+				return fmt.Errorf("stopping the MPS control daemon pods of an earlier plugin: %w", err)
+			}
+		}
 	case mpsInPod:
 		pods, err := mpsPods(f, mps, backend.Simulated)
 		if err != nil {

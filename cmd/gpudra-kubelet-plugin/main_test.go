@@ -1,11 +1,21 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
@@ -138,5 +148,40 @@ func TestMPSDaemonCommandRefusesBadFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error with %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A plugin that runs MPS daemons as its children stops the daemon pods an earlier plugin
+// (--mps-control-daemons=pod) left on its node, and only those.
+func TestProcessModeStopsThePodDaemonsOfItsNode(t *testing.T) {
+	client := fake.NewClientset()
+	client.PrependReactor("create", "deployments", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		dep := a.(k8stesting.CreateAction).GetObject().(*appsv1.Deployment)
+		dep.Status.ReadyReplicas = 1
+		return false, nil, nil
+	})
+	for _, node := range []string{"n1", "n2"} {
+		p := plugin.MPSPods{Client: client, Namespace: "gpudra", NodeName: node, Image: "img", Simulated: true, Poll: time.Millisecond}
+		pipe := filepath.Join(t.TempDir(), "mps", "uid-"+node, "pipe")
+		if _, err := p.Start(plugin.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-" + node}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stopPodDaemons(client, "gpudra", "n1"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.AppsV1().Deployments("gpudra").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != plugin.MPSPodPrefix+"uid-n2" {
+		t.Errorf("Deployments left %v, want only node n2's daemon", list.Items)
+	}
+	// Without the right to list them there are none of its own.
+	client.PrependReactor("list", "deployments", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "", errors.New("no RBAC"))
+	})
+	if err := stopPodDaemons(client, "gpudra", "n1"); err != nil {
+		t.Errorf("without RBAC: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
@@ -117,4 +120,27 @@ func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, 
 		p.LibraryPath = strings.Join(dirs, ":")
 	}
 	return p, nil
+}
+
+// stopPodDaemons stops the MPS control daemons that run in pods on this node, for a
+// plugin that runs them as its children (--mps-control-daemons=process) after one that
+// ran them in pods: it starts the prepared claims' daemons itself, and a pod's daemon
+// beside one of them would serve the same pipe directory. Without RBAC to list the
+// daemons' Deployments (a plugin never installed with pods) there are none to stop.
+func stopPodDaemons(client kubernetes.Interface, namespace, node string) error {
+	pods := plugin.MPSPods{Client: client, Namespace: namespace, NodeName: node}
+	dirs, err := pods.PipeDirs()
+	if apierrors.IsForbidden(err) {
+		klog.V(2).InfoS("Not allowed to list MPS control daemon pods; none to stop", "namespace", namespace, "err", err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dir := range dirs {
+		klog.InfoS("Stopping an MPS control daemon pod: this plugin runs the daemons itself (--mps-control-daemons=process)", "pipeDir", dir)
+		errs = append(errs, pods.Stop(dir))
+	}
+	return errors.Join(errs...)
 }

@@ -472,6 +472,67 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 	}
 }
 
+// TestRealNodeContainerWithTwoClaims: one container given two claims — one the user named,
+// one made from the pod's template — gets both claims' GPUs, and each claim's own variables
+// (GPUDRA_CLAIM_<name>_*, named after the pod's name for a template's claim) say what each
+// claim got; the claim-wide GPUDRA_VISIBLE_DEVICES is one claim's.
+func TestRealNodeContainerWithTwoClaims(t *testing.T) {
+	node := realNode(t)
+	ns := namespace(t, "real-node-two-claims")
+	ctx := t.Context()
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claimOf(ns, "train", "gpu.gpudra.dev", nil, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	share := claimOf(ns, "", "gpu-share.gpudra.dev", map[string]string{"memory": "10Gi", "compute": "25"}, "")
+	tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "eval-share"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: share.Spec}}
+	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := lab.RealNodePod(ns, "both", node, []corev1.PodResourceClaim{
+		{Name: "train", ResourceClaimName: ptr.To("train")},
+		{Name: "eval", ResourceClaimTemplateName: ptr.To("eval-share")},
+	})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := probeOutput(t, ns, "both")
+	got, err := client.CoreV1().Pods(ns).Get(ctx, "both", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalClaim := ""
+	for _, st := range got.Status.ResourceClaimStatuses {
+		if st.Name == "eval" && st.ResourceClaimName != nil {
+			evalClaim = *st.ResourceClaimName
+		}
+	}
+	devices := publishedDevices(ctx, t)
+	var visible []string
+	for _, c := range []struct{ claim, envName string }{{"train", "TRAIN"}, {evalClaim, "EVAL"}} {
+		res, err := allocated(ctx, ns, c.claim)
+		if err != nil || len(res) != 1 {
+			t.Fatalf("claim %q: %v (%v)", c.claim, res, err)
+		}
+		uuid := stringAttr(devices[node+"/"+res[0].Device], "uuid")
+		prefix := "GPUDRA_CLAIM_" + c.envName + "_"
+		if r.env[prefix+"DEVICES"] != res[0].Device || r.env[prefix+"VISIBLE_DEVICES"] != uuid {
+			t.Errorf("claim %s got %s (%s); the container has %sDEVICES=%q, %sVISIBLE_DEVICES=%q",
+				c.claim, res[0].Device, uuid, prefix, r.env[prefix+"DEVICES"], prefix, r.env[prefix+"VISIBLE_DEVICES"])
+		}
+		visible = append(visible, uuid)
+	}
+	if want := "10240"; r.env["GPUDRA_CLAIM_EVAL_MEMORY_MIB"] != want || r.env["GPUDRA_CLAIM_EVAL_COMPUTE_PERCENT"] != "25" {
+		t.Errorf("the share's own memory and compute: %q MiB, %q %%; want %s, 25", r.env["GPUDRA_CLAIM_EVAL_MEMORY_MIB"], r.env["GPUDRA_CLAIM_EVAL_COMPUTE_PERCENT"], want)
+	}
+	if !slices.Contains(visible, r.env["GPUDRA_VISIBLE_DEVICES"]) {
+		t.Errorf("GPUDRA_VISIBLE_DEVICES=%q, want one claim's (%v)", r.env["GPUDRA_VISIBLE_DEVICES"], visible)
+	}
+	if nodes := r.gpuNodes(); len(nodes) != 2 {
+		t.Errorf("the container has GPU device nodes %v, want both claims' GPUs\n%s", nodes, r.raw)
+	}
+}
+
 // TestRealNodeMPSDaemonOutlivesItsPlugin: with the chart, an MPS claim's control daemon runs
 // in a pod of its own on the claim's node (gpudra-mps-<claim UID>), which the claim's
 // container talks to through its pipe directory. The plugin's pod is deleted and made again
