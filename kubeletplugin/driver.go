@@ -176,13 +176,21 @@ func (d *Driver) Stop() {
 }
 
 // PrepareResourceClaims prepares allocated claims: MIG instances, CDI specs, enforced
-// sharing. Each claim succeeds or fails on its own; a failed claim leaves nothing behind.
+// sharing. Each claim succeeds or fails on its own; a failed claim leaves nothing behind,
+// except one whose MPS control daemon's pod is not ready yet (MPSPods), which stays
+// prepared for the kubelet's next try.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
 		start, kind := time.Now(), claimType(c, d.types)
-		devs, err := d.state.prepare(c)
+		devs, waitMPS, err := d.state.prepare(c)
+		if err == nil {
+			// Outside the node's lock: other claims' prepares go on meanwhile. A daemon
+			// that is not ready fails this call, the claim stays prepared, and the
+			// kubelet's retry waits again.
+			err = d.state.waitMPS(ctx, waitMPS)
+		}
 		d.metrics.prepareSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 		if err != nil {
 			d.metrics.prepareErrors.WithLabelValues(kind).Inc()

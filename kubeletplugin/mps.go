@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -114,7 +115,13 @@ func (s *state) startMPS(pc *PreparedClaim) error {
 	if d == nil {
 		return nil
 	}
-	pid, err := s.mps.Start(*d)
+	var pid int
+	var err error
+	if deferred, ok := s.mps.(mpsDeferredStart); ok {
+		err = deferred.Create(*d)
+	} else {
+		pid, err = s.mps.Start(*d)
+	}
 	if err != nil {
 		return fmt.Errorf("starting the MPS control daemon of claim %s/%s: %w", pc.Namespace, pc.Name, err)
 	}
@@ -122,6 +129,35 @@ func (s *state) startMPS(pc *PreparedClaim) error {
 	pc.MPS = d
 	s.logger.V(2).Info("Started the claim's MPS control daemon", "claim", klog.KRef(pc.Namespace, pc.Name), "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir)
 	return s.hook.at(PointMPSStarted)
+}
+
+// mpsDeferredStart is an MPSControl whose daemons take long to start (MPSPods: a pod):
+// a prepare creates the daemon under the node's lock and waits until it is ready after
+// releasing it (Driver.PrepareResourceClaims), so that other claims' prepares on the node
+// need not wait for it.
+type mpsDeferredStart interface {
+	// Create starts the daemon, or finds it started, without waiting for it.
+	Create(d MPSDaemon) error
+	// WaitReady waits until the daemon listening in pipeDir is ready, or ctx ends, and
+	// says why it is not.
+	WaitReady(ctx context.Context, pipeDir string) error
+}
+
+// mpsToWaitFor is the pipe directory of the claim's daemon that the prepare must wait
+// for once the node's lock is released ("" when none: no daemon, or one started ready).
+func (s *state) mpsToWaitFor(pc *PreparedClaim) string {
+	if _, ok := s.mps.(mpsDeferredStart); !ok || pc.MPS == nil {
+		return ""
+	}
+	return pc.MPS.PipeDir
+}
+
+// waitMPS waits for the daemon mpsToWaitFor named.
+func (s *state) waitMPS(ctx context.Context, pipeDir string) error {
+	if pipeDir == "" {
+		return nil
+	}
+	return s.mps.(mpsDeferredStart).WaitReady(ctx, pipeDir)
 }
 
 // stopMPS stops the MPS control daemon of the claim with this UID, if one runs.

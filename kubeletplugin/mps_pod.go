@@ -80,7 +80,10 @@ type MPSPods struct {
 	Poll time.Duration
 }
 
-var _ MPSControl = MPSPods{}
+var (
+	_ MPSControl       = MPSPods{}
+	_ mpsDeferredStart = MPSPods{}
+)
 
 // MPSPodDriverRoot is where a daemon pod mounts the node's driver root.
 const MPSPodDriverRoot = "/driver-root"
@@ -240,13 +243,24 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 	}, nil
 }
 
-// Start implements MPSControl: it creates the daemon's Deployment (or finds the one an
-// earlier plugin made for the same daemon) and waits until its pod is ready. A daemon
-// that does not become ready is deleted again, and the error says why its pod is not.
+// Start implements MPSControl: Create, then WaitReady. A daemon that does not become
+// ready is deleted again, and the error says why its pod is not.
 func (p MPSPods) Start(d MPSDaemon) (int, error) {
+	if err := p.Create(d); err != nil {
+		return 0, err
+	}
+	if err := p.WaitReady(context.Background(), d.PipeDir); err != nil {
+		return 0, errors.Join(err, p.Stop(d.PipeDir))
+	}
+	return 0, nil
+}
+
+// Create creates the daemon's Deployment, or finds the one an earlier plugin made for
+// the same daemon; one made for another daemon, or being deleted, is made again.
+func (p MPSPods) Create(d MPSDaemon) error {
 	want, err := p.deployment(d)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
 	defer cancel()
@@ -263,17 +277,22 @@ func (p MPSPods) Start(d MPSDaemon) (int, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("creating Deployment %s/%s of the MPS control daemon: %w", p.Namespace, want.Name, err)
+		return fmt.Errorf("creating Deployment %s/%s of the MPS control daemon: %w", p.Namespace, want.Name, err)
 	}
-	if err := p.waitReady(ctx, want.Name); err != nil {
-		return 0, errors.Join(err, p.Stop(d.PipeDir))
-	}
-	return 0, nil
+	return nil
 }
 
-// waitReady waits until the Deployment has a ready pod.
-func (p MPSPods) waitReady(ctx context.Context, name string) error {
+// WaitReady waits until the Deployment of the daemon listening in pipeDir has a ready
+// pod, for at most Timeout.
+func (p MPSPods) WaitReady(ctx context.Context, pipeDir string) error {
+	name, _, err := mpsPodName(pipeDir)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout())
+	defer cancel()
 	deployments := p.Client.AppsV1().Deployments(p.Namespace)
+	start := time.Now()
 	for {
 		dep, err := deployments.Get(ctx, name, metav1.GetOptions{})
 		if err == nil && dep.Status.ObservedGeneration >= dep.Generation && dep.Status.ReadyReplicas > 0 {
@@ -284,7 +303,7 @@ func (p MPSPods) waitReady(ctx context.Context, name string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the MPS control daemon's pod (Deployment %s/%s on node %s) is not ready after %s: %s", p.Namespace, name, p.NodeName, p.timeout(), p.whyNotReady(name, dep))
+			return fmt.Errorf("the MPS control daemon's pod (Deployment %s/%s on node %s) is not ready after %s: %s", p.Namespace, name, p.NodeName, time.Since(start).Round(time.Millisecond), p.whyNotReady(name, dep))
 		case <-time.After(p.poll()):
 		}
 	}

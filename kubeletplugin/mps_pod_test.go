@@ -126,12 +126,13 @@ func TestMPSClaimDaemonRunsInAPodOfItsOwn(t *testing.T) {
 	assertClean(t, n, c)
 }
 
-// A daemon whose pod does not become ready fails the prepare with what its pod waits
-// for; the Deployment and the claim's directories are gone again.
+// A daemon whose pod is not ready fails the prepare with what its pod waits for; the
+// claim stays prepared, and the kubelet's next try, once the pod is ready, succeeds.
 func TestMPSPodThatIsNotReadyFailsThePrepareSayingWhy(t *testing.T) {
 	pods, client := mpsPods(t, false)
 	pods.Timeout = 300 * time.Millisecond
 	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = pods })
+	n.daemonPods = client
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	// Its pod cannot pull the image.
 	pod := &corev1.Pod{
@@ -144,14 +145,63 @@ func TestMPSPodThatIsNotReadyFailsThePrepareSayingWhy(t *testing.T) {
 	if _, err := client.CoreV1().Pods(mpsNamespace).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := prepare(t, n.newDriver(nil), c)
+	d := n.newDriver(nil)
+	_, err := prepare(t, d, c)
 	if err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") || !strings.Contains(err.Error(), plugin.MPSPodPrefix+string(c.UID)) {
 		t.Fatalf("prepare error %v, want one naming the daemon's Deployment and ImagePullBackOff", err)
 	}
-	if deps := deploymentsOf(t, client); len(deps) != 0 {
-		t.Errorf("Deployments left after a failed prepare: %v", deps)
+	if got := n.daemons(t); len(got) != 1 || n.spec(c) == nil {
+		t.Fatalf("after the failed wait: daemons %v, spec %v; want the claim still prepared", got, n.spec(c) != nil)
+	}
+	markReady(t, client, plugin.MPSPodPrefix+string(c.UID))
+	mustPrepare(t, d, c)
+	if err := unprepare(t, d, c); err != nil {
+		t.Fatal(err)
 	}
 	assertClean(t, n, c)
+}
+
+// markReady reports the Deployment's pod ready, as the kubelet and the Deployment
+// controller would.
+func markReady(t *testing.T, client *fake.Clientset, name string) {
+	t.Helper()
+	deps := client.AppsV1().Deployments(mpsNamespace)
+	dep, err := deps.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep.Status.ReadyReplicas = 1
+	if _, err := deps.UpdateStatus(context.Background(), dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While an MPS claim's prepare waits for its daemon's pod, the node's other prepares do
+// not wait behind it.
+func TestOtherPreparesDoNotWaitForAnMPSPod(t *testing.T) {
+	pods, client := mpsPods(t, false)
+	pods.Timeout = time.Minute
+	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = pods })
+	d := n.newDriver(nil)
+	mps, whole := n.allocate(gpuClaim("2", mpsConfig)), n.allocate(gpuClaim("5", ""))
+	done := make(chan error, 1)
+	go func() { _, err := prepare(t, d, mps); done <- err }()
+	waitFor(t, func() bool { return len(deploymentsOf(t, client)) == 1 })
+	mustPrepare(t, d, whole) // returns while the MPS claim still waits
+	select {
+	case err := <-done:
+		t.Fatalf("the MPS claim's prepare returned (%v) before its daemon was ready", err)
+	default:
+	}
+	markReady(t, client, plugin.MPSPodPrefix+string(mps.UID))
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the MPS claim's prepare did not return once its daemon was ready")
+	}
 }
 
 // A plugin that starts removes the daemon pods of its node that no prepared claim

@@ -160,72 +160,72 @@ func results(pc *PreparedClaim) []kubeletplugin.Device {
 
 // prepare makes the claim's devices usable and returns them with their CDI ids. It is
 // idempotent: a prepared claim returns the same devices.
-func (s *state) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.Device, waitMPS string, err error) {
 	unlock, err := s.lock()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer unlock()
 	if err := s.reload(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	uid := claim.UID
 	if pc := s.cp.Claims[uid]; pc != nil {
 		if pc.State == PrepareCompleted {
 			if !s.specs.Exists(string(uid)) {
 				if _, err := s.writeSpec(pc); err != nil {
-					return nil, err
+					return nil, "", err
 				}
 			}
 			// Its MPS control daemon may have died (with an earlier plugin container).
 			before := pc.MPS
 			if err := s.restoreMPS(pc, false); err != nil {
-				return nil, err
+				return nil, "", err
 			}
 			if pc.MPS != before {
 				if err := s.record(pc, PointPrepareCompletedTorn); err != nil {
-					return nil, err
+					return nil, "", err
 				}
 			}
-			return results(pc), nil
+			return results(pc), s.mpsToWaitFor(pc), nil
 		}
 		if err := s.rollback(pc); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
-	devs, err := s.planner.plan(claim)
+	planned, err := s.planner.plan(claim)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if err := s.checkExclusive(uid, devs); err != nil {
-		return nil, err
+	if err := s.checkExclusive(uid, planned); err != nil {
+		return nil, "", err
 	}
 	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
-		State: PrepareStarted, Devices: devs}
+		State: PrepareStarted, Devices: planned}
 	if err := s.checkTimeSlices(pc); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	s.cp.Claims[uid] = pc
 	if err := s.record(pc, PointPrepareStartedTorn); err != nil {
 		delete(s.cp.Claims, uid)
-		return nil, err
+		return nil, "", err
 	}
 	if err := s.hook.at(PointPrepareStarted); err != nil {
-		return nil, errors.Join(err, s.rollback(pc))
+		return nil, "", errors.Join(err, s.rollback(pc))
 	}
 	rec, err := s.realize(pc)
 	if err != nil {
-		return nil, errors.Join(err, s.rollback(pc))
+		return nil, "", errors.Join(err, s.rollback(pc))
 	}
 	pc.State = PrepareCompleted
 	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
 	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
-		return nil, errors.Join(err, s.rollback(pc))
+		return nil, "", errors.Join(err, s.rollback(pc))
 	}
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return results(pc), nil
+	return results(pc), s.mpsToWaitFor(pc), nil
 }
 
 // checkExclusive refuses devices that another claim prepared on this node holds.
