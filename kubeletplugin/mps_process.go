@@ -58,15 +58,26 @@ func (p MPSProcess) self() string {
 	return "/proc/self/exe"
 }
 
-// env is the plugin's environment (LD_LIBRARY_PATH finds the driver's libraries) with
-// the daemon's directories and devices.
-func mpsEnv(pipeDir, logDir, shmDir string, devices []string) []string {
+// mpsEnv is the plugin's environment (LD_LIBRARY_PATH finds the driver's libraries) with
+// the daemon's directories and devices, and binDir, the directory of
+// nvidia-cuda-mps-control, first in PATH: the daemon starts nvidia-cuda-mps-server from
+// its PATH, and the driver installs it beside the daemon (the plugin's image, or the
+// pod's, has none).
+func mpsEnv(binDir, pipeDir, logDir, shmDir string, devices []string) []string {
 	var env []string
+	path := binDir
 	for _, kv := range os.Environ() {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			if p != "" {
+				path += ":" + p
+			}
+			continue
+		}
 		if !strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") && !strings.HasPrefix(kv, "CUDA_MPS_") && !strings.HasPrefix(kv, mpsShmEnv+"=") {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, "PATH="+path)
 	env = append(env, "CUDA_MPS_PIPE_DIRECTORY="+pipeDir)
 	if logDir != "" {
 		env = append(env, "CUDA_MPS_LOG_DIRECTORY="+logDir)
@@ -143,7 +154,7 @@ func (p MPSProcess) Start(d MPSDaemon) (int, error) {
 	defer out.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
 	defer cancel()
-	if err := p.run(ctx, d.ShmDir, mpsEnv(d.PipeDir, d.LogDir, d.ShmDir, d.Devices), nil, out, "-d"); err != nil {
+	if err := p.run(ctx, d.ShmDir, mpsEnv(filepath.Dir(p.Binary), d.PipeDir, d.LogDir, d.ShmDir, d.Devices), nil, out, "-d"); err != nil {
 		return 0, fmt.Errorf("%s -d: %w: %s", p.Binary, err, tail(startLog))
 	}
 	pid, err := p.waitReady(d)
@@ -199,7 +210,7 @@ func (p MPSProcess) control(pipeDir, shmDir, command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	if err := p.run(ctx, shmDir, mpsEnv(pipeDir, "", shmDir, nil), strings.NewReader(command+"\n"), &out); err != nil {
+	if err := p.run(ctx, shmDir, mpsEnv(filepath.Dir(p.Binary), pipeDir, "", shmDir, nil), strings.NewReader(command+"\n"), &out); err != nil {
 		return "", fmt.Errorf("echo %s | %s: %w: %s", command, p.Binary, err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil

@@ -27,6 +27,7 @@ case "$1" in
   exit 0 ;;
 serve)
   env > "$pipe/daemon.env"
+  command -v nvidia-cuda-mps-server > "$pipe/daemon.server"
   ls -A /dev/shm > "$pipe/daemon.shm"
   trap 'rm -f "$pipe/nvidia-cuda-mps-control.pid"; exit 0' TERM
   echo $$ > "$pipe/nvidia-cuda-mps-control.pid"
@@ -66,6 +67,9 @@ func writeScript(t *testing.T, body string) string {
 
 func TestMPSProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
 	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(p.Binary), "nvidia-cuda-mps-server"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"),
 		Devices: []string{"GPU-a", "GPU-b"}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{1024, 0}}
@@ -88,6 +92,12 @@ func TestMPSProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
 		if !strings.Contains(string(env), kv+"\n") {
 			t.Errorf("daemon environment lacks %s:\n%s", kv, env)
 		}
+	}
+	// The daemon starts nvidia-cuda-mps-server from its PATH: the driver's, beside it,
+	// not whatever the plugin's image has.
+	server, _ := os.ReadFile(filepath.Join(d.PipeDir, "daemon.server"))
+	if want := filepath.Join(filepath.Dir(p.Binary), "nvidia-cuda-mps-server"); strings.TrimSpace(string(server)) != want {
+		t.Errorf("the daemon finds nvidia-cuda-mps-server at %q, want %s", strings.TrimSpace(string(server)), want)
 	}
 	cmds, _ := os.ReadFile(filepath.Join(d.PipeDir, "commands"))
 	for _, c := range []string{"get_server_list", "set_default_active_thread_percentage 50", "set_default_device_pinned_mem_limit 0 1024M"} {
