@@ -61,10 +61,9 @@ type MPSPods struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
-	// Image is the daemon pod's image (the plugin's own); PullPolicy its pull policy
-	// ("": IfNotPresent).
-	Image      string
-	PullPolicy corev1.PullPolicy
+	// Image is the daemon pod's image: the plugin's own, which the node has (the pod
+	// pulls it if not present).
+	Image string
 	// Simulated: the pod runs a SimulatedMPS daemon (a simulated NVML backend); the pod
 	// is then unprivileged and mounts no driver root.
 	Simulated bool
@@ -199,10 +198,6 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 	} else {
 		check = append(check, "--mps-control-daemon="+p.Binary)
 	}
-	pull := p.PullPolicy
-	if pull == "" {
-		pull = corev1.PullIfNotPresent
-	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: p.Namespace, Labels: podLabels,
@@ -225,7 +220,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 					EnableServiceLinks:            ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
 					Containers: []corev1.Container{{
-						Name: MPSComponent, Image: p.Image, ImagePullPolicy: pull,
+						Name: MPSComponent, Image: p.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 						Command: []string{"gpudra-kubelet-plugin"}, Args: args, Env: env,
 						VolumeMounts: mounts, SecurityContext: security,
 						ReadinessProbe: &corev1.Probe{
