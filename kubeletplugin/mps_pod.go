@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -61,9 +62,12 @@ type MPSPods struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
-	// Image is the daemon pod's image: the plugin's own, which the node has (the pod
-	// pulls it if not present).
-	Image string
+	// Image is the daemon pod's image (the plugin's own), pulled with PullPolicy (""
+	// is IfNotPresent) and PullSecrets (names of Secrets in Namespace), as the plugin's
+	// pod pulls it.
+	Image       string
+	PullPolicy  corev1.PullPolicy
+	PullSecrets []string
 	// Simulated: the pod runs a SimulatedMPS daemon (a simulated NVML backend); the pod
 	// is then unprivileged and mounts no driver root.
 	Simulated bool
@@ -198,6 +202,10 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 	} else {
 		check = append(check, "--mps-control-daemon="+p.Binary)
 	}
+	var secrets []corev1.LocalObjectReference
+	for _, name := range p.PullSecrets {
+		secrets = append(secrets, corev1.LocalObjectReference{Name: name})
+	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: p.Namespace, Labels: podLabels,
@@ -218,9 +226,10 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 					PriorityClassName:             p.PriorityClassName,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
+					ImagePullSecrets:              secrets,
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
 					Containers: []corev1.Container{{
-						Name: MPSComponent, Image: p.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Name: MPSComponent, Image: p.Image, ImagePullPolicy: cmp.Or(p.PullPolicy, corev1.PullIfNotPresent),
 						Command: []string{"gpudra-kubelet-plugin"}, Args: args, Env: env,
 						VolumeMounts: mounts, SecurityContext: security,
 						ReadinessProbe: &corev1.Probe{

@@ -239,6 +239,7 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	pods, client := mpsPods(t, true)
 	pods.Simulated = false
 	pods.DriverRoot, pods.Binary, pods.LibraryPath = "/run/nvidia/driver", "/driver-root/usr/bin/nvidia-cuda-mps-control", "/driver-root/usr/lib64"
+	pods.PullPolicy, pods.PullSecrets = corev1.PullAlways, []string{"regcred"}
 	pipe := filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000003", "pipe")
 	if _, err := pods.Start(plugin.MPSDaemon{PipeDir: pipe, LogDir: filepath.Join(filepath.Dir(pipe), "log"), Devices: []string{"MIG-1", "MIG-2"}}); err != nil {
 		t.Fatal(err)
@@ -248,6 +249,9 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	ctr := pod.Containers[0]
 	if s := ctr.SecurityContext; s.Privileged == nil || !*s.Privileged {
 		t.Errorf("the daemon container is not privileged: %+v", s)
+	}
+	if ctr.ImagePullPolicy != corev1.PullAlways || len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "regcred" {
+		t.Errorf("pulled with %s and secrets %v, want Always and regcred", ctr.ImagePullPolicy, pod.ImagePullSecrets)
 	}
 	if got := podHostPaths(pod)["/driver-root"]; got != pods.DriverRoot {
 		t.Errorf("driver root mounted from %q, want %q", got, pods.DriverRoot)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +42,8 @@ type flags struct {
 	mpsControl, nvidiaSMI, cdiHook    string
 	mpsDaemons, mpsImage              string
 	mpsNamespace, mpsPriorityClass    string
+	mpsPullPolicy                     string
+	mpsPullSecrets                    []string
 }
 
 func newCommand() *cobra.Command {
@@ -69,6 +72,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.mpsImage, "mps-daemon-image", "", "image of the MPS control daemon pods (--mps-control-daemons=pod): gpudra's, the plugin's own")
 	fs.StringVar(&f.mpsNamespace, "mps-daemon-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the MPS control daemon pods (env POD_NAMESPACE: the plugin's own)")
 	fs.StringVar(&f.mpsPriorityClass, "mps-daemon-priority-class", "", "priority class of the MPS control daemon pods (empty: none)")
+	fs.StringVar(&f.mpsPullPolicy, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of --mps-daemon-image: Always, IfNotPresent or Never")
+	fs.StringSliceVar(&f.mpsPullSecrets, "mps-daemon-image-pull-secrets", nil, "Secrets (in --mps-daemon-namespace) to pull --mps-daemon-image with, comma-separated")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)

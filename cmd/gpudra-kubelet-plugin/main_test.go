@@ -99,8 +99,8 @@ func TestMPSExecIsWiredAndRefusesTheParentsMountNamespace(t *testing.T) {
 }
 
 func TestMPSDaemonPodsFromFlags(t *testing.T) {
-	f := flags{nodeName: "n1", mpsNamespace: "gpudra-system", mpsImage: "ghcr.io/gpudra/gpudra:0.1.0",
-		driverRoot: "/run/nvidia/driver", containerDriverRoot: "/driver-root"}
+	f := flags{nodeName: "n1", mpsNamespace: "gpudra-system", mpsImage: "ghcr.io/gpudra/gpudra:0.1.0", mpsPullPolicy: "Always",
+		mpsPullSecrets: []string{"regcred"}, driverRoot: "/run/nvidia/driver", containerDriverRoot: "/driver-root"}
 	t.Setenv("LD_LIBRARY_PATH", "/driver-root/usr/lib64:/opt/lib")
 	tools, _ := sharingTools(f, false)
 	p, err := mpsPods(f, tools, false)
@@ -108,8 +108,14 @@ func TestMPSDaemonPodsFromFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The pod mounts the host's driver root at /driver-root and runs the driver's daemon from it.
-	if p.DriverRoot != "/run/nvidia/driver" || p.Binary != "/driver-root/usr/bin/nvidia-cuda-mps-control" || p.LibraryPath != "/driver-root/usr/lib64:/opt/lib" {
+	if p.DriverRoot != "/run/nvidia/driver" || p.Binary != "/driver-root/usr/bin/nvidia-cuda-mps-control" || p.LibraryPath != "/driver-root/usr/lib64:/opt/lib" ||
+		p.PullPolicy != "Always" || !reflect.DeepEqual(p.PullSecrets, []string{"regcred"}) {
 		t.Errorf("daemon pods %+v", p)
+	}
+	bad := f
+	bad.mpsPullPolicy = "Sometimes"
+	if _, err := mpsPods(bad, tools, false); err == nil || !strings.Contains(err.Error(), "--mps-daemon-image-pull-policy") {
+		t.Errorf("pull policy Sometimes: %v, want an error naming the flag", err)
 	}
 	// A plugin on the host (no container driver root) cannot say where the pod finds the daemon.
 	f.containerDriverRoot = ""

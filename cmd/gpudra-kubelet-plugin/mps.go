@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -102,7 +103,13 @@ func mpsDaemonCommand() *cobra.Command {
 func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, error) {
 	p := plugin.MPSPods{
 		Namespace: f.mpsNamespace, NodeName: f.nodeName, Image: f.mpsImage, Simulated: simulated,
+		PullPolicy: corev1.PullPolicy(f.mpsPullPolicy), PullSecrets: f.mpsPullSecrets,
 		DriverRoot: f.driverRoot, LibraryPath: os.Getenv("LD_LIBRARY_PATH"), PriorityClassName: f.mpsPriorityClass,
+	}
+	switch p.PullPolicy {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return p, fmt.Errorf("--mps-daemon-image-pull-policy is %q, want %s, %s or %s", f.mpsPullPolicy, corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever)
 	}
 	if !simulated {
 		proc, ok := tools.(plugin.MPSProcess)

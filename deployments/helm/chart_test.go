@@ -106,10 +106,15 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 		}
 	}
 	// MPS claims' daemons run in pods of their own, of the plugin's image, in its namespace.
-	for _, arg := range []string{"--mps-control-daemons=pod", "--mps-daemon-image=" + c.Image, "--mps-daemon-priority-class=system-node-critical"} {
+	for _, arg := range []string{"--mps-control-daemons=pod", "--mps-daemon-image=" + c.Image, "--mps-daemon-image-pull-policy=IfNotPresent", "--mps-daemon-priority-class=system-node-critical"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
+	}
+	// Pulled as the plugin's image is.
+	secret := render(t, `imagePullSecrets=[{"name":"regcred"},{"name":"mirror"}]`).get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(secret.Args, "--mps-daemon-image-pull-secrets=regcred,mirror") {
+		t.Errorf("with imagePullSecrets: args %v lack --mps-daemon-image-pull-secrets=regcred,mirror", secret.Args)
 	}
 	if env := envOf(c, "POD_NAMESPACE"); env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil || env.ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
 		t.Errorf("POD_NAMESPACE = %+v, want it from fieldRef metadata.namespace (where the MPS daemon pods go)", env)
