@@ -126,6 +126,17 @@ func claimOf(ns, name, class string, capacity map[string]string, cel string) *re
 	}
 }
 
+// withConfig gives the claim's request "gpu" (claimOf's) a gpudra opaque config.
+func withConfig(c *resourcev1.ResourceClaim, params string) *resourcev1.ResourceClaim {
+	c.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver: lab.DriverName, Parameters: runtimeRaw(params),
+		}},
+	}}
+	return c
+}
+
 // cdiSpecsMentioning lists the CDI spec files of the node that name the claim's UID.
 func cdiSpecsMentioning(t *testing.T, node, uid string) []string {
 	t.Helper()
@@ -157,13 +168,7 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 		claimOf(ns, "mps", "gpu-share.gpudra.dev", map[string]string{"memory": "8Gi", "compute": "20"}, ""),
 	}
 	// The "mps" share runs under its own MPS control daemon (simulated on this node).
-	claims[3].Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
-		Requests: []string{"gpu"},
-		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver:     lab.DriverName,
-			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}`),
-		}},
-	}}
+	withConfig(claims[3], `{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS"}}`)
 	for _, c := range claims {
 		if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -546,14 +551,8 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 	}
 	ns := namespace(t, "real-node-mps-daemon")
 	ctx := t.Context()
-	claim := claimOf(ns, "mps", "gpu.gpudra.dev", nil, "")
-	claim.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
-		Requests: []string{"gpu"},
-		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver:     lab.DriverName,
-			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}}`),
-		}},
-	}}
+	claim := withConfig(claimOf(ns, "mps", "gpu.gpudra.dev", nil, ""),
+		`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}}`)
 	created, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -775,15 +774,8 @@ func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
 	node := realNode(t)
 	ns := namespace(t, "real-node-bad-config")
 	ctx := t.Context()
-	c := claimOf(ns, "too-much-pinned", "gpu.gpudra.dev", nil, "")
-	c.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
-		Requests: []string{"gpu"},
-		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver: lab.DriverName,
-			Parameters: runtimeRaw(`{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig",
-				"sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "4Ti"}}}`),
-		}},
-	}}
+	c := withConfig(claimOf(ns, "too-much-pinned", "gpu.gpudra.dev", nil, ""), `{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig",
+		"sharing": {"strategy": "MPS", "mps": {"defaultPinnedDeviceMemoryLimit": "4Ti"}}}`)
 	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, c, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the webhook should let this config through (it cannot know the GPU): %v", err)
 	}
