@@ -184,6 +184,7 @@ func ClaimEnvPrefix(claim string) string {
 // is "". No device sets NVIDIA_VISIBLE_DEVICES: a device's value would replace the
 // spec's guard (SpecEdits).
 func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
+	// all, mems and computes: per GPU, in GPUDRA_VISIBLE_DEVICES order.
 	var all, names, mems, computes []string
 	first := make([]int, len(devs)) // position of each device's first GPU
 	for i, d := range devs {
@@ -213,10 +214,10 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 			"GPUDRA_DEVICES=" + strings.Join(names, ","),
 		}, own...)
 		for k := range d.uuids() {
-			pos := strconv.Itoa(first[i] + k)
+			pos := first[i] + k
 			e.Env = append(e.Env,
-				"GPUDRA_MEMORY_MIB_"+pos+"="+strconv.FormatInt(d.MemoryBytes>>20, 10),
-				"GPUDRA_COMPUTE_PERCENT_"+pos+"="+strconv.Itoa(d.ComputePercent))
+				"GPUDRA_MEMORY_MIB_"+strconv.Itoa(pos)+"="+mems[pos],
+				"GPUDRA_COMPUTE_PERCENT_"+strconv.Itoa(pos)+"="+computes[pos])
 		}
 		if d.TimeSlice != "" {
 			e.Env = append(e.Env, "GPUDRA_TIMESLICE="+d.TimeSlice)

@@ -342,8 +342,12 @@ func (s *state) removeUnlistedMPS() error {
 	}
 	var errs []error
 	for _, pipe := range dirs {
-		uid := types.UID(filepath.Base(filepath.Dir(pipe)))
-		if s.cp.Claims[uid] != nil {
+		_, uid, err := mpsPodName(pipe)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.cp.Claims[types.UID(uid)] != nil {
 			continue
 		}
 		s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid, "pipeDir", pipe)

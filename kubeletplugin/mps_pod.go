@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -150,12 +149,15 @@ func (p MPSPods) daemonArgs(d MPSDaemon) []string {
 		}
 		args = append(args, "--pinned-memory-mib="+strings.Join(mibs, ","))
 	}
+	return append(args, p.daemonFlag())
+}
+
+// daemonFlag says which daemon the pod runs: simulated, or the driver's.
+func (p MPSPods) daemonFlag() string {
 	if p.Simulated {
-		args = append(args, "--simulated")
-	} else {
-		args = append(args, "--mps-control-daemon="+p.Binary)
+		return "--simulated"
 	}
-	return args
+	return "--mps-control-daemon=" + p.Binary
 }
 
 // deployment is the Deployment that runs d.
@@ -196,12 +198,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 			env = append(env, corev1.EnvVar{Name: "LD_LIBRARY_PATH", Value: p.LibraryPath})
 		}
 	}
-	check := append(slices.Clone(args[:1]), "--check", "--pipe-dir="+cdi.MPSPipeDir)
-	if p.Simulated {
-		check = append(check, "--simulated")
-	} else {
-		check = append(check, "--mps-control-daemon="+p.Binary)
-	}
+	check := []string{"gpudra-kubelet-plugin", MPSDaemonCommand, "--check", "--pipe-dir=" + cdi.MPSPipeDir, p.daemonFlag()}
 	var secrets []corev1.LocalObjectReference
 	for _, name := range p.PullSecrets {
 		secrets = append(secrets, corev1.LocalObjectReference{Name: name})
@@ -233,7 +230,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 						Command: []string{"gpudra-kubelet-plugin"}, Args: args, Env: env,
 						VolumeMounts: mounts, SecurityContext: security,
 						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{"gpudra-kubelet-plugin"}, check...)}},
+							ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: check}},
 							PeriodSeconds: 1, TimeoutSeconds: 10, FailureThreshold: 3,
 						},
 						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
