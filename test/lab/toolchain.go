@@ -10,8 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 )
 
 // toolchainScript builds and caches the lab's Kubernetes components (test/lab/toolchain.sh),
@@ -37,7 +35,8 @@ type Toolchain struct {
 	CDIHook string
 }
 
-// runToolchain runs toolchain.sh with args, streaming its progress to progress.
+// runToolchain runs toolchain.sh with args, streaming its progress to progress. A failure
+// quotes the script's last lines (for a failed build: the tail of the component's log).
 func runToolchain(ctx context.Context, progress io.Writer, args ...string) (string, error) {
 	f, err := os.CreateTemp("", "gpudra-toolchain-*.sh")
 	if err != nil {
@@ -49,16 +48,12 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 	}
 	f.Close()
 	var out bytes.Buffer
+	tail := &tailWriter{max: 16 << 10}
 	cmd := exec.CommandContext(ctx, "bash", append([]string{f.Name()}, args...)...)
-	cmd.Stdout = &out
-	cmd.Stderr = progress
 	cmd.Env = append(os.Environ(), "GPUDRA_CACHE="+CacheDir())
-	// On cancellation stop the whole build (bash, its ticker and the go commands), not just bash.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("toolchain.sh %s: %w", strings.Join(args, " "), err)
+	// On cancellation the whole build stops (bash, its ticker and the go commands), not just bash.
+	if err := runGroup(ctx, cmd, &out, io.MultiWriter(progress, tail)); err != nil {
+		return out.String(), fmt.Errorf("toolchain.sh %s: %w\n%s", strings.Join(args, " "), err, indent(tail.lines(25), "    "))
 	}
 	return out.String(), nil
 }
@@ -158,8 +153,7 @@ func buildBinary(ctx context.Context, progress io.Writer, repo, out string) erro
 	// go-nvml's C bindings use deprecated NVML declarations (as in the Makefile).
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOTOOLCHAIN=local", "CGO_CFLAGS=-Wno-deprecated-declarations")
 	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = progress, &stderr
-	if err := cmd.Run(); err != nil {
+	if err := runGroup(ctx, cmd, progress, &stderr); err != nil {
 		return &ComponentError{Component: name + " build", Err: fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, stderr.String())}
 	}
 	return nil

@@ -40,27 +40,37 @@ dir_of() { # component → cache folder
 log() { printf '[toolchain %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # ticker prints a line every 30 s while a long build runs, so a cold build does not look hung.
-ticker() { local what=$1 start=$SECONDS; while sleep 30; do log "$what: still building ($((SECONDS - start)) s)"; done; }
+# Its sleep runs in the background and the TERM trap ends it: a sleep left behind would keep
+# the script's stderr open, and whoever reads that pipe would wait for it long after the
+# script ended.
+ticker() {
+  local what=$1 start=$SECONDS nap=
+  trap '[[ -n $nap ]] && kill "$nap" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep 30 & nap=$!
+    wait "$nap" || true
+    log "$what: still building ($((SECONDS - start)) s)"
+  done
+}
 
-build_in() { # $1 = component label, $2 = cache folder; builds with the function named build_$1
-  local c=$1 out=$2 work
-  if [[ -f $out/.complete ]]; then log "$c: cached in $out"; return 0; fi
+build_in() { # $1 = component label, $2 = cache folder, $3 = "i/n" of this run; builds with build_$1
+  local c=$1 out=$2 nth=$3 work
+  if [[ -f $out/.complete ]]; then log "$c ($nth): cached in $out"; return 0; fi
   rm -rf "$out.tmp"; mkdir -p "$out.tmp/bin"
   work=$(mktemp -d "$TOOLS/.work-$c.XXXX")
-  log "$c: building (cold builds take minutes; log in $out.log)"
-  ticker "$c" & local tick=$!
+  log "$c ($nth): building (cold builds take minutes; log in $out.log)"
+  ticker "$c ($nth)" & local tick=$!
   local start=$SECONDS rc=0
   ( cd "$work" && "build_$c" "$out.tmp" ) >"$out.log" 2>&1 || rc=$?
   kill "$tick" 2>/dev/null; wait "$tick" 2>/dev/null || true
   rm -rf "$work"
   if (( rc != 0 )); then
-    log "$c: FAILED after $((SECONDS - start)) s; last lines of $out.log:"; tail -n 20 "$out.log" >&2; return "$rc"
+    rm -rf "$out.tmp"
+    log "$c ($nth): FAILED after $((SECONDS - start)) s; last lines of $out.log:"; tail -n 20 "$out.log" >&2; return "$rc"
   fi
   rm -rf "$out"; mv "$out.tmp" "$out"; touch "$out/.complete"
-  log "$c: built in $((SECONDS - start)) s → $out/bin"
+  log "$c ($nth): built in $((SECONDS - start)) s → $out/bin"
 }
-
-modcache() { go env GOMODCACHE; }
 
 # k8s_module sets up a throw-away module that builds k8s.io/kubernetes commands at $K8S_VERSION
 # (its staging repositories pinned to the matching v0 versions); $@ are the cmd/ packages.
@@ -190,12 +200,13 @@ if [[ ${1:-} == --status ]]; then
 fi
 if [[ ${1:-} == --dir ]]; then dir_of "$2"; exit 0; fi
 comps=("$@"); (( ${#comps[@]} )) || comps=(k8s etcd kwok kueue)
-for c in "${comps[@]}"; do
+for i in "${!comps[@]}"; do
+  c=${comps[$i]} nth="$((i + 1))/${#comps[@]}"
   d=$(dir_of "$c")
-  if [[ -f $d/.complete ]]; then log "$c: cached in $d"; continue; fi
+  if [[ -f $d/.complete ]]; then log "$c ($nth): cached in $d"; continue; fi
   # One builder per component and cache; a second caller waits, then finds it cached.
   exec 9>"$TOOLS/.lock-$c"
-  if ! flock -n 9; then log "$c: another process is building it; waiting"; flock 9; fi
-  build_in "$c" "$d"
+  if ! flock -n 9; then log "$c ($nth): another process is building it; waiting"; flock 9; fi
+  build_in "$c" "$d" "$nth"
   exec 9>&-
 done

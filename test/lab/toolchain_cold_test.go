@@ -1,0 +1,189 @@
+package lab
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stubGo stands in for the go command in toolchain.sh's builds: module commands do nothing (a
+// download points at a small fake module), and a build or install "builds" for a second, then
+// writes its output, or fails for a package matching $STUB_GO_FAIL.
+const stubGo = `#!/usr/bin/env bash
+set -eu
+last=${!#}
+build() { # $1 = output file, $2 = package
+  sleep 1
+  if [[ -n ${STUB_GO_FAIL:-} && $2 == *"$STUB_GO_FAIL"* ]]; then
+    echo "stub go: cannot build $2" >&2; exit 1
+  fi
+  mkdir -p "$(dirname "$1")"; printf '#!/bin/sh\necho stub %s\n' "$2" >"$1"; chmod +x "$1"
+}
+case $1 in
+  mod)
+    case $2 in
+      init) echo "module $3" >go.mod ;;
+      download) printf '{\n\t"Path": "%s",\n\t"Dir": "%s",\n\t"GoMod": "%s/go.mod"\n}\n' "$last" "$STUB_GO_MODULE" "$STUB_GO_MODULE" ;;
+    esac ;;
+  build)
+    out=
+    while (( $# )); do [[ $1 == -o ]] && { out=$2; shift; }; shift; done
+    build "$out" "$last" ;;
+  install)
+    name=${last%@*}; build "$GOBIN/${name##*/}" "$last" ;;
+esac
+`
+
+// stubToolchain puts a stub go (and apt-get, for runc's seccomp headers) first in PATH and a
+// fake module for its downloads, and points GPUDRA_CACHE at a folder that does not exist yet.
+func stubToolchain(t *testing.T) (cache string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin, module := filepath.Join(dir, "bin"), filepath.Join(dir, "module")
+	for path, data := range map[string]string{
+		filepath.Join(bin, "go"):      stubGo,
+		filepath.Join(bin, "apt-get"): "#!/bin/sh\necho stub apt-get \"$@\"\n",
+		// what the k8s, kwok and kueue builds read from their modules
+		filepath.Join(module, "go.mod"):                           "module stub\n\nreplace k8s.io/api => ./staging/src/k8s.io/api\n",
+		filepath.Join(module, "kustomize/stage/pod/fast.yaml"):    "kind: Stage\n",
+		filepath.Join(module, "config/components/crd/kueue.yaml"): "kind: CustomResourceDefinition\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache = filepath.Join(dir, "empty", "cache")
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	t.Setenv("STUB_GO_MODULE", module)
+	t.Setenv("GPUDRA_CACHE", cache)
+	return cache
+}
+
+// A first run, from a cache folder that does not exist, builds every component and returns as
+// soon as the last one is built: nothing the build script started keeps it waiting.
+func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
+	cache := stubToolchain(t)
+	if err := claimActive(t.TempDir()); err != nil {
+		t.Fatalf("claiming the lab from an empty cache: %v", err)
+	}
+	var progress strings.Builder
+	start := time.Now()
+	tc, err := EnsureToolchain(t.Context(), &progress, true, true, true)
+	if err != nil {
+		t.Fatalf("first run: %v\nprogress:\n%s", err, progress.String())
+	}
+	t.Logf("seven stub components built in %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range []string{tc.APIServer, tc.ControllerManager, tc.Scheduler, tc.Kubectl, tc.Etcd, tc.Kwok, tc.Kueue,
+		tc.Helm, tc.Kubelet, tc.Containerd, tc.Ctr, tc.Runc, tc.CDIHook, filepath.Join(tc.CNIBin, "bridge"),
+		filepath.Join(tc.KwokStages, "pod/fast.yaml"), filepath.Join(tc.KueueConfig, "crd/kueue.yaml")} {
+		if !strings.HasPrefix(p, cache) {
+			t.Errorf("%s is outside the cache %s", p, cache)
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("not cached: %v", err)
+		}
+	}
+	for _, line := range []string{"k8s (1/7): building", "cdihook (7/7): built in"} {
+		if !strings.Contains(progress.String(), line) {
+			t.Errorf("progress does not say %q:\n%s", line, progress.String())
+		}
+	}
+	// A second run finds everything cached and builds nothing.
+	progress.Reset()
+	t.Setenv("STUB_GO_FAIL", "k8s.io")
+	if _, err := EnsureToolchain(t.Context(), &progress, true, true, true); err != nil {
+		t.Fatalf("second run rebuilt something: %v\n%s", err, progress.String())
+	}
+	if strings.Contains(progress.String(), "building") {
+		t.Errorf("second run built again:\n%s", progress.String())
+	}
+}
+
+// A component that fails to build fails the run at once with its log's last lines; the
+// components built before it stay cached, and the next run builds only what is missing.
+func TestToolchainFailedBuildReportsItsLogAndKeepsWhatWasBuilt(t *testing.T) {
+	cache := stubToolchain(t)
+	t.Setenv("STUB_GO_FAIL", "go.etcd.io/etcd")
+	var progress strings.Builder
+	_, err := EnsureToolchain(t.Context(), &progress, false, false, false)
+	if err == nil {
+		t.Fatalf("a failing etcd build was reported as built:\n%s", progress.String())
+	}
+	for _, want := range []string{"etcd (2/3): FAILED", "stub go: cannot build go.etcd.io/etcd/server/v3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+	tools := filepath.Join(cache, "toolchain")
+	entries, _ := os.ReadDir(tools)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	for _, want := range []string{"kubernetes-v1.37.2/.complete"} {
+		if _, err := os.Stat(filepath.Join(tools, want)); err != nil {
+			t.Errorf("%s not kept after the etcd failure (cache: %v)", want, names)
+		}
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, "etcd-") && !strings.HasSuffix(name, ".log") {
+			t.Errorf("the failed etcd build left %s in the cache", name)
+		}
+	}
+	t.Setenv("STUB_GO_FAIL", "")
+	progress.Reset()
+	if _, err := EnsureToolchain(t.Context(), &progress, false, false, false); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if got := progress.String(); !strings.Contains(got, "k8s (1/3): cached") || !strings.Contains(got, "etcd (2/3): building") {
+		t.Errorf("retry should reuse k8s and build etcd:\n%s", got)
+	}
+}
+
+// A program that leaves a child behind holding its output (as a killed progress ticker's sleep
+// did) does not keep runGroup waiting, and the child is gone afterwards.
+func TestRunGroupDoesNotWaitForChildrenLeftBehind(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", `sleep 300 & echo $! >"$1"; echo done`, "bash", pidFile)
+	var out, errOut strings.Builder
+	if err := runGroup(ctx, cmd, &out, &errOut); err != nil {
+		t.Fatalf("runGroup: %v", err)
+	}
+	if out.String() != "done\n" {
+		t.Errorf("stdout %q, want %q", out.String(), "done\n")
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(data))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			break // gone, or a zombie waiting for init
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child left behind (pid %s) still runs", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A failing program's error quotes its last lines of stderr.
+func TestRunToolchainQuotesTheScriptsLastLines(t *testing.T) {
+	stubToolchain(t)
+	_, err := runToolchain(t.Context(), &strings.Builder{}, "no-such-component")
+	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue helm node cdihook)") {
+		t.Fatalf("error %v does not quote the script's message", err)
+	}
+}
