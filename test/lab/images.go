@@ -3,9 +3,7 @@ package lab
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -17,9 +15,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // The lab's local container images. No registry is reachable from a lab, so both are built
@@ -32,11 +32,8 @@ const (
 	ProbeImage = "gpudra.dev/lab/probe:v1"
 )
 
-// containerdImageName is the index annotation `ctr images import` names an image by.
-const containerdImageName = "io.containerd.image.name"
-
-// buildImages builds the probe program and writes both images as one OCI image layout
-// archive at out.
+// buildImages builds the probe program and writes both images as one image archive at
+// out.
 func buildImages(ctx context.Context, progress io.Writer, repo, out string) error {
 	bin := filepath.Join(filepath.Dir(out), "gpudra-lab-probe")
 	fmt.Fprintf(progress, "Building gpudra-lab-probe (the lab's container images) from %s\n", repo)
@@ -51,7 +48,7 @@ func buildImages(ctx context.Context, progress io.Writer, repo, out string) erro
 		return err
 	}
 	files := []layerFile{{Path: "probe", Mode: 0o755, Data: program}}
-	return writeImageArchive(out, files, map[string]ocispec.ImageConfig{
+	return writeImageArchive(out, files, map[string]v1.Config{
 		PauseImage: {Entrypoint: []string{"/probe", "pause"}, Env: []string{"PATH=/"}},
 		// As CUDA images do; gpudra's CDI specs override it.
 		ProbeImage: {Entrypoint: []string{"/probe", "report"}, Env: []string{"PATH=/", "NVIDIA_VISIBLE_DEVICES=all"}},
@@ -71,7 +68,7 @@ var gpudraLibraries = []string{"libm.so.6", "libdl.so.2", "libpthread.so.0", "li
 
 // BuildGpudraImage builds gpudra's binaries (with cgo: go-nvml loads libnvidia-ml.so with
 // dlopen) and writes the gpudra image — the binaries in /usr/bin and the C libraries they need
-// from this machine — as an OCI image layout archive at out, named GpudraImage.
+// from this machine — as an image archive at out, named GpudraImage.
 func BuildGpudraImage(ctx context.Context, progress io.Writer, repo, out string) error {
 	dir, err := os.MkdirTemp("", "gpudra-image-")
 	if err != nil {
@@ -112,7 +109,7 @@ func BuildGpudraImage(ctx context.Context, progress io.Writer, repo, out string)
 		}
 		files = append(files, layerFile{Path: strings.TrimPrefix(l, "/"), Mode: 0o755, Data: data})
 	}
-	return writeImageArchive(out, files, map[string]ocispec.ImageConfig{
+	return writeImageArchive(out, files, map[string]v1.Config{
 		GpudraImage: {Env: []string{"PATH=/usr/bin:/bin"}, Cmd: []string{"gpudra", "--help"}},
 	})
 }
@@ -143,84 +140,44 @@ type layerFile struct {
 	Data []byte
 }
 
-// writeImageArchive writes an OCI image layout archive holding one single-layer image per
-// name (all sharing the layer with files), each with its config.
-func writeImageArchive(out string, files []layerFile, configs map[string]ocispec.ImageConfig) error {
-	layer, diffID, err := rootfsLayer(files)
+// writeImageArchive writes an image archive (the `docker save` format, which `ctr images
+// import` reads) holding one single-layer image per name, all sharing the layer with files,
+// each with its config.
+func writeImageArchive(out string, files []layerFile, configs map[string]v1.Config) error {
+	raw, err := rootfsLayer(files)
 	if err != nil {
 		return err
 	}
-	blobs := map[digest.Digest][]byte{}
-	put := func(mediaType string, data []byte) ocispec.Descriptor {
-		d := digest.FromBytes(data)
-		blobs[d] = data
-		return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(data))}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil })
+	if err != nil {
+		return fmt.Errorf("image layer: %w", err)
 	}
-	layerDesc := put(ocispec.MediaTypeImageLayerGzip, layer)
-	platform := ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
-	index := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex}
-	created := time.Unix(0, 0).UTC()
-	for _, name := range slices.Sorted(maps.Keys(configs)) {
-		cfg, err := json.Marshal(ocispec.Image{
-			Created:  &created,
-			Platform: platform,
-			Config:   configs[name],
-			RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
-		})
+	base, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{OS: "linux", Architecture: runtime.GOARCH, Created: v1.Time{Time: time.Unix(0, 0).UTC()}})
+	if err != nil {
+		return err
+	}
+	if base, err = mutate.AppendLayers(base, layer); err != nil {
+		return err
+	}
+	images := map[name.Reference]v1.Image{}
+	for n, cfg := range configs {
+		tag, err := name.NewTag(n, name.StrictValidation)
 		if err != nil {
+			return fmt.Errorf("image name %q: %w", n, err)
+		}
+		if images[tag], err = mutate.Config(base, cfg); err != nil {
 			return err
 		}
-		manifest, err := json.Marshal(ocispec.Manifest{
-			Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
-			Config: put(ocispec.MediaTypeImageConfig, cfg), Layers: []ocispec.Descriptor{layerDesc},
-		})
-		if err != nil {
-			return err
-		}
-		desc := put(ocispec.MediaTypeImageManifest, manifest)
-		desc.Platform = &platform
-		desc.Annotations = map[string]string{containerdImageName: name, ocispec.AnnotationRefName: name}
-		index.Manifests = append(index.Manifests, desc)
 	}
-	indexJSON, err := json.Marshal(index)
-	if err != nil {
-		return err
+	if err := tarball.MultiRefWriteToFile(out, images); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
 	}
-	layoutJSON, _ := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	add := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: created, Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	err = add(ocispec.ImageLayoutFile, layoutJSON)
-	if err == nil {
-		err = add("index.json", indexJSON)
-	}
-	for _, d := range slices.Sorted(maps.Keys(blobs)) {
-		if err == nil {
-			err = add("blobs/sha256/"+d.Encoded(), blobs[d])
-		}
-	}
-	if err == nil {
-		err = tw.Close()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return nil
 }
 
-// rootfsLayer is an image's only layer: the files, their folders, and the folders a
-// container runtime mounts over. It returns the gzipped layer and the digest of its
-// uncompressed tar (the diff ID).
-func rootfsLayer(files []layerFile) ([]byte, digest.Digest, error) {
+// rootfsLayer is an image's only layer as an uncompressed tar: the files, their folders, and
+// the folders a container runtime mounts over.
+func rootfsLayer(files []layerFile) ([]byte, error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	mtime := time.Unix(0, 0)
@@ -232,28 +189,19 @@ func rootfsLayer(files []layerFile) ([]byte, digest.Digest, error) {
 	}
 	for _, dir := range slices.Sorted(maps.Keys(dirs)) { // parents sort before children
 		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: mtime}); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 	}
 	for _, f := range files {
 		if err := tw.WriteHeader(&tar.Header{Name: f.Path, Mode: f.Mode, Size: int64(len(f.Data)), Typeflag: tar.TypeReg, ModTime: mtime}); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		if _, err := tw.Write(f.Data); err != nil {
-			return nil, "", err
+			return nil, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	diffID := digest.FromBytes(raw.Bytes())
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return nil, "", err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, "", err
-	}
-	return gz.Bytes(), diffID, nil
+	return raw.Bytes(), nil
 }
