@@ -13,8 +13,12 @@ import (
 	"github.com/gpudra/gpudra/topology"
 )
 
-// Discover reads the node's GPUs, MIG options and topology from the backend.
-// Errors name the GPU and the NVML call that failed.
+// Discover reads the node's GPUs, MIG options and topology from the backend. A GPU that
+// NVML lists but cannot read (lost, fallen off the bus, in a bad state) does not fail
+// discovery: it goes in Inventory.Unreadable with the call that failed, and is left out
+// of GPUs, NVLink and PCIe, so that the node keeps serving its other GPUs. System-level
+// failures (driver version, device count) and topology between readable GPUs that NVML
+// cannot report are errors. Errors name the GPU and the NVML call that failed.
 func Discover(b *Backend) (*Inventory, error) {
 	lib := b.NVML
 	inv := &Inventory{Backend: b.Name}
@@ -31,27 +35,67 @@ func Discover(b *Backend) (*Inventory, error) {
 	if ret != nvml.SUCCESS {
 		return nil, nvmlErr("DeviceGetCount", ret)
 	}
-	handles := make([]nvml.Device, count)
+	var handles []nvml.Device
+	var links []gpuLinks
 	for i := range count {
-		dev, ret := lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			return nil, nvmlErr(fmt.Sprintf("DeviceGetHandleByIndex(%d)", i), ret)
-		}
-		handles[i] = dev
-		gpu, err := discoverGPU(b, dev, i)
+		dev, gpu, l, err := discoverIndex(b, i)
 		if err != nil {
-			return nil, fmt.Errorf("GPU %d: %w", i, err)
+			inv.Unreadable = append(inv.Unreadable, unreadableGPU(i, err))
+			continue
 		}
+		handles = append(handles, dev)
+		links = append(links, l)
 		inv.GPUs = append(inv.GPUs, *gpu)
 	}
 	var err error
-	if inv.NVLink, err = discoverNVLink(inv.GPUs, handles); err != nil {
+	if inv.NVLink, err = nvlinkGraph(inv.GPUs, links); err != nil {
 		return nil, err
 	}
-	if inv.PCIe, err = discoverPCIe(handles); err != nil {
+	if inv.PCIe, err = discoverPCIe(inv.GPUs, handles); err != nil {
 		return nil, err
 	}
 	return inv, nil
+}
+
+// UnreadableGPU is a GPU that NVML lists but discovery could not read. None of its
+// devices is published; the kubelet plugin reports it in its log, metrics and an Event
+// on the Node.
+type UnreadableGPU struct {
+	// Index is the GPU's NVML index.
+	Index int `json:"index"`
+	// Call is the NVML call that failed, e.g. "GetMemoryInfo" ("" when NVML answered
+	// but the answer made no sense).
+	Call string `json:"call,omitempty"`
+	// Return is the call's NVML return code, e.g. "ERROR_GPU_IS_LOST".
+	Return string `json:"return,omitempty"`
+	// Reason is the whole error.
+	Reason string `json:"reason"`
+}
+
+func unreadableGPU(index int, err error) UnreadableGPU {
+	u := UnreadableGPU{Index: index, Reason: err.Error()}
+	var e *NVMLError
+	if errors.As(err, &e) {
+		u.Call, u.Return = e.Call, e.Return.Error()
+	}
+	return u
+}
+
+// discoverIndex reads the GPU at NVML index i: its handle, properties and NVLinks.
+func discoverIndex(b *Backend, i int) (nvml.Device, *GPU, gpuLinks, error) {
+	dev, ret := b.NVML.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return nil, nil, gpuLinks{}, fmt.Errorf("GPU %d: %w", i, nvmlErr("DeviceGetHandleByIndex", ret))
+	}
+	gpu, err := discoverGPU(b, dev, i)
+	if err != nil {
+		return nil, nil, gpuLinks{}, fmt.Errorf("GPU %d: %w", i, err)
+	}
+	links, err := discoverLinks(dev)
+	if err != nil {
+		return nil, nil, gpuLinks{}, fmt.Errorf("GPU %d: %w", gpu.Index, err)
+	}
+	return dev, gpu, links, nil
 }
 
 func discoverGPU(b *Backend, dev nvml.Device, i int) (*GPU, error) {
@@ -218,44 +262,62 @@ func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
 	return info, nil
 }
 
-// discoverNVLink walks every GPU's NVLinks and counts links per peer GPU and to NVSwitches.
-func discoverNVLink(gpus []GPU, handles []nvml.Device) (topology.NVLinkGraph, error) {
+// gpuLinks is where one GPU's NVLinks go: how many to NVSwitches, and the PCI bus id of
+// the GPU at the other end of each of the others.
+type gpuLinks struct {
+	switches int
+	peers    []string
+}
+
+// discoverLinks walks a GPU's NVLinks.
+func discoverLinks(dev nvml.Device) (gpuLinks, error) {
+	var out gpuLinks
+	for link := range nvml.NVLINK_MAX_LINKS {
+		state, ret := dev.GetNvLinkState(link)
+		if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
+			break // no (more) NVLinks on this GPU
+		}
+		if ret != nvml.SUCCESS {
+			return out, nvmlErr(fmt.Sprintf("GetNvLinkState(%d)", link), ret)
+		}
+		if state != nvml.FEATURE_ENABLED {
+			continue
+		}
+		kind, ret := dev.GetNvLinkRemoteDeviceType(link)
+		if ret != nvml.SUCCESS {
+			return out, nvmlErr(fmt.Sprintf("GetNvLinkRemoteDeviceType(%d)", link), ret)
+		}
+		switch kind {
+		case nvml.NVLINK_DEVICE_TYPE_SWITCH:
+			out.switches++
+		case nvml.NVLINK_DEVICE_TYPE_GPU:
+			remote, ret := dev.GetNvLinkRemotePciInfo(link)
+			if ret != nvml.SUCCESS {
+				return out, nvmlErr(fmt.Sprintf("GetNvLinkRemotePciInfo(%d)", link), ret)
+			}
+			bus, err := normalizeBusID(remote)
+			if err != nil {
+				return out, fmt.Errorf("link %d: %w", link, err)
+			}
+			out.peers = append(out.peers, bus)
+		}
+	}
+	return out, nil
+}
+
+// nvlinkGraph counts links per pair of GPUs and to NVSwitches, indexed like gpus. Links
+// to a GPU that is not among them (one discovery could not read) are left out.
+func nvlinkGraph(gpus []GPU, links []gpuLinks) (topology.NVLinkGraph, error) {
 	g := topology.NewNVLinkGraph(len(gpus))
 	byBus := map[string]int{}
 	for k, gpu := range gpus {
 		byBus[gpu.PCIBusID] = k
 	}
-	for k, dev := range handles {
-		for link := range nvml.NVLINK_MAX_LINKS {
-			state, ret := dev.GetNvLinkState(link)
-			if ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_INVALID_ARGUMENT {
-				break // no (more) NVLinks on this GPU
-			}
-			if ret != nvml.SUCCESS {
-				return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkState(%d)", link), ret))
-			}
-			if state != nvml.FEATURE_ENABLED {
-				continue
-			}
-			kind, ret := dev.GetNvLinkRemoteDeviceType(link)
-			if ret != nvml.SUCCESS {
-				return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkRemoteDeviceType(%d)", link), ret))
-			}
-			switch kind {
-			case nvml.NVLINK_DEVICE_TYPE_SWITCH:
-				g.SwitchLinks[k]++
-			case nvml.NVLINK_DEVICE_TYPE_GPU:
-				remote, ret := dev.GetNvLinkRemotePciInfo(link)
-				if ret != nvml.SUCCESS {
-					return g, fmt.Errorf("GPU %d: %w", gpus[k].Index, nvmlErr(fmt.Sprintf("GetNvLinkRemotePciInfo(%d)", link), ret))
-				}
-				bus, err := normalizeBusID(remote)
-				if err != nil {
-					return g, fmt.Errorf("GPU %d link %d: %w", gpus[k].Index, link, err)
-				}
-				if peer, ok := byBus[bus]; ok && peer != k {
-					g.Links[k][peer]++
-				}
+	for k, l := range links {
+		g.SwitchLinks[k] += l.switches
+		for _, bus := range l.peers {
+			if peer, ok := byBus[bus]; ok && peer != k {
+				g.Links[k][peer]++
 			}
 		}
 	}
@@ -265,7 +327,8 @@ func discoverNVLink(gpus []GPU, handles []nvml.Device) (topology.NVLinkGraph, er
 	return g, nil
 }
 
-func discoverPCIe(handles []nvml.Device) ([][]PCIeLevel, error) {
+// discoverPCIe is the closest PCIe ancestor of each pair of GPUs, indexed like gpus.
+func discoverPCIe(gpus []GPU, handles []nvml.Device) ([][]PCIeLevel, error) {
 	out := make([][]PCIeLevel, len(handles))
 	for i := range handles {
 		out[i] = make([]PCIeLevel, len(handles))
@@ -280,7 +343,7 @@ func discoverPCIe(handles []nvml.Device) ([][]PCIeLevel, error) {
 				continue
 			}
 			if ret != nvml.SUCCESS {
-				return nil, fmt.Errorf("GPU %d: %w", i, nvmlErr(fmt.Sprintf("GetTopologyCommonAncestor(GPU %d)", j), ret))
+				return nil, fmt.Errorf("GPU %d: %w", gpus[i].Index, nvmlErr(fmt.Sprintf("GetTopologyCommonAncestor(GPU %d)", gpus[j].Index), ret))
 			}
 			out[i][j] = pcieLevel(lvl)
 		}

@@ -12,6 +12,7 @@ import (
 
 func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
 	// Simulated nodes are go-nvml mock servers: override single calls to make them fail.
+	// Only failures that are not one GPU's fail discovery (see discover_unreadable_test.go).
 	cases := []struct {
 		name string
 		set  func(s *server.Server, gpu0 *server.Device)
@@ -20,15 +21,12 @@ func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
 		{"no devices can be counted", func(s *server.Server, _ *server.Device) {
 			s.DeviceGetCountFunc = func() (int, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
 		}, []string{"DeviceGetCount", "ERROR_UNKNOWN"}},
-		{"GPU memory cannot be read", func(_ *server.Server, d *server.Device) {
-			d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
-		}, []string{"GPU 0", "GetMemoryInfo", "ERROR_GPU_IS_LOST"}},
-		{"an NVLink cannot be read", func(_ *server.Server, d *server.Device) {
-			d.GetNvLinkStateFunc = func(int) (nvml.EnableState, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
-		}, []string{"GPU 0", "GetNvLinkState(0)"}},
-		{"a bus id is malformed", func(_ *server.Server, d *server.Device) {
-			d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.SUCCESS }
-		}, []string{"GPU 0", "bus id", "domain:bus:device.function"}},
+		{"the driver version cannot be read", func(s *server.Server, _ *server.Device) {
+			s.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNINITIALIZED }
+		}, []string{"SystemGetDriverVersion", "ERROR_UNINITIALIZED"}},
+		{"two readable GPUs' PCIe ancestor cannot be read", func(_ *server.Server, d *server.Device) {
+			d.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) { return 0, nvml.ERROR_UNKNOWN }
+		}, []string{"GPU 0", "GetTopologyCommonAncestor(GPU 1)", "ERROR_UNKNOWN"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

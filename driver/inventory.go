@@ -14,6 +14,9 @@ type Inventory struct {
 	// CUDADriverVersion is the highest CUDA version the driver supports, e.g. "12.4".
 	CUDADriverVersion string `json:"cudaDriverVersion"`
 	GPUs              []GPU  `json:"gpus"`
+	// Unreadable are the GPUs NVML lists but discovery could not read; they are in
+	// none of the other fields and none of their devices is published.
+	Unreadable []UnreadableGPU `json:"unreadable,omitempty"`
 	// NVLink is the NVLink wiring between the GPUs, indexed like GPUs.
 	NVLink topology.NVLinkGraph `json:"nvlink"`
 	// PCIe[i][j] is the closest PCIe ancestor shared by GPUs i and j (nvidia-smi's PIX, PXB, PHB, NODE, SYS).
