@@ -8,6 +8,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
+// MinPinnedDeviceMemory and MaxPinnedDeviceMemory bound sharing.mps.defaultPinnedDeviceMemoryLimit:
+// MPS takes the limit in whole MiB, so less than 1Mi would be no limit at all, and a
+// quantity past MaxPinnedDeviceMemory (1Pi, far beyond any GPU's memory) is a mistake, one
+// past int64 bytes not even a number of bytes.
+var (
+	MinPinnedDeviceMemory = resource.MustParse("1Mi")
+	MaxPinnedDeviceMemory = resource.MustParse("1Pi")
+)
+
 // Normalize fills in defaults: time-slicing with the default interval, Auto enforcement.
 func (c *GpuConfig) Normalize() {
 	if c.Sharing == nil {
@@ -88,8 +97,9 @@ func (s *Sharing) validate(path *field.Path) field.ErrorList {
 		if p := m.DefaultActiveThreadPercentage; p != nil && (*p < 1 || *p > 100) {
 			errs = append(errs, field.Invalid(path.Child("mps", "defaultActiveThreadPercentage"), *p, "must be between 1 and 100 (percent of the device's SMs)"))
 		}
-		if q := m.DefaultPinnedDeviceMemoryLimit; q != nil && q.Sign() <= 0 {
-			errs = append(errs, field.Invalid(path.Child("mps", "defaultPinnedDeviceMemoryLimit"), q.String(), "must be a positive quantity of memory, e.g. 10Gi"))
+		if q := m.DefaultPinnedDeviceMemoryLimit; q != nil && (q.Cmp(MinPinnedDeviceMemory) < 0 || q.Cmp(MaxPinnedDeviceMemory) > 0) {
+			errs = append(errs, field.Invalid(path.Child("mps", "defaultPinnedDeviceMemoryLimit"), q.String(),
+				fmt.Sprintf("must be a positive quantity of memory from %s to %s, e.g. 10Gi (MPS takes the limit in whole MiB)", MinPinnedDeviceMemory.String(), MaxPinnedDeviceMemory.String())))
 		}
 	}
 	return errs
