@@ -7,6 +7,11 @@ import (
 	"strings"
 )
 
+// MaxGPUs is the most GPUs gpudra accepts on one node. The largest boards have 16
+// (DGX-2 and HGX-2 on NVSwitch; PCIe chassis hold up to 20); 32 leaves room without
+// accepting sizes no node has.
+const MaxGPUs = 32
+
 // NVLinkGraph is the NVLink wiring of one node's GPUs, indexed by GPU index.
 type NVLinkGraph struct {
 	// Links[i][j] is the number of direct NVLinks between GPU i and GPU j (0 = none).
@@ -137,24 +142,34 @@ func (g NVLinkGraph) minLinks(members []int) int {
 }
 
 // MaximalCliques lists the maximal sets of pairwise NVLink-connected GPUs (size ≥ 2),
-// each ascending, in lexicographic order (Bron–Kerbosch; nodes have at most a few dozen GPUs).
+// each ascending, in lexicographic order. It is Bron–Kerbosch with Tomita's pivot: each
+// step branches only on the candidates the pivot (the GPU connected to most candidates)
+// does not reach, so an NVSwitch board (all GPUs connected) takes one branch per level,
+// O(n³) in all, and no graph of n GPUs takes more than O(3^(n/3)) branches.
 func (g NVLinkGraph) MaximalCliques() [][]int {
 	var out [][]int
 	var walk func(r, p, x []int)
 	walk = func(r, p, x []int) {
-		if len(p) == 0 && len(x) == 0 {
-			if len(r) >= 2 {
+		if len(p) == 0 {
+			if len(x) == 0 && len(r) >= 2 {
 				c := slices.Clone(r)
 				slices.Sort(c)
 				out = append(out, c)
 			}
 			return
 		}
-		for len(p) > 0 {
-			v := p[0]
-			walk(append(slices.Clone(r), v), g.neighboursIn(v, p), g.neighboursIn(v, x))
-			p = p[1:]
-			x = append(x, v)
+		pivot, reach := -1, -1
+		for _, u := range slices.Concat(p, x) {
+			if k := len(g.neighboursIn(u, p)); k > reach {
+				pivot, reach = u, k
+			}
+		}
+		for _, v := range slices.Clone(p) {
+			if v == pivot || !g.Connected(v, pivot) {
+				walk(append(slices.Clone(r), v), g.neighboursIn(v, p), g.neighboursIn(v, x))
+				p = slices.DeleteFunc(p, func(u int) bool { return u == v })
+				x = append(x, v)
+			}
 		}
 	}
 	all := make([]int, g.Len())

@@ -1,7 +1,11 @@
 package topology
 
 import (
+	"math/bits"
+	"math/rand/v2"
 	"reflect"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -158,5 +162,102 @@ func TestValidateRejectsAsymmetry(t *testing.T) {
 	g.Links[0][1] = 2
 	if err := g.Validate(); err == nil {
 		t.Fatal("asymmetric matrix accepted")
+	}
+}
+
+func TestLargeNVSwitchBoards(t *testing.T) {
+	for _, n := range []int{24, 32} {
+		t.Run(strconv.Itoa(n)+" GPUs", func(t *testing.T) {
+			g := nvswitch(n, 18)
+			all := make([]int, n)
+			for i := range all {
+				all[i] = i
+			}
+			if got := g.MaximalCliques(); !reflect.DeepEqual(got, [][]int{all}) {
+				t.Errorf("MaximalCliques() = %v, want the whole board", got)
+			}
+			for i, c := range g.Clique() {
+				if !reflect.DeepEqual(c, all) {
+					t.Fatalf("Clique()[%d] = %v, want the whole board", i, c)
+				}
+			}
+			sizes := map[int]int{}
+			for _, gr := range g.Groups() {
+				if gr.Members[0]%len(gr.Members) != 0 || gr.MinLinks != 18 {
+					t.Errorf("group %s: not an aligned block with 18 links (MinLinks %d)", gr.Name(), gr.MinLinks)
+				}
+				sizes[len(gr.Members)]++
+			}
+			want := map[int]int{2: n / 2, 4: n / 4, 8: n / 8, 16: n / 16}
+			if n == 32 {
+				want[32] = 1
+			}
+			if !reflect.DeepEqual(sizes, want) {
+				t.Errorf("groups by size = %v, want %v", sizes, want)
+			}
+		})
+	}
+}
+
+// bruteForceCliques lists the maximal cliques of g by trying every subset.
+func bruteForceCliques(g NVLinkGraph) [][]int {
+	n := g.Len()
+	clique := func(set uint) bool {
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if set&(1<<i) != 0 && set&(1<<j) != 0 && !g.Connected(i, j) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	var out [][]int
+	for set := uint(1); set < 1<<n; set++ {
+		if bits.OnesCount(set) < 2 || !clique(set) {
+			continue
+		}
+		maximal := true
+		for v := range n {
+			if set&(1<<v) == 0 && clique(set|1<<v) {
+				maximal = false
+				break
+			}
+		}
+		if !maximal {
+			continue
+		}
+		var c []int
+		for v := range n {
+			if set&(1<<v) != 0 {
+				c = append(c, v)
+			}
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, slices.Compare)
+	return out
+}
+
+func TestMaximalCliquesMatchEverySubset(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for k := range 200 {
+		n := 2 + r.IntN(9)
+		g := NewNVLinkGraph(n)
+		density := r.Float64()
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				if r.Float64() < density {
+					g.Links[i][j], g.Links[j][i] = 1, 1
+				}
+			}
+			if r.IntN(8) == 0 {
+				g.SwitchLinks[i] = 6
+			}
+		}
+		got, want := g.MaximalCliques(), bruteForceCliques(g)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("graph %d (%v, switch links %v): MaximalCliques() = %v, want %v", k, g.Links, g.SwitchLinks, got, want)
+		}
 	}
 }
