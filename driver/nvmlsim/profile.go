@@ -3,6 +3,7 @@ package nvmlsim
 import (
 	"embed"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -106,11 +107,23 @@ func Builtin(name string) (*Profile, error) {
 	return Parse(data, name+".yaml")
 }
 
+// MaxProfileBytes is the largest profile file LoadFile reads; the built-in profiles are
+// about 1 KiB, a 32-GPU link matrix under 4 KiB.
+const MaxProfileBytes = 1 << 20
+
 // LoadFile reads and parses the profile file at path.
 func LoadFile(path string) (*Profile, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("simulated profile: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxProfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("simulated profile: %w", err)
+	}
+	if len(data) > MaxProfileBytes {
+		return nil, fmt.Errorf("simulated profile %s: larger than the %d-byte (1 MiB) limit on profile files", path, MaxProfileBytes)
 	}
 	return Parse(data, path)
 }

@@ -1,11 +1,15 @@
 package nvmlsim
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // v100 is a valid two-GPU profile the error cases below break one field at a time.
@@ -184,4 +188,138 @@ func FuzzParse(f *testing.F) {
 			d.GetTopologyCommonAncestor(other)
 		}
 	})
+}
+
+// nvswitchBoard is an NVSwitch profile of count H100s, four per PCIe root.
+func nvswitchBoard(count int) string {
+	var roots strings.Builder
+	for r := range (count + 3) / 4 {
+		fmt.Fprintf(&roots, "  - name: pci%04x:00\n    numaNode: %d\n    switches: [", r, r%2)
+		for g := 4 * r; g < min(count, 4*r+4); g++ {
+			if g > 4*r {
+				roots.WriteString(", ")
+			}
+			fmt.Fprintf(&roots, "[%d]", g)
+		}
+		roots.WriteString("]\n")
+	}
+	return fmt.Sprintf("name: board\nmodel: H100_SXM5_80GB\ncount: %d\ndriver: {version: 550.90.07, cudaVersion: \"12.4\"}\ngpu: {multiprocessors: 132}\npcie:\n  roots:\n%snvlink:\n  linksPerGPU: 18\n  nvswitch: {count: 4}\n", count, roots.String())
+}
+
+func TestNVSwitchBoardSizes(t *testing.T) {
+	tests := []struct {
+		count   int
+		wantErr string
+	}{
+		{count: 24},
+		{count: 32},
+		{count: 33, wantErr: "board.yaml: count: must be 1..32 GPUs, got 33"},
+		{count: 64, wantErr: "board.yaml: count: must be 1..32 GPUs, got 64"},
+	}
+	for _, tc := range tests {
+		t.Run(strconv.Itoa(tc.count)+" GPUs", func(t *testing.T) {
+			p, err := Parse([]byte(nvswitchBoard(tc.count)), "board.yaml")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Parse error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, _, err := p.NewServer("n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ret := srv.Init(); ret != nvml.SUCCESS {
+				t.Fatalf("Init: %v", ret)
+			}
+			views := walk(t, srv)
+			if len(views) != tc.count {
+				t.Fatalf("%d GPUs, want %d", len(views), tc.count)
+			}
+			for _, v := range views {
+				if len(v.links) != 18 || v.links[0].kind != nvml.NVLINK_DEVICE_TYPE_SWITCH {
+					t.Fatalf("GPU %d: %d links (first to %v), want 18 to NVSwitches", v.index, len(v.links), v.links[0].kind)
+				}
+			}
+		})
+	}
+}
+
+func TestParseNamesTheLimit(t *testing.T) {
+	tests := []struct {
+		name string
+		old  string // text of v100 to replace
+		new  string
+		want string
+	}{
+		{"a second document", "count: 2\n", "count: 2\n---\nname: other\n", "dgx-v100.yaml: a second YAML document follows a --- separator; a profile is one YAML document"},
+		{"NUMA node out of range", "numaNode: 0", "numaNode: 4096", "dgx-v100.yaml: pcie.roots[0].numaNode: must be 0..1023, got 4096"},
+		{"buses past 0xff", "pci0000:00", "pci0000:fd", "dgx-v100.yaml: pcie.roots[0].name: its switches and GPUs need buses 0xfd..0x101, but bus numbers end at 0xff"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := strings.Replace(v100, tc.old, tc.new, 1)
+			if doc == v100 {
+				t.Fatalf("test case does not change the profile: %q not found", tc.old)
+			}
+			_, err := Parse([]byte(doc), "dgx-v100.yaml")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseAcceptsEmptyTrailingDocuments(t *testing.T) {
+	for name, doc := range map[string]string{
+		"a leading separator":  "---\n" + v100,
+		"a trailing separator": v100 + "---\n",
+		"an end marker":        v100 + "...\n",
+		"a trailing comment":   v100 + "---\n# nothing here\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Parse([]byte(doc), "dgx-v100.yaml"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestParseRefusesTooManyRootPorts(t *testing.T) {
+	doc := nvswitchBoard(32)
+	var gpus []string
+	for g := range 32 {
+		gpus = append(gpus, strconv.Itoa(g))
+	}
+	start, end := strings.Index(doc, "  roots:\n"), strings.Index(doc, "nvlink:")
+	doc = doc[:start] + "  roots:\n  - name: pci0000:00\n    numaNode: 0\n    gpus: [" + strings.Join(gpus, ", ") + "]\n" + doc[end:]
+	_, err := Parse([]byte(doc), "board.yaml")
+	if want := "board.yaml: pcie.roots[0]: 32 PCIe switches and directly attached GPUs, but a root complex has at most 31 root ports"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error:\n%v\nwant it to contain:\n%s", err, want)
+	}
+}
+
+func TestLoadFileBoundsItsSize(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, padding, wantErr string
+	}{
+		{"a profile at the limit", strings.Repeat("#", MaxProfileBytes-len(v100)-1) + "\n", ""},
+		{"a profile over the limit", strings.Repeat("#", MaxProfileBytes-len(v100)) + "\n", "larger than the 1048576-byte (1 MiB) limit on profile files"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(file, []byte(v100+tc.padding), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := LoadFile(file)
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), file+": "+tc.wantErr)) {
+				t.Errorf("LoadFile error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
 }

@@ -48,6 +48,10 @@ type gpuSlot struct {
 	numaNode int
 }
 
+// maxRootPorts is how many root ports (PCI devices 1..31 on the root's bus) a root
+// complex has.
+const maxRootPorts = 31
+
 var rootNameRE = regexp.MustCompile(`^pci([0-9a-f]{4}):([0-9a-f]{2})$`)
 
 // resolvePCIe checks every GPU sits in exactly one root and assigns bus numbers:
@@ -74,8 +78,12 @@ func (p *Profile) resolvePCIe(n *node, errs *fieldErrors) {
 			continue
 		}
 		names[r.Name] = ri
-		if r.NUMANode == nil || *r.NUMANode < 0 || *r.NUMANode > 1023 {
+		if r.NUMANode == nil {
 			errs.add(path+".numaNode", "required, 0..1023")
+			continue
+		}
+		if *r.NUMANode < 0 || *r.NUMANode > 1023 {
+			errs.add(path+".numaNode", "must be 0..1023, got %d", *r.NUMANode)
 			continue
 		}
 		domain, _ := strconv.ParseUint(m[1], 16, 32)
@@ -140,8 +148,12 @@ func (p *Profile) resolvePCIe(n *node, errs *fieldErrors) {
 			next += 2 + uint32(len(g.gpus))
 		}
 		root.lastBus = next - 1
-		if root.lastBus > 0xff || len(groups) > 31 {
-			errs.add(path+".name", "bus 0x%02x leaves too few bus numbers (or root ports) for %d switches and GPUs; pick a lower bus", root.bus, len(groups))
+		if len(groups) > maxRootPorts {
+			errs.add(path, "%d PCIe switches and directly attached GPUs, but a root complex has at most %d root ports; spread them over more roots", len(groups), maxRootPorts)
+			continue
+		}
+		if root.lastBus > 0xff {
+			errs.add(path+".name", "its switches and GPUs need buses 0x%02x..0x%02x, but bus numbers end at 0xff; pick a lower bus", root.bus, root.lastBus)
 			continue
 		}
 		for oi, other := range n.roots {

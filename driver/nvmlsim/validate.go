@@ -8,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+
+	"github.com/gpudra/gpudra/topology"
 )
 
 // node is a validated profile resolved into plain data the server and sysfs are built from.
@@ -25,8 +27,6 @@ type node struct {
 	gpus            []gpuSlot
 	nvlink          nvlinkFabric
 }
-
-const maxGPUs = 64
 
 var (
 	profileNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
@@ -72,8 +72,8 @@ func (p *Profile) resolve() (*node, error) {
 	if n.count == 0 && n.base != "" {
 		n.count = 8
 	}
-	if n.count < 1 || n.count > maxGPUs {
-		errs.add("count", "must be 1..%d GPUs, got %d", maxGPUs, p.Count)
+	if n.count < 1 || n.count > topology.MaxGPUs {
+		errs.add("count", "must be 1..%d GPUs, got %d", topology.MaxGPUs, p.Count)
 		n.count = 0
 	}
 	p.resolveDriver(n, errs)
