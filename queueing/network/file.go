@@ -1,12 +1,21 @@
 package network
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
+	goyaml "go.yaml.in/yaml/v2"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
+
+// MaxFileBytes is the largest topology file ParseFile reads: a ConfigMap's own limit,
+// room for some 30 000 nodes.
+const MaxFileBytes = 1 << 20
 
 // File is the network topology file: blocks of racks of nodes.
 //
@@ -33,26 +42,62 @@ type Rack struct {
 	Nodes []string `json:"nodes"`
 }
 
-// ParseFile reads a topology file strictly; errors name the field path.
+// ParseFile reads a topology file (one YAML document of at most MaxFileBytes) strictly;
+// errors name the field path and the accepted values.
 func ParseFile(data []byte) (*File, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("topology file (%s): %d bytes, over the %d-byte (1 MiB) limit", FileKey, len(data), MaxFileBytes)
+	}
+	if err := oneDocument(data); err != nil {
+		return nil, fmt.Errorf("topology file (%s): %w", FileKey, err)
+	}
 	var f File
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, fmt.Errorf("topology file: %w", err)
+		return nil, fmt.Errorf("topology file (%s): %w", FileKey, err)
 	}
 	seen := map[string]string{}
+	blocks := map[string]int{}
 	var errs []string
-	for i, b := range f.Blocks {
-		if b.Name == "" {
-			errs = append(errs, fmt.Sprintf("blocks[%d].name: required", i))
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, path+": "+fmt.Sprintf(format, args...))
+	}
+	labelValue := func(path, v string) {
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			bad(path, "%q is not a node label value: %s", v, strings.Join(msgs, "; "))
 		}
+	}
+	for i, b := range f.Blocks {
+		path := fmt.Sprintf("blocks[%d]", i)
+		if b.Name == "" {
+			bad(path+".name", "required")
+		} else if prev, dup := blocks[b.Name]; dup {
+			bad(path+".name", "block %s is already blocks[%d]; list each block once", b.Name, prev)
+		} else {
+			blocks[b.Name] = i
+			labelValue(path+".name", b.Name)
+		}
+		racks := map[string]int{}
 		for j, r := range b.Racks {
+			path := fmt.Sprintf("blocks[%d].racks[%d]", i, j)
 			if r.Name == "" {
-				errs = append(errs, fmt.Sprintf("blocks[%d].racks[%d].name: required", i, j))
+				bad(path+".name", "required")
+			} else if prev, dup := racks[r.Name]; dup {
+				bad(path+".name", "rack %s is already blocks[%d].racks[%d]; list each rack of a block once", r.Name, i, prev)
+			} else {
+				racks[r.Name] = j
+				labelValue(path+".name", r.Name)
+			}
+			if r.ToR != "" {
+				labelValue(path+".tor", r.ToR)
 			}
 			for k, n := range r.Nodes {
-				path := fmt.Sprintf("blocks[%d].racks[%d].nodes[%d]", i, j, k)
+				path := fmt.Sprintf("%s.nodes[%d]", path, k)
+				if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+					bad(path, "%q is not a node name: %s", n, strings.Join(msgs, "; "))
+					continue
+				}
 				if prev, dup := seen[n]; dup {
-					errs = append(errs, fmt.Sprintf("%s: node %s is already in %s", path, n, prev))
+					bad(path, "node %s is already in %s", n, prev)
 				}
 				seen[n] = path
 			}
@@ -60,9 +105,31 @@ func ParseFile(data []byte) (*File, error) {
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
-		return nil, fmt.Errorf("topology file: %s", strings.Join(errs, "; "))
+		return nil, fmt.Errorf("topology file (%s): %s", FileKey, strings.Join(errs, "; "))
 	}
 	return &f, nil
+}
+
+// oneDocument refuses a stream of several YAML documents, of which the YAML decoder
+// would keep the first without a word. Empty documents (a trailing ---) do not count.
+func oneDocument(data []byte) error {
+	dec := goyaml.NewDecoder(bytes.NewReader(data))
+	for docs := 0; ; {
+		var v any
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("not valid YAML: %w", err)
+		}
+		if v != nil {
+			docs++
+		}
+		if docs > 1 {
+			return errors.New("a second YAML document follows a --- separator; the topology file is one YAML document")
+		}
+	}
 }
 
 // Labels returns, per node, the labels the file gives it.

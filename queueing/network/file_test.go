@@ -1,0 +1,53 @@
+package network
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseFileRefuses(t *testing.T) {
+	tests := []struct {
+		name, data, want string
+	}{
+		{"a second document", file + "---\nblocks: []\n",
+			"topology file (topology.yaml): a second YAML document follows a --- separator; the topology file is one YAML document"},
+		{"a file over the limit", file + "#" + strings.Repeat(" ", MaxFileBytes) + "\n",
+			"over the 1048576-byte (1 MiB) limit"},
+		{"a block listed twice", "blocks:\n- name: b1\n- name: b1\n",
+			"blocks[1].name: block b1 is already blocks[0]; list each block once"},
+		{"a rack listed twice in a block", "blocks:\n- name: b1\n  racks:\n  - name: r1\n  - name: r1\n",
+			"blocks[0].racks[1].name: rack r1 is already blocks[0].racks[0]"},
+		{"a rack name that is no label value", "blocks:\n- name: b1\n  racks:\n  - name: rack 1\n",
+			`blocks[0].racks[0].name: "rack 1" is not a node label value: a valid label must be an empty string or consist of alphanumeric characters`},
+		{"a ToR name that is no label value", "blocks:\n- name: b1\n  racks:\n  - name: r1\n    tor: " + strings.Repeat("t", 64) + "\n",
+			"blocks[0].racks[0].tor: \"" + strings.Repeat("t", 64) + "\" is not a node label value: must be no more than 63 bytes"},
+		{"an empty node name", "blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [n1, '']\n",
+			`blocks[0].racks[0].nodes[1]: "" is not a node name: a lowercase RFC 1123 subdomain`},
+		{"a node name in capitals", "blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [GPU-1]\n",
+			`blocks[0].racks[0].nodes[0]: "GPU-1" is not a node name: a lowercase RFC 1123 subdomain`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseFile([]byte(tc.data))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("ParseFile error:\n%v\nwant it to contain:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseFileAccepts(t *testing.T) {
+	for name, data := range map[string]string{
+		"the example":          file,
+		"a trailing separator": file + "---\n",
+		"a leading separator":  "---\n" + file,
+		"the same rack name in two blocks": "blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [n1]\n" +
+			"- name: b2\n  racks:\n  - name: r1\n    nodes: [n2]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseFile([]byte(data)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
