@@ -10,9 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -38,15 +40,18 @@ type Reconciler struct {
 	FlavorNodeLabels map[string]string
 }
 
-// SetupWithManager reconciles on any node or ConfigMap change (one global key).
+// SetupWithManager reconciles on any node change and, when there is a topology ConfigMap,
+// on its changes (one global key). Without one, ConfigMaps are not watched at all.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: "network"}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).Named("gpudra-network").
-		Watches(&corev1.Node{}, all).
-		Watches(&corev1.ConfigMap{}, all).
-		Complete(r)
+	b := ctrl.NewControllerManagedBy(mgr).Named("gpudra-network").Watches(&corev1.Node{}, all)
+	if r.ConfigMap.Name != "" {
+		ours := predicate.NewPredicateFuncs(func(o client.Object) bool { return client.ObjectKeyFromObject(o) == r.ConfigMap })
+		b = b.Watches(&corev1.ConfigMap{}, all, builder.WithPredicates(ours))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile brings node labels, the Topology and the ResourceFlavor in line.
