@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -54,21 +55,27 @@ func WriteSelfSignedCert(dir string, dnsNames []string, ips []net.IP) ([]byte, e
 	return pem.EncodeToMemory(blocks[len(blocks)-1]), nil
 }
 
-// InjectCABundle sets caBundle on every webhook of the named configuration.
+// InjectCABundle sets caBundle on every webhook of the named configuration: a get and an
+// update of that one object (the verbs its RBAC names), retried on a conflict.
 func InjectCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
-	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := c.Get(ctx, types.NamespacedName{Name: name}, &cfg); err != nil {
-		return fmt.Errorf("ValidatingWebhookConfiguration %s: %w", name, err)
-	}
-	patch := client.MergeFrom(cfg.DeepCopy())
-	changed := false
-	for k := range cfg.Webhooks {
-		if !bytes.Equal(cfg.Webhooks[k].ClientConfig.CABundle, ca) {
-			cfg.Webhooks[k].ClientConfig.CABundle, changed = ca, true
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, &cfg); err != nil {
+			return err
 		}
+		changed := false
+		for k := range cfg.Webhooks {
+			if !bytes.Equal(cfg.Webhooks[k].ClientConfig.CABundle, ca) {
+				cfg.Webhooks[k].ClientConfig.CABundle, changed = ca, true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		return c.Update(ctx, &cfg)
+	})
+	if err != nil {
+		return fmt.Errorf("caBundle of ValidatingWebhookConfiguration %s: %w", name, err)
 	}
-	if !changed {
-		return nil
-	}
-	return c.Patch(ctx, &cfg, patch)
+	return nil
 }

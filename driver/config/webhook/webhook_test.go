@@ -12,9 +12,13 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -106,5 +110,49 @@ func TestSelfSignedCert(t *testing.T) {
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, "tls.key")); fi.Mode().Perm() != 0o600 {
 		t.Errorf("key mode %v", fi.Mode().Perm())
+	}
+}
+
+// TestInjectCABundle: the CA lands in every webhook of the configuration through a get and
+// an update of that one object (the verbs the controller's RBAC grants on it), and a
+// configuration that has it already is not written again.
+func TestInjectCABundle(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := admissionregistrationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "resourceclaims.gpu.gpudra.dev"}, {Name: "deviceclasses.gpu.gpudra.dev"}}}
+	updates := 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cfg).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			t.Error("the configuration was patched; the controller may only get and update it")
+			return nil
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			updates++
+			return c.Update(ctx, obj, opts...)
+		},
+	}).Build()
+	ca := []byte("-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n")
+	for range 2 {
+		if err := InjectCABundle(context.Background(), c, ConfigurationName, ca); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(context.Background(), client.ObjectKey{Name: ConfigurationName}, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range got.Webhooks {
+		if string(w.ClientConfig.CABundle) != string(ca) {
+			t.Errorf("webhook %s caBundle %q", w.Name, w.ClientConfig.CABundle)
+		}
+	}
+	if updates != 1 {
+		t.Errorf("%d updates, want 1 (the second call finds the CA in place)", updates)
+	}
+	if err := InjectCABundle(context.Background(), c, "missing", ca); err == nil || !strings.Contains(err.Error(), "ValidatingWebhookConfiguration missing") {
+		t.Errorf("a missing configuration: err %v, want one naming it", err)
 	}
 }
