@@ -1,0 +1,177 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	configwebhook "github.com/gpudra/gpudra/driver/config/webhook"
+	"github.com/gpudra/gpudra/queueing/network"
+	"github.com/gpudra/gpudra/topology"
+)
+
+// options are gpudra-controller's flags.
+type options struct {
+	kubeconfig                                string
+	profiling                                 bool
+	apiQPS                                    float32
+	apiBurst, admissionWorkers                int
+	metricsAddr, metricsCertDir, probeAddr    string
+	metricsSecure                             bool
+	leaderElect                               bool
+	leaderElectionID, leaderElectionNamespace string
+	topologyConfigMap                         string
+	flavorNodeLabels                          map[string]string
+	labels                                    topology.LabelKeys
+	webhookPort                               int
+	webhookHost, webhookCertDir               string
+	webhookSelfSigned, webhookCertSecret      string
+	webhookCertDNSNames                       []string
+}
+
+// addFlags binds o to gpudra-controller's flags, with their defaults.
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config or $KUBECONFIG)")
+	fs.BoolVar(&o.profiling, "profiling", false, "serve Go's profiles (net/http/pprof) under /debug/pprof/ beside the metrics")
+	fs.Float32Var(&o.apiQPS, "kube-api-qps", -1, "client-side limit of API requests per second (negative: none, the API server's priority and fairness applies)")
+	fs.IntVar(&o.apiBurst, "kube-api-burst", 0, "burst of API requests above --kube-api-qps")
+	fs.IntVar(&o.admissionWorkers, "admission-check-workers", 8, "workloads the admission check reconciles at once (at least 1): decisions are made one at a time, their API writes overlap")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", `address for Prometheus metrics ("0" turns them off)`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", false, "serve the metrics over HTTPS to callers the API server authenticates (TokenReview) and authorizes for get on the /metrics non-resource URL (SubjectAccessReview)")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "directory with the metrics server's tls.crt and tls.key, for --metrics-secure (empty: a self-signed certificate made at start)")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "address for /healthz and /readyz")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "run the admission check and the node topology controller only while holding the Lease --leader-election-id (the webhook serves on every replica)")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "gpudra-controller", "name of the Lease the replicas elect their leader with")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of that Lease (default: the pod's own namespace; required outside a cluster)")
+	fs.StringToStringVar(&o.flavorNodeLabels, "topology-flavor-node-labels", nil, "node labels (key=value,...) of a topology-aware Kueue ResourceFlavor \""+network.FlavorName+"\" to keep in sync (empty: only the Topology)")
+	fs.StringVar(&o.topologyConfigMap, "topology-configmap", "", "namespace/name of a ConfigMap whose topology.yaml places nodes in blocks and racks (default: nodes are already labelled); only that ConfigMap is read")
+	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the admission webhook that validates gpu.gpudra.dev configs (0: off)")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (empty: all; tests use 127.0.0.1)")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/gpudra-webhook-certs", "directory with the webhook's tls.crt and tls.key")
+	fs.StringVar(&o.webhookSelfSigned, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir at start and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (one replica: each start makes a new CA)")
+	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+"; --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
+	fs.StringSliceVar(&o.webhookCertDNSNames, "webhook-cert-dns-names", nil, "DNS names of the serving certificate kept in --webhook-cert-secret, comma-separated (the first is the one checked for renewal)")
+	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
+	fs.StringVar(&o.labels.Rack, "rack-label", o.labels.Rack, "node label holding the node's rack")
+	fs.StringVar(&o.labels.ToR, "tor-label", o.labels.ToR, "node label holding the node's top-of-rack switch (default: the rack)")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+}
+
+// validate refuses flag values the controller cannot run with, before it reaches for a
+// cluster, naming the flag and what it accepts.
+func (o options) validate() error {
+	if err := validateAdmissionCheckWorkers(o.admissionWorkers); err != nil {
+		return err
+	}
+	if _, err := o.topologyConfigMapKey(); err != nil {
+		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(o.leaderElectionID); o.leaderElect && len(errs) > 0 {
+		return fmt.Errorf("--leader-election-id=%q: want a Lease name (a DNS subdomain): %s", o.leaderElectionID, strings.Join(errs, "; "))
+	}
+	if o.metricsCertDir != "" && !o.metricsSecure {
+		return fmt.Errorf("--metrics-cert-dir=%s: only with --metrics-secure (plain HTTP metrics use no certificate)", o.metricsCertDir)
+	}
+	if o.webhookSelfSigned != "" && o.webhookCertSecret != "" {
+		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret: set at most one (a certificate made at each start, or one kept and renewed in a Secret)")
+	}
+	if o.webhookPort <= 0 && (o.webhookSelfSigned != "" || o.webhookCertSecret != "") {
+		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret need --webhook-port (the webhook is off)")
+	}
+	if o.webhookCertSecret != "" {
+		if _, err := namespacedName("--webhook-cert-secret", o.webhookCertSecret); err != nil {
+			return err
+		}
+		if len(o.webhookCertDNSNames) == 0 {
+			return fmt.Errorf("--webhook-cert-secret=%s needs --webhook-cert-dns-names: the DNS names the API server calls the webhook at (e.g. <service>.<namespace>.svc)", o.webhookCertSecret)
+		}
+	}
+	for _, name := range o.webhookCertDNSNames {
+		if net.ParseIP(name) != nil {
+			return fmt.Errorf("--webhook-cert-dns-names: %s is an IP address; a certificate kept in --webhook-cert-secret names DNS names only (use --webhook-self-signed for IP addresses)", name)
+		}
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return fmt.Errorf("--webhook-cert-dns-names: %q is not a DNS name: %s", name, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// validateAdmissionCheckWorkers refuses an --admission-check-workers value the admission
+// check cannot run with.
+func validateAdmissionCheckWorkers(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--admission-check-workers=%d: want at least 1", n)
+	}
+	return nil
+}
+
+// topologyConfigMapKey is --topology-configmap's namespace and name (empty: none).
+func (o options) topologyConfigMapKey() (types.NamespacedName, error) {
+	if o.topologyConfigMap == "" {
+		return types.NamespacedName{}, nil
+	}
+	return namespacedName("--topology-configmap", o.topologyConfigMap)
+}
+
+// namespacedName parses a flag's namespace/name.
+func namespacedName(flag, value string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(value, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%s=%q: want namespace/name", flag, value)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// managerOptions are the controller-runtime manager's options for these flags: metrics
+// (plain, or HTTPS for authenticated and authorized callers), probes, leader election,
+// and a cache that holds ConfigMaps of the topology ConfigMap only.
+func (o options) managerOptions(scheme *runtime.Scheme) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: o.metricsAddr, ExtraHandlers: profilingHandlers(o.profiling)}
+	if o.metricsSecure {
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.CertDir = o.metricsCertDir
+	}
+	opts := ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metrics,
+		HealthProbeBindAddress: o.probeAddr,
+		// Nothing here reads managedFields; dropped from the cache, every pod, claim,
+		// slice and Workload costs less to keep and to list (writes of cached objects
+		// send none, which keeps the server's).
+		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        o.leaderElectionID,
+		LeaderElectionNamespace: o.leaderElectionNamespace,
+		// The process ends when the manager stops, so a stopping leader hands the Lease
+		// over at once instead of making the next one wait out its duration.
+		LeaderElectionReleaseOnCancel: true,
+	}
+	if key, _ := o.topologyConfigMapKey(); key.Name != "" {
+		// One ConfigMap is read: listed and watched by name in its namespace, which a
+		// Role with resourceNames allows.
+		opts.Cache.ByObject = map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{
+				key.Namespace: {FieldSelector: fields.OneTermEqualSelector("metadata.name", key.Name)},
+			}},
+		}
+	}
+	return opts
+}
