@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,10 @@ const (
 	// between tuning and the node permutation.
 	clientDraws = 10
 )
+
+// MaxArrivals bounds a workload's pods, copies included (the paper's traces reach 130 %
+// of their 6 212 GPUs with some 16 000).
+const MaxArrivals = 2_000_000
 
 // Seeds are the paper's seeds.
 var Seeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
@@ -34,8 +39,9 @@ type Workload struct {
 // NewWorkload draws a seed's arrival order and ranks exactly as the paper's simulator
 // does (math/rand v1): one Int; a shuffle of the pods sorted by name; inflation to
 // 130 % of GPU capacity (copies drawn from the sorted list) or deflation (removals from
-// the shuffled list); ten Float64; then Perm over the nodes.
-func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) Workload {
+// the shuffled list); ten Float64; then Perm over the nodes. It fails when inflation is
+// needed and no pod asks for GPUs, or when reaching 130 % takes more than MaxArrivals pods.
+func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) (Workload, error) {
 	r := rand.New(rand.NewSource(seed))
 	r.Int()
 	sorted := append([]Pod(nil), pods...)
@@ -43,17 +49,23 @@ func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) Workload {
 	arrivals := append([]Pod(nil), sorted...)
 	r.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
 
-	var capacity, s int64
+	var capacity int64
 	for _, n := range nodes {
 		capacity += int64(n.GPUs) * MilliPerGPU
 	}
-	for k := range pods {
-		s += pods[k].Demand()
-	}
+	s := demandOf(pods)
 	target := capacity * InflationPercent / 100
 	switch {
 	case s < target:
+		if !slices.ContainsFunc(pods, func(p Pod) bool { return p.GPUMilli > 0 }) {
+			return Workload{}, fmt.Errorf("pods: none of the %d pods asks for GPUs, so no copies of them reach %d %% of the nodes' %d GPUs",
+				len(pods), InflationPercent, capacity/MilliPerGPU)
+		}
 		for i := 0; ; i++ {
+			if len(arrivals) >= MaxArrivals {
+				return Workload{}, fmt.Errorf("pods: reaching %d %% of the nodes' %d GPUs with copies of %d pods asking for %d milli-GPU takes more than %d pods, the most a workload may have",
+					InflationPercent, capacity/MilliPerGPU, len(pods), demandOf(pods), MaxArrivals)
+			}
 			c := sorted[r.Intn(len(sorted))]
 			if s+c.GPUMilli > target {
 				break
@@ -81,7 +93,15 @@ func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) Workload {
 		}
 		ranks[k] = perm[idx]
 	}
-	return Workload{Seed: seed, Arrivals: arrivals, Ranks: ranks, Rand: r}
+	return Workload{Seed: seed, Arrivals: arrivals, Ranks: ranks, Rand: r}, nil
+}
+
+func demandOf(pods []Pod) int64 {
+	var s int64
+	for k := range pods {
+		s += pods[k].Demand()
+	}
+	return s
 }
 
 // nodeNumber is XXXX in openb-node-XXXX.

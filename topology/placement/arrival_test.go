@@ -2,8 +2,10 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -23,6 +25,15 @@ func testPods(n int, milli int64) []Pod {
 	return pods
 }
 
+func mustWorkload(t *testing.T, seed int64, pods []Pod, nodes []NodeSpec) Workload {
+	t.Helper()
+	w, err := NewWorkload(seed, pods, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func demand(pods []Pod) int64 {
 	var s int64
 	for k := range pods {
@@ -34,14 +45,14 @@ func demand(pods []Pod) int64 {
 func TestWorkloadInflatesTo130Percent(t *testing.T) {
 	nodes := testCluster(100) // 100 000 milli; target 130 000
 	pods := testPods(40, 700)
-	w := NewWorkload(42, pods, nodes)
+	w := mustWorkload(t, 42, pods, nodes)
 	if got := demand(w.Arrivals); got > 130000 || got+700 <= 130000 {
 		t.Fatalf("arrived demand %d: want the last copy that still fits under 130000", got)
 	}
 	if len(w.Arrivals) <= len(pods) || w.Arrivals[len(pods)].Name[len("openb-pod-0000"):][:7] != "-tuned-" {
 		t.Fatalf("copies must follow the shuffled originals: %v", w.Arrivals[len(pods)].Name)
 	}
-	again := NewWorkload(42, pods, nodes)
+	again := mustWorkload(t, 42, pods, nodes)
 	if !reflect.DeepEqual(w.Arrivals, again.Arrivals) || !reflect.DeepEqual(w.Ranks, again.Ranks) {
 		t.Fatal("the same seed must give the same workload")
 	}
@@ -56,7 +67,7 @@ func TestWorkloadInflatesTo130Percent(t *testing.T) {
 
 func TestWorkloadDeflatesTo130Percent(t *testing.T) {
 	nodes := testCluster(10) // target 13 000
-	w := NewWorkload(42, testPods(40, 1000), nodes)
+	w := mustWorkload(t, 42, testPods(40, 1000), nodes)
 	if got := demand(w.Arrivals); got > 13000 || got < 12000 {
 		t.Fatalf("arrived demand %d, want just under 13000", got)
 	}
@@ -72,6 +83,47 @@ func TestCurveBinsLikeThePaper(t *testing.T) {
 	for x, v := range want {
 		if c[x] != v {
 			t.Errorf("point %d = %v, want %v", x, c[x], v)
+		}
+	}
+}
+
+func TestWorkloadRefusesWhatCannotReach130Percent(t *testing.T) {
+	big := make([]NodeSpec, MaxNodes)
+	for k := range big {
+		big[k] = NodeSpec{Name: fmt.Sprintf("openb-node-%04d", k), CPU: 64000, Memory: 1 << 18, GPUs: 32, Model: "T4"}
+	}
+	cases := []struct {
+		name  string
+		pods  []Pod
+		nodes []NodeSpec
+		want  string
+	}{
+		{"no pods", nil, testCluster(8), "pods: none of the 0 pods asks for GPUs, so no copies of them reach 130 % of the nodes' 8 GPUs"},
+		{"only CPU pods", []Pod{{Name: "a", CPU: 1000}, {Name: "b", CPU: 2000}}, testCluster(8), "pods: none of the 2 pods asks for GPUs"},
+		{"copies past MaxArrivals", testPods(3, 10), big, "takes more than 2000000 pods, the most a workload may have"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := NewWorkload(42, c.pods, c.nodes); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestWorkloadWithoutGPUsHasNoCurve(t *testing.T) {
+	nodes := []NodeSpec{{Name: "openb-node-0000", CPU: 64000, Memory: 1 << 18}}
+	w := mustWorkload(t, 42, append(testPods(3, 500), Pod{Name: "cpu", CPU: 1000}), nodes)
+	res, err := Replay(nodes, w, BestFit{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if demand(w.Arrivals) != 0 {
+		t.Errorf("arrived demand %d, want 0: no GPUs, no GPU pods", demand(w.Arrivals))
+	}
+	for x, v := range res.Curve {
+		if !math.IsNaN(v) {
+			t.Fatalf("Curve[%d] = %v, want NaN: no share of no GPU capacity", x, v)
 		}
 	}
 }

@@ -17,8 +17,12 @@ type Curve []float64
 
 // NewCurve bins events the way the paper's analysis does: each event falls in bin
 // round(A/cap·100) (half to even) with value round(U/cap·100, 2); a point is the mean
-// of its bin, or of bins x−1..x+1 when its own is empty, rounded to 2 places.
+// of its bin, or of bins x−1..x+1 when its own is empty, rounded to 2 places. Without
+// GPU capacity every point is NaN: no share of nothing is allocated.
 func NewCurve(events []Event, capacity int64) Curve {
+	if capacity <= 0 {
+		events = nil
+	}
 	unit := float64(capacity) / 100
 	sums := make([]float64, InflationPercent+2)
 	counts := make([]int, InflationPercent+2)

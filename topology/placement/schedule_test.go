@@ -70,7 +70,7 @@ func (r *refuser) Bind(n *Node, p *Pod, c Choice) ([]int, error) {
 
 func TestReplayFallsBackWhenTheAllocatorRefuses(t *testing.T) {
 	nodes := testCluster(4)
-	w := NewWorkload(42, testPods(2, 500), nodes)
+	w := mustWorkload(t, 42, testPods(2, 500), nodes)
 	w.Arrivals = w.Arrivals[:1]
 	res, err := Replay(nodes, w, BestFit{}, &refuser{})
 	if err != nil {

@@ -9,6 +9,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// Bounds on a trace, so that a wrong file is an error rather than a replay that never
+// ends or runs out of memory.
+const (
+	// MaxNodes is the largest cluster Kubernetes supports.
+	MaxNodes = 5000
+	// MaxTraceBytes bounds a node or pod list file (the Alibaba lists are under 1 MiB).
+	MaxTraceBytes = 64 << 20
+	// maxQuantity bounds cpu_milli and memory_mib (2^40: a million cores, an EiB), so
+	// that sums over a trace stay far from overflowing.
+	maxQuantity = 1 << 40
 )
 
 // Trace file names inside a trace directory.
@@ -33,11 +47,18 @@ func Traces(dir string) ([]string, error) {
 	return out, nil
 }
 
-// LoadNodes reads a node list (sn,cpu_milli,memory_mib,gpu,model).
-func LoadNodes(path string) ([]NodeSpec, error) {
+// LoadNodes reads a node list (sn,cpu_milli,memory_mib,gpu,model) of 1..MaxNodes nodes
+// with 0..topology.MaxGPUs GPUs each.
+func LoadNodes(path string) ([]NodeSpec, error) { return loadFile(path, readNodes) }
+
+// readNodes reads a node list from r; source names it in errors.
+func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
 	var out []NodeSpec
-	err := readCSV(path, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}, func(r row) error {
-		n := NodeSpec{Name: r.str(0), CPU: r.int(1, 0), Memory: r.int(2, 0), GPUs: int(r.int(3, 0)), Model: r.str(4)}
+	err := readCSV(r, source, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}, func(r row) error {
+		if len(out) == MaxNodes {
+			return fmt.Errorf("more than %d nodes; accepted are 1..%d, the largest cluster Kubernetes supports", MaxNodes, MaxNodes)
+		}
+		n := NodeSpec{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), Model: r.str(4)}
 		if r.err != nil {
 			return r.err
 		}
@@ -53,16 +74,26 @@ func LoadNodes(path string) ([]NodeSpec, error) {
 		out = append(out, n)
 		return nil
 	})
+	if err == nil && len(out) == 0 {
+		return nil, fmt.Errorf("%s: no nodes after the header; a node list has 1..%d", source, MaxNodes)
+	}
 	return out, err
 }
 
-// LoadPods reads a pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…]).
-// GPU demand must be something a ResourceClaim can say: a whole number of whole GPUs,
-// or one share of one GPU in steps of 10 milli (1 % of compute).
-func LoadPods(path string) ([]Pod, error) {
+// LoadPods reads a pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,…])
+// of 1..MaxArrivals pods. GPU demand must be something a ResourceClaim can say: a whole
+// number (up to topology.MaxGPUs) of whole GPUs, or one share of one GPU in steps of 10
+// milli (1 % of compute).
+func LoadPods(path string) ([]Pod, error) { return loadFile(path, readPods) }
+
+// readPods reads a pod list from r; source names it in errors.
+func readPods(r io.Reader, source string) ([]Pod, error) {
 	var out []Pod
-	err := readCSV(path, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, func(r row) error {
-		p := Pod{Name: r.str(0), CPU: r.int(1, 0), Memory: r.int(2, 0), GPUs: int(r.int(3, 0)), GPUMilli: r.int(4, 0)}
+	err := readCSV(r, source, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, func(r row) error {
+		if len(out) == MaxArrivals {
+			return fmt.Errorf("more than %d pods; accepted are 1..%d", MaxArrivals, MaxArrivals)
+		}
+		p := Pod{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), GPUMilli: r.int(4, maxQuantity)}
 		if r.err != nil {
 			return r.err
 		}
@@ -92,6 +123,9 @@ func LoadPods(path string) ([]Pod, error) {
 		out = append(out, p)
 		return nil
 	})
+	if err == nil && len(out) == 0 {
+		return nil, fmt.Errorf("%s: no pods after the header; a pod list has 1..%d", source, MaxArrivals)
+	}
 	return out, err
 }
 
@@ -104,29 +138,43 @@ type row struct {
 
 func (r *row) str(k int) string { return r.fields[k] }
 
-func (r *row) int(k int, min int64) int64 {
+// int parses field k as an integer 0..hi.
+func (r *row) int(k int, hi int64) int64 {
 	v, err := strconv.ParseInt(r.fields[k], 10, 64)
-	if err == nil && v < min {
-		err = fmt.Errorf("below %d", min)
-	}
-	if err != nil && r.err == nil {
+	switch {
+	case r.err != nil:
+	case err != nil || v < 0:
 		r.err = fmt.Errorf("%s: %q is not a non-negative integer", r.header[k], r.fields[k])
+	case v > hi:
+		r.err = fmt.Errorf("%s: %d is more than %d; accepted values are 0..%d", r.header[k], v, hi, hi)
 	}
 	return v
 }
 
-// readCSV reads a CSV file whose header starts with the given columns and calls fn per
-// record; errors carry file:line.
-func readCSV(path string, columns []string, fn func(row) error) error {
+func loadFile[T any](path string, read func(io.Reader, string) (T, error)) (T, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		var none T
+		return none, err
 	}
 	defer f.Close()
-	cr := csv.NewReader(f)
+	return read(f, path)
+}
+
+// readCSV reads CSV of at most MaxTraceBytes whose header starts with the given columns
+// and calls fn per record; errors carry path:line.
+func readCSV(r io.Reader, path string, columns []string, fn func(row) error) error {
+	lr := &io.LimitedReader{R: r, N: MaxTraceBytes + 1}
+	tooLarge := func() error {
+		return fmt.Errorf("%s: larger than the %d-byte (%d MiB) limit on trace files", path, MaxTraceBytes, MaxTraceBytes>>20)
+	}
+	cr := csv.NewReader(lr)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = false
 	header, err := cr.Read()
+	if lr.N <= 0 {
+		return tooLarge()
+	}
 	if err != nil {
 		return fmt.Errorf("%s:1: reading header: %w", path, err)
 	}
@@ -137,6 +185,9 @@ func readCSV(path string, columns []string, fn func(row) error) error {
 	}
 	for {
 		rec, err := cr.Read()
+		if lr.N <= 0 {
+			return tooLarge()
+		}
 		if err == io.EOF {
 			return nil
 		}

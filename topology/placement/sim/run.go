@@ -100,7 +100,10 @@ func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, erro
 // ReplayOne replays one trace with one policy and seed in one mode.
 func ReplayOne(ctx context.Context, nodes []placement.NodeSpec, pods []placement.Pod, trace string, mode Mode, policy string, seed int64) (Run, error) {
 	start := time.Now()
-	w := placement.NewWorkload(seed, pods, nodes)
+	w, err := placement.NewWorkload(seed, pods, nodes)
+	if err != nil {
+		return Run{}, fmt.Errorf("%s/seed %d: %w", trace, seed, err)
+	}
 	pol, err := placement.NewPolicy(policy, placement.Setup{Typical: pods, Rand: w.Rand})
 	if err != nil {
 		return Run{}, err
