@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -42,22 +43,24 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 			if e.Traces, err = pickTraces(e.Dir, traces); err != nil {
 				return err
 			}
-			for _, m := range split(modes) {
-				if m != string(sim.NoAllocator) && m != string(sim.Reproduction) && m != string(sim.DRA) {
-					return fmt.Errorf("--modes: %q: accepted values are %s, %s, %s", m, sim.Reproduction, sim.DRA, sim.NoAllocator)
-				}
-				e.Modes = append(e.Modes, sim.Mode(m))
+			if e.Modes, err = pickModes(modes); err != nil {
+				return err
 			}
-			e.Policies = split(policies)
-			if policies == "all" {
-				e.Policies = placement.PolicyNames
+			if e.Policies, err = pickPolicies(policies); err != nil {
+				return err
 			}
-			for _, p := range e.Policies {
-				if _, err := placement.NewPolicy(p, placement.Setup{}); err != nil {
-					return fmt.Errorf("--policies: %w", err)
+			if len(seeds) < 1 || len(seeds) > maxSeeds {
+				return fmt.Errorf("--seeds: %d seeds; accepted are 1..%d", len(seeds), maxSeeds)
+			}
+			for k, s := range seeds {
+				if slices.Contains(seeds[:k], s) {
+					return fmt.Errorf("--seeds: %d is given twice; each seed once", s)
 				}
 			}
 			e.Seeds = seeds
+			if e.Parallel < 1 || e.Parallel > runtime.NumCPU() {
+				return fmt.Errorf("--parallel: %d; accepted are 1..%d (the CPUs: each replay runs on one and holds its own copy of the cluster)", e.Parallel, runtime.NumCPU())
+			}
 			if profile != "" {
 				f, err := os.Create(profile)
 				if err != nil {
@@ -74,8 +77,8 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 			}
 			w := cmd.ErrOrStderr()
 			runs, err := sim.Execute(cmd.Context(), e, func(r sim.Run) {
-				fmt.Fprintf(w, "%-10s %-12s %-14s seed %d: %6.2f %% at 130 %% (placed %d, failed %d, allocator refused %d) in %.1fs\n",
-					r.Trace, r.Mode, r.Policy, r.Seed, r.Curve.At130(), r.Placed, r.Failed, r.Refused, r.Wall.Seconds())
+				fmt.Fprintf(w, "%-10s %-12s %-14s seed %d: %6s %% at 130 %% (placed %d, failed %d, allocator refused %d) in %.1fs\n",
+					r.Trace, r.Mode, r.Policy, r.Seed, sim.Percent(r.Curve.At130()), r.Placed, r.Failed, r.Refused, r.Wall.Seconds())
 			})
 			if err != nil {
 				return err
@@ -87,13 +90,57 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 	f := cmd.Flags()
 	f.StringVar(&e.Dir, "trace-dir", filepath.Join("..", "shared", "traces", "alibaba-gpu-v2023"), "directory with openb_node_list_gpu_node.csv and openb_pod_list_<trace>.csv")
 	f.StringVar(&traces, "traces", "default", `comma-separated trace names (openb_pod_list_<name>.csv), or "all"`)
-	f.StringVar(&modes, "modes", string(sim.Reproduction), "comma-separated modes: reproduction (paper's GPU choice pinned, checked by the allocator), dra (allocator chooses), none (no allocator)")
-	f.StringVar(&policies, "policies", "all", `comma-separated policies, or "all": `+strings.Join(placement.PolicyNames, ", "))
-	f.Int64SliceVar(&seeds, "seeds", placement.Seeds, "random seeds (the paper's are 42-51)")
-	f.IntVar(&e.Parallel, "parallel", max(1, runtime.NumCPU()/2), "replays run at once")
+	f.StringVar(&modes, "modes", string(sim.Reproduction), "comma-separated modes, in any case: reproduction (paper's GPU choice pinned, checked by the allocator), dra (allocator chooses), none (no allocator)")
+	f.StringVar(&policies, "policies", "all", `comma-separated policies in any case, or "all": `+strings.Join(placement.PolicyNames, ", "))
+	f.Int64SliceVar(&seeds, "seeds", placement.Seeds, fmt.Sprintf("1..%d distinct random seeds (the paper's are 42-51)", maxSeeds))
+	f.IntVar(&e.Parallel, "parallel", max(1, runtime.NumCPU()/2), fmt.Sprintf("replays run at once, 1..%d (the CPUs)", runtime.NumCPU()))
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
 	f.StringVar(&out, "out", "sim-out", "output directory for table.csv, table.md, curves.csv and one SVG per trace and mode")
 	return cmd
+}
+
+// maxSeeds bounds --seeds: every seed is a replay of each trace, mode and policy.
+const maxSeeds = 100
+
+var simModes = []sim.Mode{sim.Reproduction, sim.DRA, sim.NoAllocator}
+
+func pickModes(modes string) ([]sim.Mode, error) {
+	var out []sim.Mode
+	for _, m := range split(modes) {
+		k := slices.IndexFunc(simModes, func(v sim.Mode) bool { return strings.EqualFold(string(v), m) })
+		if k < 0 {
+			return nil, fmt.Errorf("--modes: %q: accepted values are %s, %s, %s (in any case)", m, sim.Reproduction, sim.DRA, sim.NoAllocator)
+		}
+		if slices.Contains(out, simModes[k]) {
+			return nil, fmt.Errorf("--modes: %s is given twice; each mode once", simModes[k])
+		}
+		out = append(out, simModes[k])
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--modes: empty; accepted values are %s, %s, %s", sim.Reproduction, sim.DRA, sim.NoAllocator)
+	}
+	return out, nil
+}
+
+func pickPolicies(policies string) ([]string, error) {
+	if strings.EqualFold(strings.TrimSpace(policies), "all") {
+		return placement.PolicyNames, nil
+	}
+	var out []string
+	for _, p := range split(policies) {
+		name, err := placement.PolicyName(p)
+		if err != nil {
+			return nil, fmt.Errorf("--policies: %w", err)
+		}
+		if slices.Contains(out, name) {
+			return nil, fmt.Errorf("--policies: %s is given twice; each policy once", name)
+		}
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf(`--policies: empty; give "all" or some of %s`, strings.Join(placement.PolicyNames, ", "))
+	}
+	return out, nil
 }
 
 func pickTraces(dir, traces string) ([]string, error) {
@@ -108,10 +155,16 @@ func pickTraces(dir, traces string) ([]string, error) {
 		return have, nil
 	}
 	want := split(traces)
-	for _, t := range want {
+	for k, t := range want {
 		if !contains(have, t) {
 			return nil, fmt.Errorf("--traces: %q not in %s: accepted values are %s", t, dir, strings.Join(have, ", "))
 		}
+		if slices.Contains(want[:k], t) {
+			return nil, fmt.Errorf("--traces: %s is given twice; each trace once", t)
+		}
+	}
+	if len(want) == 0 {
+		return nil, fmt.Errorf(`--traces: empty; give "all" or some of %s`, strings.Join(have, ", "))
 	}
 	return want, nil
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -82,4 +83,16 @@ func (t taggedNode) Score(_ *Node, p *Pod) Choice { return GpuClustering{}.Score
 func withMemory(n *Node, free int64) *Node {
 	n.MemoryFree = free
 	return n
+}
+
+func TestPolicyNamesInAnyCase(t *testing.T) {
+	for spelling, want := range map[string]string{"fgd": FGDName, "GPUPACKING": GpuPackingName, "Kube-Scheduler": KubeName, "gpudra": GpudraName} {
+		p, err := NewPolicy(spelling, Setup{})
+		if err != nil || p.Name() != want {
+			t.Errorf("NewPolicy(%q) = %v, %v; want %s", spelling, p, err, want)
+		}
+	}
+	if _, err := NewPolicy("fgd2", Setup{}); err == nil || !strings.Contains(err.Error(), `unknown policy "fgd2": known policies are BestFit, DotProd, FGD`) {
+		t.Errorf("NewPolicy(fgd2) error = %v", err)
+	}
 }

@@ -71,15 +71,25 @@ var factories = map[string]func(Setup) Policy{
 // PolicyNames lists the policies in the order reports show them.
 var PolicyNames = []string{RandomName, DotProdName, GpuClusteringName, GpuPackingName, BestFitName, FGDName, KubeName, GpudraName}
 
-// NewPolicy builds a policy by name.
-func NewPolicy(name string, s Setup) (Policy, error) {
-	f, ok := factories[name]
-	if !ok {
-		names := append([]string(nil), PolicyNames...)
-		sort.Strings(names)
-		return nil, fmt.Errorf("unknown policy %q: known policies are %s", name, strings.Join(names, ", "))
+// PolicyName is the name of the policy that name spells in any case ("fgd" is FGD).
+func PolicyName(name string) (string, error) {
+	for _, n := range PolicyNames {
+		if strings.EqualFold(n, name) {
+			return n, nil
+		}
 	}
-	return f(s), nil
+	names := append([]string(nil), PolicyNames...)
+	sort.Strings(names)
+	return "", fmt.Errorf("unknown policy %q: known policies are %s (in any case)", name, strings.Join(names, ", "))
+}
+
+// NewPolicy builds a policy by name, in any case.
+func NewPolicy(name string, s Setup) (Policy, error) {
+	n, err := PolicyName(name)
+	if err != nil {
+		return nil, err
+	}
+	return factories[n](s), nil
 }
 
 // BehaviourOf returns how a policy is run.

@@ -38,7 +38,7 @@ func WriteSVG(w io.Writer, title string, rows []Row) error {
 			}
 		}
 	}
-	lo = math.Floor(lo/2) * 2
+	lo = min(math.Floor(lo/2)*2, 98) // a range even when no curve has a point there
 	panels := []struct {
 		x0, w          float64
 		xmin, xmax     float64
@@ -74,8 +74,8 @@ func WriteSVG(w io.Writer, title string, rows []Row) error {
 	// Legend, inside the main panel (its lower right is empty: curves start at the origin).
 	for k, r := range rows {
 		y := top + plotH - 20 - 16*(len(rows)-1-k)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s %.2f</text>`+"\n",
-			left+plotW-200, y, left+plotW-180, y, colour(r.Policy), left+plotW-174, y+4, html.EscapeString(r.Policy), r.Mean)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/><text x="%d" y="%d">%s %s</text>`+"\n",
+			left+plotW-200, y, left+plotW-180, y, colour(r.Policy), left+plotW-174, y+4, html.EscapeString(r.Policy), Percent(r.Mean))
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())

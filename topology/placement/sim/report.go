@@ -147,9 +147,9 @@ func WriteMarkdown(w io.Writer, rows []Row) {
 			case !ok:
 				fmt.Fprint(w, " |")
 			case math.IsNaN(r.Published):
-				fmt.Fprintf(w, " %.2f |", r.Mean)
+				fmt.Fprintf(w, " %s |", Percent(r.Mean))
 			default:
-				fmt.Fprintf(w, " %.2f (%.2f) |", r.Mean, r.Published)
+				fmt.Fprintf(w, " %s (%.2f) |", Percent(r.Mean), r.Published)
 			}
 		}
 		fmt.Fprintln(w)
@@ -174,4 +174,19 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func f2(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+// Percent formats a share of GPU capacity with two decimals for people, "n/a" when
+// there is none (NaN: a cluster without GPUs, a point no event reached).
+func Percent(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return f2(v)
+}
+
+// f2 formats v with two decimals for CSV, empty when it is NaN.
+func f2(v float64) string {
+	if math.IsNaN(v) {
+		return ""
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}

@@ -154,7 +154,10 @@ func TestPolicyAgreesWithAllocator(t *testing.T) {
 	}
 	for _, mode := range Modes {
 		for _, pol := range []string{placement.FGDName, placement.KubeName} {
-			w := placement.NewWorkload(42, pods, nodes)
+			w, err := placement.NewWorkload(42, pods, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
 			w.Arrivals = w.Arrivals[:2000]
 			p, _ := placement.NewPolicy(pol, placement.Setup{Typical: pods, Rand: w.Rand})
 			a, err := NewAllocator(context.Background(), nodes, mode)
@@ -172,5 +175,37 @@ func TestPolicyAgreesWithAllocator(t *testing.T) {
 				t.Errorf("%s/%s: %d pods got other GPUs than pinned", mode, pol, res.Moved)
 			}
 		}
+	}
+}
+
+func TestReportsOfAClusterWithoutGPUs(t *testing.T) {
+	nodes := []placement.NodeSpec{{Name: "openb-node-0000", CPU: 64000, Memory: 1 << 18}}
+	pods := []placement.Pod{{Name: "a", CPU: 1000, GPUs: 1, GPUMilli: 500}, {Name: "b", CPU: 1000}}
+	run, err := ReplayOne(context.Background(), nodes, pods, "none", NoAllocator, placement.FGDName, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := Summarize([]Run{run})
+	var table, curves, md, svg strings.Builder
+	if err := WriteTable(&table, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteCurves(&curves, []Run{run}, rows); err != nil {
+		t.Fatal(err)
+	}
+	WriteMarkdown(&md, rows)
+	if err := WriteSVG(&svg, "none", rows); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"table.csv": table.String(), "curves.csv": curves.String(), "table.md": md.String(), "svg": svg.String()} {
+		if strings.Contains(out, "NaN") || strings.Contains(out, "Inf") {
+			t.Errorf("%s shows NaN or Inf:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(md.String(), "| none | none | n/a |") {
+		t.Errorf("table.md: want n/a for the policy's figure:\n%s", md.String())
+	}
+	if want := "none,none,FGD,1,,,,,,,0,0,"; !strings.Contains(table.String(), want) {
+		t.Errorf("table.csv: want empty figures (%s):\n%s", want, table.String())
 	}
 }
