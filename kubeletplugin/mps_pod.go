@@ -75,6 +75,9 @@ type MPSPods struct {
 	Binary, DriverRoot, LibraryPath string
 	// PriorityClassName of the daemon pods ("": none).
 	PriorityClassName string
+	// ServiceAccountName of the daemon pods: one with no API permissions (its token is
+	// not mounted either); "" is the namespace's default.
+	ServiceAccountName string
 	// Timeout bounds the wait for a daemon's pod to become ready and for a deleted one to
 	// go; 0 means 2 min.
 	Timeout time.Duration
@@ -221,6 +224,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 					NodeName:                      p.NodeName,
 					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					PriorityClassName:             p.PriorityClassName,
+					ServiceAccountName:            p.ServiceAccountName,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
 					ImagePullSecrets:              secrets,

@@ -42,7 +42,7 @@ type flags struct {
 	mpsControl, nvidiaSMI, cdiHook    string
 	mpsDaemons, mpsImage              string
 	mpsNamespace, mpsPriorityClass    string
-	mpsPullPolicy                     string
+	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
 }
 
@@ -74,6 +74,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.mpsPriorityClass, "mps-daemon-priority-class", "", "priority class of the MPS control daemon pods (empty: none)")
 	fs.StringVar(&f.mpsPullPolicy, "mps-daemon-image-pull-policy", string(corev1.PullIfNotPresent), "pull policy of --mps-daemon-image: Always, IfNotPresent or Never")
 	fs.StringSliceVar(&f.mpsPullSecrets, "mps-daemon-image-pull-secrets", nil, "Secrets (in --mps-daemon-namespace) to pull --mps-daemon-image with, comma-separated")
+	fs.StringVar(&f.mpsServiceAccount, "mps-daemon-service-account", "gpudra-mps-daemon", "ServiceAccount (in --mps-daemon-namespace) of the MPS control daemon pods: one with no API permissions, its token not mounted (empty: the namespace's default)")
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)

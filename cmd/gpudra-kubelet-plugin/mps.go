@@ -105,6 +105,7 @@ func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, 
 		Namespace: f.mpsNamespace, NodeName: f.nodeName, Image: f.mpsImage, Simulated: simulated,
 		PullPolicy: corev1.PullPolicy(f.mpsPullPolicy), PullSecrets: f.mpsPullSecrets,
 		DriverRoot: f.driverRoot, LibraryPath: os.Getenv("LD_LIBRARY_PATH"), PriorityClassName: f.mpsPriorityClass,
+		ServiceAccountName: f.mpsServiceAccount,
 	}
 	switch p.PullPolicy {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

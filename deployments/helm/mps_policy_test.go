@@ -1,0 +1,259 @@
+package helm_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	plugin "github.com/gpudra/gpudra/kubeletplugin"
+)
+
+// pluginUser is the kubelet plugin's identity, as its pod-bound token gives it.
+const pluginUser = "system:serviceaccount:gpudra:gpudra-kubelet-plugin"
+
+// admit evaluates a ValidatingAdmissionPolicy the way the API server does (its CEL
+// environment, variables, match conditions and message expressions) for a request by user
+// on node, and returns whether it is admitted and the first denial's message.
+func admit(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy, op admission.Operation, obj runtime.Object, username, node string) (bool, string) {
+	t.Helper()
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuthz := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	var vars []plugincel.NamedExpressionAccessor
+	for _, v := range policy.Spec.Variables {
+		vars = append(vars, &validating.Variable{Name: v.Name, Expression: v.Expression})
+	}
+	compiler.CompileAndStoreVariables(vars, withAuthz, environment.StoredExpressions)
+	var matches []plugincel.ExpressionAccessor
+	for i := range policy.Spec.MatchConditions {
+		matches = append(matches, (*matchconditions.MatchCondition)(&policy.Spec.MatchConditions[i]))
+	}
+	validations := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
+	messages := make([]plugincel.ExpressionAccessor, len(policy.Spec.Validations))
+	for i, v := range policy.Spec.Validations {
+		validations[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		if v.MessageExpression != "" {
+			messages[i] = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+		}
+	}
+	validator := validating.NewValidator(
+		compiler.CompileCondition(validations, withAuthz, environment.StoredExpressions),
+		matchconditions.NewMatcher(compiler.CompileCondition(matches, withAuthz, environment.StoredExpressions), policy.Spec.FailurePolicy, "policy", "validate", policy.Name),
+		compiler.CompileCondition(nil, withAuthz, environment.StoredExpressions),
+		compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions),
+		policy.Spec.FailurePolicy, nil)
+	gvk := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	acc := obj.(metav1.Object)
+	who := &user.DefaultInfo{Name: username, Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node}}}
+	attrs := &admission.VersionedAttributes{
+		Attributes:      admission.NewAttributesRecord(obj, nil, gvk, acc.GetNamespace(), acc.GetName(), gvr, "", op, nil, false, who),
+		VersionedObject: admission.NewLazyObject(obj),
+		VersionedKind:   gvk,
+	}
+	res := validator.Validate(context.Background(), gvr, attrs, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	for _, d := range res.Decisions {
+		if d.Action == validating.ActionDeny {
+			return false, d.Message
+		}
+	}
+	return true, ""
+}
+
+// flagValues are a container's --name=value arguments.
+func flagValues(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, a := range c.Args {
+		if name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok && strings.HasPrefix(a, "--") {
+			out[name] = value
+		}
+	}
+	return out
+}
+
+// daemonOf is the Deployment the plugin of this DaemonSet makes for an MPS claim on node:
+// kubeletplugin.MPSPods configured from the DaemonSet's flags as the plugin configures it
+// (cmd/gpudra-kubelet-plugin: the daemon sees the driver root at /driver-root).
+func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string) *appsv1.Deployment {
+	t.Helper()
+	c := ds.Spec.Template.Spec.Containers[0]
+	f := flagValues(c)
+	if f["mps-control-daemons"] != "pod" {
+		t.Fatalf("%s runs MPS daemons as %q, not in pods", ds.Name, f["mps-control-daemons"])
+	}
+	p := plugin.MPSPods{
+		Client: fake.NewClientset(), Namespace: namespace, NodeName: node,
+		Image: f["mps-daemon-image"], PullPolicy: corev1.PullPolicy(f["mps-daemon-image-pull-policy"]),
+		ServiceAccountName: f["mps-daemon-service-account"], PriorityClassName: f["mps-daemon-priority-class"],
+		Simulated: strings.HasPrefix(f["nvml"], "sim:"), DriverRoot: f["driver-root"],
+	}
+	if !p.Simulated {
+		p.Binary = plugin.MPSPodDriverRoot + strings.TrimPrefix(f["mps-control-daemon"], f["container-driver-root"])
+		p.LibraryPath = plugin.MPSPodDriverRoot + "/usr/lib64"
+	}
+	dir := filepath.Join(f["plugin-data-dir"], "mps", claimUID)
+	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
+		Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{1024}}
+	if err := p.Create(d); err != nil {
+		t.Fatal(err)
+	}
+	dep, err := p.Client.AppsV1().Deployments(namespace).Get(context.Background(), plugin.MPSPodPrefix+claimUID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the API server hands it to admission: v1 carries the deprecated serviceAccount too.
+	dep.Spec.Template.Spec.DeprecatedServiceAccount = dep.Spec.Template.Spec.ServiceAccountName
+	return dep
+}
+
+// refusal is a change to a daemon's Deployment and what the policy says refusing it.
+type refusal struct {
+	name   string
+	change func(*appsv1.Deployment)
+	want   string
+}
+
+// TestMPSDaemonPolicy: the pods the chart's plugins make for MPS claims (the real code,
+// configured from the rendered DaemonSet) pass the chart's admission policy, and a plugin's
+// token cannot make one that differs in any field the policy pins.
+func TestMPSDaemonPolicy(t *testing.T) {
+	const node, uid = "gpu-node-1", "6b3c0a52-0d1e-4f5a-9b7c-3e2d1f0a9b8c"
+	for _, pool := range []struct {
+		name, daemonSet string
+		sets            []string
+	}{
+		{"real NVML", "gpudra-kubelet-plugin", nil},
+		{"simulated pool", "gpudra-kubelet-plugin-dgx-h100", labValues},
+	} {
+		t.Run(pool.name, func(t *testing.T) {
+			m := render(t, pool.sets...)
+			policy := m.get("ValidatingAdmissionPolicy", "gpudra-mps-daemon-pods").(*admissionv1.ValidatingAdmissionPolicy)
+			if ops := policy.Spec.MatchConstraints.ResourceRules[0].Operations; len(ops) != 2 || ops[0] != admissionv1.Create || ops[1] != admissionv1.Update {
+				t.Errorf("operations %v, want CREATE and UPDATE (a daemon of an earlier plugin can always be deleted)", ops)
+			}
+			if b, ok := m.get("ValidatingAdmissionPolicyBinding", "gpudra-mps-daemon-pods").(*admissionv1.ValidatingAdmissionPolicyBinding); !ok || b.Spec.PolicyName != policy.Name {
+				t.Errorf("binding %+v, want one for %s", b, policy.Name)
+			}
+			ds := m.get("DaemonSet", pool.daemonSet).(*appsv1.DaemonSet)
+			good := daemonOf(t, ds, node, uid)
+			if ok, msg := admit(t, policy, admission.Create, good, pluginUser, node); !ok {
+				t.Fatalf("the plugin's own daemon is refused: %s\n%+v", msg, good.Spec.Template.Spec)
+			}
+			if ok, _ := admit(t, policy, admission.Create, good, "system:serviceaccount:gpudra:someone-else", node); !ok {
+				t.Error("the policy holds identities other than the plugin's")
+			}
+			privileged := !strings.HasPrefix(flagValues(ds.Spec.Template.Spec.Containers[0])["nvml"], "sim:")
+			hostPath := func(name, path string) corev1.Volume {
+				return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+			}
+			spec := func(d *appsv1.Deployment) *corev1.PodSpec { return &d.Spec.Template.Spec }
+			ctr := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
+			cases := []refusal{
+				{"another image", func(d *appsv1.Deployment) { ctr(d).Image = "docker.io/library/busybox:latest" }, "image of an MPS control daemon must be " + good.Spec.Template.Spec.Containers[0].Image},
+				{"the controller's service account", func(d *appsv1.Deployment) {
+					spec(d).ServiceAccountName, spec(d).DeprecatedServiceAccount = "gpudra-controller", "gpudra-controller"
+				}, "serviceAccountName of an MPS control daemon must be gpudra-mps-daemon, not gpudra-controller"},
+				{"the deprecated service account field", func(d *appsv1.Deployment) { spec(d).DeprecatedServiceAccount = "gpudra-controller" }, "must be gpudra-mps-daemon"},
+				{"a mounted token", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = ptr.To(true) }, "automountServiceAccountToken of an MPS control daemon must be false"},
+				{"a token by default", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = nil }, "automountServiceAccountToken"},
+				{"the node's network", func(d *appsv1.Deployment) { spec(d).HostNetwork = true }, "may not use the node's network, PID or IPC namespace"},
+				{"the node's PIDs", func(d *appsv1.Deployment) { spec(d).HostPID = true }, "may not use the node's network, PID or IPC namespace"},
+				{"the node's IPC", func(d *appsv1.Deployment) { spec(d).HostIPC = true }, "may not use the node's network, PID or IPC namespace"},
+				{"a second container", func(d *appsv1.Deployment) {
+					spec(d).Containers = append(spec(d).Containers, corev1.Container{Name: "x", Image: ctr(d).Image})
+				}, "exactly one container"},
+				{"an init container", func(d *appsv1.Deployment) {
+					spec(d).InitContainers = []corev1.Container{{Name: "x", Image: ctr(d).Image}}
+				}, "no initContainers"},
+				{"an ephemeral container", func(d *appsv1.Deployment) {
+					spec(d).EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "x", Image: ctr(d).Image}}}
+				}, "ephemeralContainers"},
+				{"a runtime class", func(d *appsv1.Deployment) { spec(d).RuntimeClassName = ptr.To("nvidia") }, "runtimeClassName"},
+				{"a shell", func(d *appsv1.Deployment) { ctr(d).Command, ctr(d).Args = []string{"sh"}, []string{"-c", "id"} }, "must run gpudra-kubelet-plugin mps-control-daemon"},
+				{"a host binary as the daemon", func(d *appsv1.Deployment) {
+					args := ctr(d).Args
+					args[len(args)-1] = "--mps-control-daemon=/driver-root/usr/bin/nsenter"
+				}, "must run gpudra-kubelet-plugin mps-control-daemon"},
+				{"another flag", func(d *appsv1.Deployment) { ctr(d).Args = append(ctr(d).Args, "--pipe-dir=/etc") }, "only the daemon's flags"},
+				{"a probe running a shell", func(d *appsv1.Deployment) {
+					ctr(d).ReadinessProbe.Exec.Command = []string{"sh", "-c", "id"}
+				}, "only probe is its readiness check"},
+				{"a liveness probe", func(d *appsv1.Deployment) {
+					ctr(d).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"gpudra-kubelet-plugin"}}}}
+				}, "no livenessProbe"},
+				{"a postStart hook", func(d *appsv1.Deployment) {
+					ctr(d).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh"}}}}
+				}, "lifecycle hooks"},
+				{"a preloaded library", func(d *appsv1.Deployment) {
+					ctr(d).Env = append(ctr(d).Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/driver-root/lib/x.so"})
+				}, "no environment but LD_LIBRARY_PATH"},
+				{"a host port", func(d *appsv1.Deployment) { ctr(d).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} }, "no ports"},
+				{"the host's /etc", func(d *appsv1.Deployment) { spec(d).Volumes = append(spec(d).Volumes, hostPath("etc", "/etc")) }, "may only be host paths"},
+				{"another claim's pipe directory", func(d *appsv1.Deployment) {
+					spec(d).Volumes[0] = hostPath("pipe", filepath.Join(filepath.Dir(filepath.Dir(spec(d).Volumes[0].HostPath.Path)), "other-claim", "pipe"))
+				}, "may only be host paths <plugin data directory>/mps/" + uid},
+				{"a directory outside the plugin's", func(d *appsv1.Deployment) { spec(d).Volumes[1] = hostPath("log", "/var/log/mps/"+uid+"/log") }, "may only be host paths"},
+				{"another driver root", func(d *appsv1.Deployment) {
+					spec(d).Volumes = append(spec(d).Volumes, hostPath("driver-root", "/var/lib/docker"))
+				}, "driver-root, a driver root of the chart's pools"},
+				{"a Secret volume", func(d *appsv1.Deployment) {
+					spec(d).Volumes = append(spec(d).Volumes, corev1.Volume{Name: "pipe", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gpudra-webhook-cert"}}})
+				}, "may only be host paths"},
+				{"mount propagation", func(d *appsv1.Deployment) {
+					ctr(d).VolumeMounts[0].MountPropagation = ptr.To(corev1.MountPropagationBidirectional)
+				}, "no volume with mount propagation"},
+				{"many replicas", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](50) }, "at most 1 replica"},
+				{"privileged without a driver root", func(d *appsv1.Deployment) {
+					ctr(d).SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+					spec(d).Volumes = slices.DeleteFunc(spec(d).Volumes, func(v corev1.Volume) bool { return v.Name == "driver-root" })
+					ctr(d).VolumeMounts = slices.DeleteFunc(ctr(d).VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "driver-root" })
+				}, "privileged only with a real driver root mounted"},
+				{"capabilities added", func(d *appsv1.Deployment) {
+					ctr(d).SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_ADMIN"}}}
+				}, "adds none"},
+				{"privilege escalation", func(d *appsv1.Deployment) {
+					ctr(d).SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+				}, "allowPrivilegeEscalation false"},
+			}
+			if privileged {
+				cases = append(cases, refusal{"the driver root writable", func(d *appsv1.Deployment) {
+					for i := range ctr(d).VolumeMounts {
+						if ctr(d).VolumeMounts[i].Name == "driver-root" {
+							ctr(d).VolumeMounts[i].ReadOnly = false
+						}
+					}
+				}, "mounts driver-root read-only"})
+			}
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					d := good.DeepCopy()
+					tc.change(d)
+					if ok, msg := admit(t, policy, admission.Create, d, pluginUser, node); ok || !strings.Contains(msg, tc.want) {
+						t.Errorf("admitted %v (%q), want refused saying %q", ok, msg, tc.want)
+					}
+				})
+			}
+		})
+	}
+}
