@@ -23,12 +23,14 @@ import (
 
 // valueSets are the combinations `helm lint` must accept and every test renders.
 var valueSets = map[string][]string{
-	"defaults":    nil,
-	"no webhook":  {"webhook.enabled=false"},
-	"kueue":       {"kueue.admissionCheck=true", "kueue.samples=true"},
-	"lab":         labValues,
-	"own webhook": {"webhook.certSecret=gpudra-webhook-tls", "webhook.caBundle=Q0EK", "webhook.url=https://127.0.0.1:9443/validate-gpudra-config"},
-	"real node":   realNodeValues,
+	"defaults":      nil,
+	"no webhook":    {"webhook.enabled=false"},
+	"kueue":         {"kueue.admissionCheck=true", "kueue.samples=true"},
+	"lab":           labValues,
+	"own webhook":   {"webhook.certSecret=gpudra-webhook-tls", "webhook.caBundle=Q0EK", "webhook.url=https://127.0.0.1:9443/validate-gpudra-config"},
+	"self-signed":   selfSignedValues,
+	"plain metrics": {"controller.metricsSecure=false", "controller.metricsPort=8080"},
+	"real node":     realNodeValues,
 	"hami topology": {"kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
 		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
 		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
@@ -40,6 +42,11 @@ var valueSets = map[string][]string{
 var realNodeValues = append(slices.Clone(labValues),
 	`kubeletPlugin.pools[2]={"name":"r1-real","nvml":"sim:dgx-h100","hostNetwork":true,"metricsPort":39400,"pluginDataDir":"/lab/r1/plugin","kubeletRegistryDir":"/lab/r1/kubelet/plugins_registry","cdiRoot":"/lab/r1/cdi","driverRoot":"/lab/r1/driver-root","nodeSelector":{"kubernetes.io/hostname":"r1-real"},"tolerations":[{"key":"lab.gpudra.dev/real-node","operator":"Exists"}]}`,
 	"kubernetesService.host=127.0.0.1", "kubernetesService.port=6443")
+
+// selfSignedValues are the controller's values in the lab (test/lab/chart.go): one replica
+// outside the cluster, its webhook at a 127.0.0.1 URL with a certificate made at start.
+var selfSignedValues = []string{"webhook.certManagement=selfSigned", "controller.replicas=1",
+	"webhook.url=https://127.0.0.1:9443/validate-gpudra-config", `webhook.extraCertNames=["127.0.0.1","localhost"]`}
 
 // labValues is what a lab of simulated nodes passes: one DaemonSet per simulated profile,
 // selected by the lab's node label lab.gpudra.dev/profile.
@@ -255,7 +262,7 @@ func TestControllerIsUnprivileged(t *testing.T) {
 		t.Errorf("controller securityContext = %+v", sc)
 	}
 	for _, arg := range []string{"--webhook-port=9443", "--webhook-cert-dir=/certs",
-		"--webhook-self-signed=gpudra-controller,gpudra-controller.gpudra,gpudra-controller.gpudra.svc"} {
+		"--webhook-cert-secret=gpudra/gpudra-webhook-cert", "--webhook-cert-dns-names=gpudra-controller.gpudra.svc,gpudra-controller.gpudra,gpudra-controller"} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("controller args %v lack %s", c.Args, arg)
 		}
@@ -442,6 +449,10 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"controller.kubeAPIBurst=1.5", "controller.kubeAPIBurst=1.5: want an integer >= 0"},
 		{"controller.admissionCheckWorkers=0", "controller.admissionCheckWorkers=0: want an integer >= 1"},
 		{"controller.admissionCheckWorkers=true", "controller.admissionCheckWorkers=true: want an integer >= 1"},
+		{"controller.replicas=0", "controller.replicas=0: want an integer >= 1"},
+		{"webhook.certManagement=manual", `webhook.certManagement="manual": accepted values are rotate, selfSigned`},
+		{"webhook.certManagement=selfSigned", "webhook.certManagement=selfSigned with controller.replicas=2: each replica would make and inject a CA of its own"},
+		{`webhook.extraCertNames=["127.0.0.1"]`, `webhook.extraCertNames: "127.0.0.1" is not a DNS name`},
 	} {
 		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -16,6 +16,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -37,6 +38,8 @@ var kinds = map[string]func() any{
 	"ServiceAccount":                   func() any { return &corev1.ServiceAccount{} },
 	"Service":                          func() any { return &corev1.Service{} },
 	"ConfigMap":                        func() any { return &corev1.ConfigMap{} },
+	"Secret":                           func() any { return &corev1.Secret{} },
+	"PodDisruptionBudget":              func() any { return &policyv1.PodDisruptionBudget{} },
 	"Namespace":                        func() any { return &corev1.Namespace{} },
 	"DaemonSet":                        func() any { return &appsv1.DaemonSet{} },
 	"Deployment":                       func() any { return &appsv1.Deployment{} },

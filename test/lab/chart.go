@@ -133,9 +133,12 @@ func (u *upper) chartValues() ([]byte, error) {
 		"image":             map[string]any{"repository": repo, "tag": tag},
 		"kubernetesService": map[string]any{"host": apiHost, "port": apiPort},
 		"kubeletPlugin":     map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
-		"controller":        map[string]any{"enabled": u.file.Kueue.Enabled},
+		// One controller, outside the cluster: its webhook certificate is made at start for
+		// 127.0.0.1 (no kubelet mounts a Secret for a process here).
+		"controller": map[string]any{"enabled": u.file.Kueue.Enabled, "replicas": 1},
 		"webhook": map[string]any{
 			"url":            "https://127.0.0.1:" + strconv.Itoa(u.port("controller-webhook")) + webhookPath,
+			"certManagement": "selfSigned",
 			"extraCertNames": []string{"127.0.0.1", "localhost"},
 		},
 		"topology": map[string]any{"labels": map[string]any{"block": LabelBlock, "rack": LabelRack, "tor": LabelToR}},
