@@ -144,6 +144,7 @@ func TestMPSDaemonPolicy(t *testing.T) {
 	}{
 		{"real NVML", "gpudra-kubelet-plugin", nil},
 		{"simulated pool", "gpudra-kubelet-plugin-dgx-h100", labValues},
+		{"lab's real node, its own data directory", "gpudra-kubelet-plugin-r1-real", realNodeValues},
 	} {
 		t.Run(pool.name, func(t *testing.T) {
 			m := render(t, pool.sets...)

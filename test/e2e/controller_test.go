@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -113,7 +112,8 @@ spec:
 
 // TestPluginWritesOnlyItsOwnNodesSlices: the admission policies shipped for the kubelet plugin
 // let a plugin identity (its ServiceAccount token bound to a pod on node A) write
-// ResourceSlices, and MPS control daemon Deployments, of node A only.
+// ResourceSlices, and MPS control daemon Deployments, of node A only, and such daemons only
+// as the chart's plugins make them (testMPSDaemonPolicies).
 func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 	if !state.Kueue {
 		t.Skip("the plugin RBAC and policy are installed with gpudra-controller (labs with Kueue)")
@@ -165,30 +165,7 @@ func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 		t.Error("the plugin identity can read Secrets")
 	}
 
-	// MPS control daemons: Deployments of its own node only, of gpudra's naming, in its
-	// namespace only. (No replicas: only the admission decision matters here.)
-	daemon := func(name, node string) *appsv1.Deployment {
-		labels := map[string]string{"app.kubernetes.io/component": "mps-control-daemon", "gpu.gpudra.dev/mps-node": node}
-		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{NodeName: node,
-					Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}}}
-	}
-	deployments := as.AppsV1().Deployments("gpudra")
-	if _, err := deployments.Create(t.Context(), daemon("gpudra-mps-e2e-own", nodeA), metav1.CreateOptions{}); err != nil {
-		t.Errorf("the plugin of %s may not make an MPS daemon of its own node: %v", nodeA, err)
-	} else if err := deployments.Delete(t.Context(), "gpudra-mps-e2e-own", metav1.DeleteOptions{}); err != nil {
-		t.Errorf("the plugin may not delete its own node's MPS daemon: %v", err)
-	}
-	if _, err := deployments.Create(t.Context(), daemon("gpudra-mps-e2e-other", nodeB), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not write MPS control daemons of node "+nodeB) {
-		t.Errorf("the plugin of %s made an MPS daemon on %s: err = %v", nodeA, nodeB, err)
-	}
-	if _, err := deployments.Create(t.Context(), daemon("miner", nodeA), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only write MPS control daemon Deployments") {
-		t.Errorf("the plugin made a Deployment that is no MPS daemon: err = %v", err)
-	}
-	if _, err := as.AppsV1().Deployments("default").Create(t.Context(), daemon("gpudra-mps-e2e-ns", nodeA), metav1.CreateOptions{}); err == nil {
-		t.Error("the plugin identity may make Deployments outside its namespace")
-	}
+	t.Run("MPS control daemons", func(t *testing.T) { testMPSDaemonPolicies(t, as, nodeA, nodeB) })
 }
 
 // TestGangAdmissionByRack: with the gpudra.dev/topology check on the ClusterQueue, a Job of
