@@ -14,6 +14,13 @@
 // and at start-up (checkpoint.go). Claims under MPS take a spare, new directory tree
 // made at start-up or by an earlier unprepare (spares.go), with a shm directory that is
 // /dev/shm in the claim's containers and its daemon's own mount namespace (mps_shm.go).
+// A prepare that fails undoes only what it made: a MIG instance it did not create is left
+// alone (a placement already occupied is refused). A prepared claim is never rolled back
+// at start-up: what cannot be restored (its daemon, its time-slices), or a daemon that
+// exits later, is repaired in the background with back-off (repair.go). The kubelet's
+// calls run side by side (kubeletplugin.Serialize(false)): each claim's lock orders the
+// calls on one claim, and the node's lock is held only for short steps, never while a
+// daemon's pod starts or stops.
 //
 // Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
 // GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished

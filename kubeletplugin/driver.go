@@ -60,6 +60,14 @@ type Config struct {
 	// HealthInjectionFile, with a simulated backend only, is a file whose lines
 	// ("gpu=3 xid=79") inject GPU events; "" for none.
 	HealthInjectionFile string
+	// RepairBackoff is how long the background repair of a claim (a part start-up could
+	// not restore, an MPS control daemon that exited) waits after a failure before it
+	// tries again; it doubles with each failure up to 5 min. 0 means 1 s.
+	RepairBackoff time.Duration
+	// MPSCheckInterval is how often the plugin checks that the MPS control daemons of
+	// prepared claims run, where they are not in pods; one that has exited is restarted.
+	// 0 means 10 s.
+	MPSCheckInterval time.Duration
 }
 
 // Driver is the running plugin for one node.
@@ -106,12 +114,14 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	m := newMetrics(st.preparedClaims)
+	st.repairs.metrics = m
 	err = st.recover()
 	m.checkpointsRecover.Add(float64(st.corruptions))
 	if err != nil {
 		return nil, fmt.Errorf("recovering prepared claims: %w", err)
 	}
 	m.published(pool)
+	st.repairs.start(ctx)
 	return &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
 		health: newHealth(), metrics: m, types: deviceTypes(pool)}, nil
 }
@@ -133,6 +143,9 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		kubeletplugin.KubeClient(cfg.Client),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
+		// The node's lock and each claim's (state) order prepares and unprepares, across
+		// plugin instances too; claims go on side by side.
+		kubeletplugin.Serialize(false),
 	}
 	if cfg.RollingUpdatePodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.RollingUpdatePodUID)))
@@ -172,6 +185,7 @@ func (d *Driver) Stop() {
 	}
 	d.cancel(nil)
 	d.health.watchers.Wait()
+	d.state.repairs.shutdown()
 	d.state.removeSpareMPSDirs()
 }
 
@@ -184,13 +198,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
 		start, kind := time.Now(), claimType(c, d.types)
-		devs, waitMPS, err := d.state.prepare(c)
-		if err == nil {
-			// Outside the node's lock: other claims' prepares go on meanwhile. A daemon
-			// that is not ready fails this call, the claim stays prepared, and the
-			// kubelet's retry waits again.
-			err = d.state.waitMPS(ctx, waitMPS)
-		}
+		// The wait for the claim's MPS control daemon is outside the node's lock: other
+		// claims' prepares go on meanwhile. A daemon that is not ready fails this call,
+		// the claim stays prepared, and the kubelet's retry waits again.
+		devs, err := d.state.prepareClaim(ctx, c)
 		d.metrics.prepareSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 		if err != nil {
 			d.metrics.prepareErrors.WithLabelValues(kind).Inc()
@@ -213,7 +224,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		start := time.Now()
-		err := d.state.unprepare(c.UID)
+		err := d.state.unprepareClaim(ctx, c.UID)
 		d.metrics.unprepareSeconds.Observe(time.Since(start).Seconds())
 		if err != nil {
 			d.metrics.unprepareErrors.Inc()

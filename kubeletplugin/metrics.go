@@ -31,6 +31,8 @@ type metrics struct {
 	unprepareErrors    prometheus.Counter
 	healthEvents       *prometheus.CounterVec
 	checkpointsRecover prometheus.Counter
+	repairFailures     *prometheus.CounterVec
+	unrepairedClaims   prometheus.Gauge
 }
 
 // latencyBuckets span a CDI spec write (under a millisecond) to a MIG mode switch.
@@ -73,10 +75,19 @@ func newMetrics(preparedClaims func() float64) *metrics {
 			Name: "gpudra_plugin_corrupt_checkpoints_recovered_total",
 			Help: "Corrupt checkpoints set aside and rebuilt from the CDI specs on disk.",
 		}),
+		repairFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpudra_plugin_repair_failures_total",
+			Help: "Failed tries to restore part of a prepared claim (at start-up or in the background), or to finish a claim's rollback or unprepare, by part (mig-instance, time-slice, mps-daemon, cdi-spec, checkpoint, rollback, unprepare). The claim stays prepared and is tried again.",
+		}, []string{"part"}),
+		unrepairedClaims: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gpudra_plugin_unrepaired_claims",
+			Help: "Claims with a repair pending in the background: a part that could not be restored, an MPS control daemon that exited, a rollback or unprepare not finished.",
+		}),
 	}
 	m.registry.MustRegister(
 		m.publishedDevices, m.unhealthyGPUs, m.prepareSeconds, m.prepareErrors,
 		m.unprepareSeconds, m.unprepareErrors, m.healthEvents, m.checkpointsRecover,
+		m.repairFailures, m.unrepairedClaims,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpudra_plugin_prepared_claims",
 			Help: "Claims prepared on this node (checkpoint entries).",

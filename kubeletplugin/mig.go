@@ -175,6 +175,21 @@ func (m migInstances) list(index int) ([]existing, error) {
 	return out, nil
 }
 
+// occupant is a GPU instance on mi's GPU whose placement overlaps mi's, nil when the
+// placement is free.
+func (m migInstances) occupant(mi *MIGInstance) (*existing, error) {
+	list, err := m.list(mi.Parent)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range list {
+		if e.start < mi.Start+mi.Size && mi.Start < e.start+e.size {
+			return &e, nil
+		}
+	}
+	return nil, nil
+}
+
 // destroy removes mi's GPU instance (and its compute instances) if it exists.
 func (m migInstances) destroy(mi *MIGInstance) error {
 	list, err := m.list(mi.Parent)

@@ -117,7 +117,7 @@ func (s *state) startMPS(pc *PreparedClaim) error {
 	}
 	var pid int
 	var err error
-	if deferred, ok := s.mps.(mpsDeferredStart); ok {
+	if deferred, ok := s.mps.(mpsDeferred); ok {
 		err = deferred.Create(*d)
 	} else {
 		pid, err = s.mps.Start(*d)
@@ -131,22 +131,32 @@ func (s *state) startMPS(pc *PreparedClaim) error {
 	return s.hook.at(PointMPSStarted)
 }
 
-// mpsDeferredStart is an MPSControl whose daemons take long to start (MPSPods: a pod):
-// a prepare creates the daemon under the node's lock and waits until it is ready after
-// releasing it (Driver.PrepareResourceClaims), so that other claims' prepares on the node
-// need not wait for it.
-type mpsDeferredStart interface {
+// mpsDeferred is an MPSControl whose daemons take long to start and to stop (MPSPods: a
+// pod): under the node's lock the plugin only asks for a daemon or for its end, and waits
+// for either after releasing the lock (prepareClaim, unprepare), so that other claims'
+// prepares and unprepares on the node need not wait for it.
+type mpsDeferred interface {
 	// Create starts the daemon, or finds it started, without waiting for it.
 	Create(d MPSDaemon) error
 	// WaitReady waits until the daemon listening in pipeDir is ready, or ctx ends, and
 	// says why it is not.
 	WaitReady(ctx context.Context, pipeDir string) error
+	// Delete asks the daemon listening in pipeDir to stop, without waiting for it, and
+	// reports whether it is gone already.
+	Delete(pipeDir string) (gone bool, err error)
+	// WaitGone waits until the daemon listening in pipeDir is gone, or ctx ends.
+	WaitGone(ctx context.Context, pipeDir string) error
 }
+
+// errMPSDaemonGoing is an MPS control daemon asked to stop that has not gone yet (a pod
+// that takes its time): what needs it gone (the claim's directories, a new daemon) is
+// tried again later, by the kubelet or the background repair (repairs).
+var errMPSDaemonGoing = errors.New("the MPS control daemon is still stopping")
 
 // mpsToWaitFor is the pipe directory of the claim's daemon that the prepare must wait
 // for once the node's lock is released ("" when none: no daemon, or one started ready).
 func (s *state) mpsToWaitFor(pc *PreparedClaim) string {
-	if _, ok := s.mps.(mpsDeferredStart); !ok || pc.MPS == nil {
+	if _, ok := s.mps.(mpsDeferred); !ok || pc.MPS == nil {
 		return ""
 	}
 	return pc.MPS.PipeDir
@@ -157,12 +167,46 @@ func (s *state) waitMPS(ctx context.Context, pipeDir string) error {
 	if pipeDir == "" {
 		return nil
 	}
-	return s.mps.(mpsDeferredStart).WaitReady(ctx, pipeDir)
+	return s.mps.(mpsDeferred).WaitReady(ctx, pipeDir)
 }
 
-// stopMPS stops the MPS control daemon of the claim with this UID, if one runs.
+// requestMPSStop stops the MPS control daemon of the claim with this UID, or, for one
+// that takes long to stop (mpsDeferred), asks it to and returns its pipe directory to
+// wait for, without the node's lock, when it has not gone yet.
+func (s *state) requestMPSStop(uid types.UID) (wait string, err error) {
+	if _, ok := s.mps.(mpsDeferred); !ok {
+		return "", s.stopMPS(uid)
+	}
+	err = s.stopMPS(uid)
+	if errors.Is(err, errMPSDaemonGoing) {
+		return s.planner.mpsPipeDir(string(uid)), nil
+	}
+	return "", err
+}
+
+// waitMPSGone waits for the daemon requestMPSStop named.
+func (s *state) waitMPSGone(ctx context.Context, pipeDir string) error {
+	if pipeDir == "" {
+		return nil
+	}
+	return s.mps.(mpsDeferred).WaitGone(ctx, pipeDir)
+}
+
+// stopMPS stops the MPS control daemon of the claim with this UID, if one runs. One that
+// takes long to stop (mpsDeferred) is asked to, and errMPSDaemonGoing says it has not
+// gone yet: stopMPS never waits for it.
 func (s *state) stopMPS(uid types.UID) error {
 	pipe := s.planner.mpsPipeDir(string(uid))
+	if d, ok := s.mps.(mpsDeferred); ok {
+		gone, err := d.Delete(pipe)
+		if err != nil {
+			return fmt.Errorf("stopping the MPS control daemon in %s: %w", pipe, err)
+		}
+		if !gone {
+			return fmt.Errorf("MPS control daemon in %s: %w", pipe, errMPSDaemonGoing)
+		}
+		return nil
+	}
 	running, err := s.mps.Running(pipe)
 	if err != nil {
 		return fmt.Errorf("MPS control daemon in %s: %w", pipe, err)
@@ -181,7 +225,9 @@ func (s *state) stopMPS(uid types.UID) error {
 // devices changed (a MIG instance re-created), or whose shm directory had to be made
 // again (a running daemon sees the old one). The claim's MPS directories are made again
 // when missing: a shm tmpfs mounted in the mount namespace of a plugin's container that
-// does not propagate its mounts goes with that container.
+// does not propagate its mounts goes with that container. A daemon that takes long to
+// stop (a pod) is asked to, and the restart fails with errMPSDaemonGoing until it has
+// gone, for a later try to finish.
 func (s *state) restoreMPS(pc *PreparedClaim, devicesChanged bool) error {
 	d := mpsDaemon(pc)
 	if d == nil {
@@ -319,7 +365,14 @@ func (s *state) removeUnknownMPS() error {
 		if running, _ := s.mps.Running(s.planner.mpsPipeDir(string(uid))); running {
 			s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid)
 		}
-		if err := s.stopMPS(uid); err != nil {
+		err := s.stopMPS(uid)
+		if errors.Is(err, errMPSDaemonGoing) {
+			// Its directories go once it has (a repair of a claim the checkpoint does not
+			// know removes them).
+			s.repairs.add(uid, klog.ObjectRef{}, partUnprepare)
+			continue
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -351,7 +404,12 @@ func (s *state) removeUnlistedMPS() error {
 			continue
 		}
 		s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid, "pipeDir", pipe)
-		errs = append(errs, s.mps.Stop(pipe))
+		if d, ok := s.mps.(mpsDeferred); ok {
+			_, err = d.Delete(pipe) // without waiting: no directory of the claim waits for it
+		} else {
+			err = s.mps.Stop(pipe)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

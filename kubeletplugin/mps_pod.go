@@ -86,8 +86,8 @@ type MPSPods struct {
 }
 
 var (
-	_ MPSControl       = MPSPods{}
-	_ mpsDeferredStart = MPSPods{}
+	_ MPSControl  = MPSPods{}
+	_ mpsDeferred = MPSPods{}
 )
 
 // MPSPodDriverRoot is where a daemon pod mounts the node's driver root.
@@ -261,7 +261,8 @@ func (p MPSPods) Start(d MPSDaemon) (int, error) {
 }
 
 // Create creates the daemon's Deployment, or finds the one an earlier plugin made for
-// the same daemon; one made for another daemon, or being deleted, is made again.
+// the same daemon. One made for another daemon is deleted, and one being deleted is left
+// to go: Create fails then, without waiting, and a later try makes the new one.
 func (p MPSPods) Create(d MPSDaemon) error {
 	want, err := p.deployment(d)
 	if err != nil {
@@ -274,10 +275,14 @@ func (p MPSPods) Create(d MPSDaemon) error {
 	if apierrors.IsAlreadyExists(err) {
 		var have *appsv1.Deployment
 		have, err = deployments.Get(ctx, want.Name, metav1.GetOptions{})
-		if err == nil && (have.DeletionTimestamp != nil || have.Annotations[annotationMPSSpec] != want.Annotations[annotationMPSSpec]) {
-			klog.Background().Info("Replacing an MPS control daemon's Deployment made for another daemon or being deleted", "deployment", klog.KObj(have))
-			if err = p.Stop(d.PipeDir); err == nil {
-				_, err = deployments.Create(ctx, want, metav1.CreateOptions{})
+		switch {
+		case err != nil:
+		case have.DeletionTimestamp != nil:
+			err = errMPSDaemonGoing
+		case have.Annotations[annotationMPSSpec] != want.Annotations[annotationMPSSpec]:
+			klog.Background().Info("Deleting an MPS control daemon's Deployment made for another daemon: the claim's is made once it is gone", "deployment", klog.KObj(have))
+			if _, err = p.Delete(d.PipeDir); err == nil {
+				err = errMPSDaemonGoing
 			}
 		}
 	}
@@ -357,9 +362,9 @@ func (p MPSPods) whyNotReady(name string, dep *appsv1.Deployment) string {
 	return strings.Join(why, "; ")
 }
 
-// Running implements MPSControl: whether the daemon's Deployment exists. Kubernetes keeps
-// its pod running (restarts it when it fails, or after a node reboot); the plugin only
-// makes and deletes it.
+// Running implements MPSControl: whether the daemon's Deployment exists and is not being
+// deleted. Kubernetes keeps its pod running (restarts it when it fails, or after a node
+// reboot); the plugin only makes and deletes it.
 func (p MPSPods) Running(pipeDir string) (bool, error) {
 	name, _, err := mpsPodName(pipeDir)
 	if err != nil {
@@ -367,31 +372,57 @@ func (p MPSPods) Running(pipeDir string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = p.Client.AppsV1().Deployments(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	dep, err := p.Client.AppsV1().Deployments(p.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
-	return err == nil, err
+	return err == nil && dep.DeletionTimestamp == nil, err
 }
 
-// Stop implements MPSControl: it deletes the daemon's Deployment, its pods first
-// (foreground deletion), and waits until it is gone, so that the daemon has quit
+// Stop implements MPSControl: Delete, then WaitGone, so that the daemon has quit
 // before the claim's directories go.
 func (p MPSPods) Stop(pipeDir string) error {
+	if _, err := p.Delete(pipeDir); err != nil {
+		return err
+	}
+	return p.WaitGone(context.Background(), pipeDir)
+}
+
+// Delete deletes the daemon's Deployment, its pods first (foreground deletion), without
+// waiting for it to go, and reports whether it is gone already. A daemon that is not
+// there, or is being deleted, is no error.
+func (p MPSPods) Delete(pipeDir string) (gone bool, err error) {
+	name, _, err := mpsPodName(pipeDir)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	deployments := p.Client.AppsV1().Deployments(p.Namespace)
+	err = deployments.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	if err == nil {
+		_, err = deployments.Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return false, nil
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, fmt.Errorf("deleting Deployment %s/%s of the MPS control daemon: %w", p.Namespace, name, err)
+}
+
+// WaitGone waits until the Deployment of the daemon listening in pipeDir is gone, for at
+// most Timeout, or until ctx ends.
+func (p MPSPods) WaitGone(ctx context.Context, pipeDir string) error {
 	name, _, err := mpsPodName(pipeDir)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout())
+	ctx, cancel := context.WithTimeout(ctx, p.timeout())
 	defer cancel()
 	deployments := p.Client.AppsV1().Deployments(p.Namespace)
-	err = deployments.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deleting Deployment %s/%s of the MPS control daemon: %w", p.Namespace, name, err)
-	}
+	start := time.Now()
 	for {
 		_, err := deployments.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -399,7 +430,7 @@ func (p MPSPods) Stop(pipeDir string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the MPS control daemon's Deployment %s/%s is not gone %s after its deletion: %s", p.Namespace, name, p.timeout(), p.whyNotReady(name, nil))
+			return fmt.Errorf("the MPS control daemon's Deployment %s/%s is not gone %s after its deletion: %s", p.Namespace, name, time.Since(start).Round(time.Millisecond), p.whyNotReady(name, nil))
 		case <-time.After(p.poll()):
 		}
 	}

@@ -519,3 +519,20 @@ func TestSpareMPSTreesAreReadyAndGoWithThePlugin(t *testing.T) {
 		t.Errorf("after the plugin stopped: claim mounts %v (want the prepared claim's only), spare mounts %v", claims, spareMounts)
 	}
 }
+
+// An MPS pinned memory limit MPS cannot take (below 1 MiB, or past any GPU's memory and
+// int64 bytes) fails the prepare naming the field and the accepted range, instead of
+// running the claim without a limit.
+func TestMPSPinnedMemoryLimitOutOfRangeFailsThePrepare(t *testing.T) {
+	for _, limit := range []string{"512Ki", "1e30"} {
+		t.Run(limit, func(t *testing.T) {
+			n := newNode(t, "dgx-h100")
+			c := n.allocate(gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: "+limit+"}}"))
+			_, err := prepare(t, n.newDriver(nil), c)
+			if err == nil || !strings.Contains(err.Error(), "sharing.mps.defaultPinnedDeviceMemoryLimit") || !strings.Contains(err.Error(), "from 1Mi to 1Pi") {
+				t.Fatalf("prepare error %v, want one naming the field and the accepted range", err)
+			}
+			assertClean(t, n, c)
+		})
+	}
+}

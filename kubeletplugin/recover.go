@@ -15,9 +15,16 @@ import (
 // set aside and rebuilt from the CDI specs; a checkpoint from another boot is dropped; a
 // checkpoint and its journal (or a v1 checkpoint) are compacted into a new checkpoint;
 // interrupted prepares are rolled back and interrupted unprepares finished; completed
-// claims get back a missing MIG instance, CDI spec or MPS control daemon; CDI specs, MPS
-// control daemons and (with the dynamic MIG strategy) MIG instances that no claim
-// accounts for are removed.
+// claims get back a missing MIG instance, CDI spec or MPS control daemon and their
+// time-slices; CDI specs, MPS control daemons and (with the dynamic MIG strategy) MIG
+// instances that no claim accounts for are removed.
+//
+// A completed claim stays prepared whatever fails: the kubelet never prepares a running
+// pod's claim again, and its containers use what the claim holds. What could not be
+// restored, rolled back or finished is reported (log, metric, an Event on the claim) and
+// tried again in the background (repairs) until it works or the claim is unprepared; the
+// plugin starts all the same. Only a checkpoint that cannot be read or written fails the
+// start-up.
 func (s *state) recover() error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -54,19 +61,26 @@ func (s *state) recover() error {
 	var errs []error
 	for _, uid := range uids {
 		pc := cp.Claims[uid]
+		ref := klog.KRef(pc.Namespace, pc.Name)
 		switch pc.State {
 		case PrepareCompleted:
-			if err := s.restore(pc); err != nil {
-				s.logger.Error(err, "Prepared claim cannot be restored: rolling it back", "claim", klog.KRef(pc.Namespace, pc.Name))
-				errs = append(errs, s.rollback(pc))
+			if part, err := s.restore(pc, false); err != nil {
+				s.repairs.failed(uid, ref, part, err)
 			}
 		case UnprepareStarted:
-			s.logger.Info("Finishing an interrupted unprepare", "claim", klog.KRef(pc.Namespace, pc.Name))
-			errs = append(errs, s.teardown(pc))
-			delete(cp.Claims, uid)
+			s.logger.Info("Finishing an interrupted unprepare", "claim", ref)
+			if err := s.finishUnprepare(pc); errors.Is(err, errMPSDaemonGoing) {
+				s.repairs.add(uid, ref, partUnprepare)
+			} else if err != nil {
+				s.repairs.failed(uid, ref, partUnprepare, err)
+			}
 		default:
-			s.logger.Info("Rolling back an interrupted prepare", "claim", klog.KRef(pc.Namespace, pc.Name), "state", pc.State)
-			errs = append(errs, s.rollback(pc))
+			s.logger.Info("Rolling back an interrupted prepare", "claim", ref, "state", pc.State)
+			if err := s.rollback(pc, nil); errors.Is(err, errMPSDaemonGoing) {
+				s.repairs.add(uid, ref, partRollback)
+			} else if err != nil {
+				s.repairs.failed(uid, ref, partRollback, err)
+			}
 		}
 	}
 	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.resetSpareMPSDirs(), s.store.compact(s.cp))
@@ -96,9 +110,12 @@ func (s *state) rebuild() *checkpointData {
 // restore re-creates a completed claim's missing MIG instances and CDI spec (a
 // simulated GPU does not outlive the plugin; a spec directory may be a tmpfs), restarts
 // its MPS control daemon when it is not running (daemons die with the plugin's
-// container) and sets its GPUs' time-slices again (a GPU reset forgets them).
-func (s *state) restore(pc *PreparedClaim) error {
-	rewrite := !s.specs.Exists(string(pc.UID))
+// container) and sets its GPUs' time-slices again (a GPU reset forgets them). The spec
+// is written again when missing, when a MIG instance was re-created (its ids changed), or
+// with rewrite (a repair: an earlier try may have re-created one). It removes nothing
+// the claim holds; on failure it says which part (partMIG...) failed.
+func (s *state) restore(pc *PreparedClaim, rewrite bool) (part string, err error) {
+	rewrite = rewrite || !s.specs.Exists(string(pc.UID))
 	migRecreated := false
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
@@ -107,27 +124,28 @@ func (s *state) restore(pc *PreparedClaim) error {
 		}
 		list, err := s.mig.list(d.MIG.Parent)
 		if err != nil {
-			return err
+			return partMIG, err
 		}
 		found := slices.ContainsFunc(list, func(e existing) bool { return e.giProfileID == d.MIG.GIProfileID && e.start == d.MIG.Start })
 		if !found {
 			if err := s.createMIG(d); err != nil {
-				return err
+				return partMIG, err
 			}
 			rewrite, migRecreated = true, true
 		}
 	}
-	if err := s.applyTimeSlices(pc); err != nil {
-		return err
+	if rewrite {
+		if _, err := s.writeSpec(pc); err != nil {
+			return partSpec, err
+		}
+	}
+	if _, err := s.applyTimeSlices(pc); err != nil {
+		return partTimeSlice, err
 	}
 	if err := s.restoreMPS(pc, migRecreated); err != nil {
-		return err
+		return partMPS, err
 	}
-	if rewrite {
-		_, err := s.writeSpec(pc)
-		return err
-	}
-	return nil
+	return "", nil
 }
 
 func (s *state) removeUnknownSpecs() error {

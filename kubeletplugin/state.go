@@ -2,12 +2,14 @@ package kubeletplugin
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -70,8 +72,13 @@ var (
 // state is the node's prepared claims: the checkpoint, the CDI specs, the MIG
 // instances, the MPS control daemons and the GPUs' time-slices, kept consistent under a
 // node-wide lock (a mutex and a file lock, so that two plugin instances during a
-// rolling update never interleave).
+// rolling update never interleave). The kubelet plugin library does not serialise the
+// kubelet's calls (Serialize(false)): each operation on a claim holds the claim's lock
+// (claims) throughout, and the node's lock, taken after it, only for the steps that read
+// or change the node, never while it waits for an MPS control daemon's pod.
 type state struct {
+	claims     claimLocks
+	repairs    *repairs
 	mu         sync.Mutex
 	lockPath   string
 	store      *checkpointStore
@@ -158,8 +165,21 @@ func results(pc *PreparedClaim) []kubeletplugin.Device {
 	return out
 }
 
+// prepareClaim prepares the claim (prepare) and waits, after the node's lock is
+// released, for an MPS control daemon that starts in the background (a pod), holding the
+// claim's lock throughout: other claims' prepares and unprepares go on meanwhile.
+func (s *state) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	defer s.claims.lock(claim.UID)()
+	devs, waitMPS, err := s.prepare(claim)
+	if err != nil {
+		return nil, err
+	}
+	return devs, s.waitMPS(ctx, waitMPS)
+}
+
 // prepare makes the claim's devices usable and returns them with their CDI ids. It is
-// idempotent: a prepared claim returns the same devices.
+// idempotent: a prepared claim returns the same devices. A prepare that fails undoes
+// what it did, and only that (made).
 func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.Device, waitMPS string, err error) {
 	unlock, err := s.lock()
 	if err != nil {
@@ -189,7 +209,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 			}
 			return results(pc), s.mpsToWaitFor(pc), nil
 		}
-		if err := s.rollback(pc); err != nil {
+		if err := s.rollback(pc, nil); err != nil {
 			return nil, "", err
 		}
 	}
@@ -198,6 +218,9 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 		return nil, "", err
 	}
 	if err := s.checkExclusive(uid, planned); err != nil {
+		return nil, "", err
+	}
+	if err := s.checkMIGPlacements(planned); err != nil {
 		return nil, "", err
 	}
 	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
@@ -210,17 +233,19 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 		delete(s.cp.Claims, uid)
 		return nil, "", err
 	}
+	m := &made{}
 	if err := s.hook.at(PointPrepareStarted); err != nil {
-		return nil, "", errors.Join(err, s.rollback(pc))
+		return nil, "", errors.Join(err, s.undo(pc, m))
 	}
-	rec, err := s.realize(pc)
+	rec, err := s.realize(pc, m)
 	if err != nil {
-		return nil, "", errors.Join(err, s.rollback(pc))
+		return nil, "", errors.Join(err, s.undo(pc, m))
 	}
 	pc.State = PrepareCompleted
 	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
 	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
-		return nil, "", errors.Join(err, s.rollback(pc))
+		pc.State = PrepareStarted
+		return nil, "", errors.Join(err, s.undo(pc, m))
 	}
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
 		return nil, "", err
@@ -245,10 +270,59 @@ func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
 	return nil
 }
 
+// checkMIGPlacements refuses MIG devices whose placement a GPU instance already
+// occupies (made outside gpudra, as with nvidia-smi mig -cgi): creating the device's
+// instance would fail, and that instance is not the claim's to destroy. It runs before
+// PrepareStarted is recorded, so that an instance found at the placement of an
+// interrupted prepare is the one that prepare created.
+func (s *state) checkMIGPlacements(devs []PreparedDevice) error {
+	for _, d := range devs {
+		mi := d.MIG
+		if mi == nil {
+			continue
+		}
+		e, err := s.mig.occupant(mi)
+		if err != nil {
+			return fmt.Errorf("device %s: %w", d.Device, err)
+		}
+		if e == nil {
+			continue
+		}
+		profile := strconv.Itoa(e.giProfileID)
+		for _, p := range s.planner.inv.GPU(mi.Parent).MIG.Profiles {
+			if p.GIProfileID == e.giProfileID {
+				profile = p.Name
+			}
+		}
+		return fmt.Errorf("device %s: GPU %d: MIG %s at placement %d (size %d) overlaps an existing %s GPU instance at placement %d (size %d) that no claim prepared on this node holds; it is left alone: destroy it (nvidia-smi mig -dgi) to free the placement",
+			d.Device, mi.Parent, mi.Profile, mi.Start, mi.Size, profile, e.start, e.size)
+	}
+	return nil
+}
+
+// made is what one prepare changed on the node's GPUs, so that its rollback undoes that
+// and nothing else: a MIG instance that it did not create, or a time-slice that it did
+// not set, is not the claim's. (What is named after the claim's UID, its CDI spec, MPS
+// directories and daemon, is the claim's whoever made it.) A nil *made is everything the
+// claim's record names: a recorded claim holds all of it.
+type made struct {
+	migDevices []int    // indices in the claim's Devices of the MIG instances it created
+	timeSlices []string // UUIDs of the GPUs whose time-slice it set
+}
+
+func (m *made) createdMIG(device int) bool {
+	return m == nil || slices.Contains(m.migDevices, device)
+}
+
+func (m *made) setTimeSlice(gpu string) bool {
+	return m == nil || slices.Contains(m.timeSlices, gpu)
+}
+
 // realize creates the claim's MIG instances and directories, sets its GPUs'
-// time-slices, starts its MPS control daemon and writes its CDI spec. It returns the
-// claim's completed record as JSON (the spec's annotation).
-func (s *state) realize(pc *PreparedClaim) ([]byte, error) {
+// time-slices, starts its MPS control daemon and writes its CDI spec, noting in m what it
+// changed on the GPUs. It returns the claim's completed record as JSON (the spec's
+// annotation).
+func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
 		if d.MIG == nil {
@@ -264,11 +338,14 @@ func (s *state) realize(pc *PreparedClaim) ([]byte, error) {
 		if err := s.createMIG(d); err != nil {
 			return nil, err
 		}
+		m.migDevices = append(m.migDevices, k)
 		if err := s.hook.at(PointMIGReady); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.applyTimeSlices(pc); err != nil {
+	set, err := s.applyTimeSlices(pc)
+	m.timeSlices = set
+	if err != nil {
 		return nil, err
 	}
 	if slices.ContainsFunc(pc.Devices, func(d PreparedDevice) bool { return d.CDI.MPS != nil }) {
@@ -334,102 +411,6 @@ func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
 	return raw, nil
 }
 
-// rollback undoes whatever part of a prepare happened and forgets the claim.
-func (s *state) rollback(pc *PreparedClaim) error {
-	if err := s.teardown(pc); err != nil {
-		return fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
-	}
-	delete(s.cp.Claims, pc.UID)
-	return s.forget(pc.UID)
-}
-
-// teardown removes the claim's CDI spec, MPS control daemon, MIG instances, time-slices
-// and directories.
-func (s *state) teardown(pc *PreparedClaim) error {
-	if err := s.specs.Remove(string(pc.UID)); err != nil {
-		return err
-	}
-	if err := s.hook.at(PointCDIRemoved); err != nil {
-		return err
-	}
-	if err := s.stopMPS(pc.UID); err != nil {
-		return err
-	}
-	pc.MPS = nil
-	if err := s.hook.at(PointMPSStopped); err != nil {
-		return err
-	}
-	for _, d := range pc.Devices {
-		if d.MIG != nil {
-			if err := s.mig.destroy(d.MIG); err != nil {
-				return err
-			}
-		}
-	}
-	if err := s.hook.at(PointMIGDestroyed); err != nil {
-		return err
-	}
-	if err := s.releaseTimeSlices(pc); err != nil {
-		return err
-	}
-	return s.removeClaimDirs(pc.UID)
-}
-
-// removeClaimDirs removes the claim's MPS and HAMi-core directories, its shm tmpfs
-// unmounted first (its MPS control daemon must have stopped). A tmpfs that cannot be
-// unmounted is an error, and its directories stay for the retry.
-func (s *state) removeClaimDirs(uid types.UID) error {
-	if err := unmountMPSShm(s.planner.mpsShmDir(string(uid))); err != nil {
-		return fmt.Errorf("claim %s: %w", uid, err)
-	}
-	for _, dir := range []string{s.planner.mpsDir(string(uid)), s.planner.cacheDir(string(uid))} {
-		if err := os.RemoveAll(dir); err != nil {
-			s.logger.Error(err, "Removing a claim's directory", "claimUID", uid, "dir", dir)
-		}
-	}
-	return nil
-}
-
-// unprepare undoes prepare; an unknown claim is already unprepared.
-func (s *state) unprepare(uid types.UID) error {
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.reload(); err != nil {
-		return err
-	}
-	pc := s.cp.Claims[uid]
-	if pc == nil {
-		if err := s.stopMPS(uid); err != nil {
-			return err
-		}
-		if err := s.removeClaimDirs(uid); err != nil {
-			return err
-		}
-		return s.specs.Remove(string(uid))
-	}
-	pc.State = UnprepareStarted
-	if err := s.record(pc, PointUnprepareStartedTorn); err != nil {
-		return err
-	}
-	if err := s.hook.at(PointUnprepareStarted); err != nil {
-		return err
-	}
-	if err := s.teardown(pc); err != nil {
-		return err
-	}
-	delete(s.cp.Claims, uid)
-	if err := s.forget(uid); err != nil {
-		return err
-	}
-	if err := s.makeSpareMPSDirs(); err != nil {
-		s.logger.Error(err, "Creating spare MPS directories")
-	}
-	return s.hook.at(PointUnprepareCompleted)
-}
-
 // newStateFor builds the node state; recover must run before use.
 func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger klog.Logger) (*state, error) {
 	bootPath := cfg.BootIDPath
@@ -462,7 +443,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		timeSlicer = NvidiaSMI{Binary: filepath.Join(tools, "usr/bin/nvidia-smi")}
 	}
 	strategy := cfg.Render.MIG
-	return &state{
+	st := &state{
 		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
 		store:      newCheckpointStore(cfg.CheckpointDir, cfg.Hook, logger),
 		bootID:     bootID,
@@ -475,5 +456,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		hook:       cfg.Hook,
 		logger:     logger,
 		mountShm:   mountMPSShm,
-	}, nil
+	}
+	st.repairs = newRepairs(st, cfg)
+	return st, nil
 }

@@ -64,23 +64,28 @@ func (s *state) checkTimeSlices(pc *PreparedClaim) error {
 	return nil
 }
 
-// applyTimeSlices sets the claim's intervals on its GPUs.
-func (s *state) applyTimeSlices(pc *PreparedClaim) error {
+// applyTimeSlices sets the claim's intervals on its GPUs and returns the GPUs it set,
+// those before a failure included.
+func (s *state) applyTimeSlices(pc *PreparedClaim) (set []string, err error) {
 	want := timeSlices(pc)
 	for _, gpu := range slices.Sorted(maps.Keys(want)) {
 		iv := want[gpu]
 		if err := s.timeSlicer.SetTimeSlice(gpu, iv); err != nil {
-			return fmt.Errorf("setting the time-slice of GPU %s to %s: %w", gpu, iv, err)
+			return set, fmt.Errorf("setting the time-slice of GPU %s to %s: %w", gpu, iv, err)
 		}
+		set = append(set, gpu)
 	}
-	return nil
+	return set, nil
 }
 
-// releaseTimeSlices gives the claim's GPUs back the interval the other prepared claims
-// ask for, or the default.
-func (s *state) releaseTimeSlices(pc *PreparedClaim) error {
+// releaseTimeSlices gives the claim's GPUs that m says it set (all with m nil) back the
+// interval the other prepared claims ask for, or the default.
+func (s *state) releaseTimeSlices(pc *PreparedClaim, m *made) error {
 	var errs []error
 	for _, gpu := range slices.Sorted(maps.Keys(timeSlices(pc))) {
+		if !m.setTimeSlice(gpu) {
+			continue
+		}
 		iv, _ := s.wantedTimeSlice(gpu, pc.UID)
 		if err := s.timeSlicer.SetTimeSlice(gpu, iv); err != nil {
 			errs = append(errs, fmt.Errorf("setting the time-slice of GPU %s back to %s: %w", gpu, iv, err))
