@@ -62,6 +62,12 @@ func (s *state) recover() error {
 	for _, uid := range uids {
 		pc := cp.Claims[uid]
 		ref := klog.KRef(pc.Namespace, pc.Name)
+		if err := checkClaimUID(uid); err != nil {
+			// No path is built from it: an entry no Kubernetes claim can have.
+			s.logger.Error(err, "Dropping a checkpoint entry whose UID cannot be a claim's", "claim", ref)
+			delete(cp.Claims, uid)
+			continue
+		}
 		switch pc.State {
 		case PrepareCompleted:
 			if part, err := s.restore(pc, false); err != nil {
@@ -98,7 +104,7 @@ func (s *state) rebuild() *checkpointData {
 	}
 	for uid, rec := range onDisk {
 		var pc PreparedClaim
-		if rec == "" || json.Unmarshal([]byte(rec), &pc) != nil || string(pc.UID) != uid {
+		if rec == "" || json.Unmarshal([]byte(rec), &pc) != nil || string(pc.UID) != uid || checkClaimUID(pc.UID) != nil {
 			continue // removed below as a spec no claim accounts for
 		}
 		pc.State = PrepareCompleted

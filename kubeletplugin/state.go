@@ -169,6 +169,9 @@ func results(pc *PreparedClaim) []kubeletplugin.Device {
 // released, for an MPS control daemon that starts in the background (a pod), holding the
 // claim's lock throughout: other claims' prepares and unprepares go on meanwhile.
 func (s *state) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	if err := checkClaimUID(claim.UID); err != nil {
+		return nil, err
+	}
 	defer s.claims.lock(claim.UID)()
 	devs, waitMPS, err := s.prepare(claim)
 	if err != nil {

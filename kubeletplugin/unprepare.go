@@ -12,6 +12,9 @@ import (
 
 // unprepareClaim unprepares the claim (unprepare) holding its lock.
 func (s *state) unprepareClaim(ctx context.Context, uid types.UID) error {
+	if err := checkClaimUID(uid); err != nil {
+		return err
+	}
 	defer s.claims.lock(uid)()
 	return s.unprepare(ctx, uid)
 }
