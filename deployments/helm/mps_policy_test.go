@@ -80,6 +80,34 @@ func admit(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy, op admis
 	return true, ""
 }
 
+// compileErrors are the policy's expressions that the API server would refuse when the policy
+// is created (it compiles new policies for the NewExpressions environment).
+func compileErrors(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy) []string {
+	t.Helper()
+	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuthz := plugincel.OptionalVariableDeclarations{HasAuthorizer: true}
+	var errs []string
+	for _, v := range policy.Spec.Variables {
+		if r := compiler.CompileAndStoreVariable(&validating.Variable{Name: v.Name, Expression: v.Expression}, withAuthz, environment.NewExpressions); r.Error != nil {
+			errs = append(errs, "variable "+v.Name+": "+r.Error.Error())
+		}
+	}
+	for _, v := range policy.Spec.Validations {
+		if r := compiler.CompileCELExpression(&validating.ValidationCondition{Expression: v.Expression}, withAuthz, environment.NewExpressions); r.Error != nil {
+			errs = append(errs, v.Expression+": "+r.Error.Error())
+		}
+		if v.MessageExpression != "" {
+			if r := compiler.CompileCELExpression(&validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}, plugincel.OptionalVariableDeclarations{}, environment.NewExpressions); r.Error != nil {
+				errs = append(errs, v.MessageExpression+": "+r.Error.Error())
+			}
+		}
+	}
+	return errs
+}
+
 // flagValues are a container's --name=value arguments.
 func flagValues(c corev1.Container) map[string]string {
 	out := map[string]string{}
@@ -154,6 +182,9 @@ func TestMPSDaemonPolicy(t *testing.T) {
 			}
 			if b, ok := m.get("ValidatingAdmissionPolicyBinding", "gpudra-mps-daemon-pods").(*admissionv1.ValidatingAdmissionPolicyBinding); !ok || b.Spec.PolicyName != policy.Name {
 				t.Errorf("binding %+v, want one for %s", b, policy.Name)
+			}
+			if errs := compileErrors(t, policy); len(errs) > 0 {
+				t.Fatalf("the API server would refuse the policy:\n%s", strings.Join(errs, "\n"))
 			}
 			ds := m.get("DaemonSet", pool.daemonSet).(*appsv1.DaemonSet)
 			good := daemonOf(t, ds, node, uid)
@@ -256,5 +287,18 @@ func TestMPSDaemonPolicy(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestAdmissionPoliciesCompile: the API server accepts every admission policy the chart
+// renders, for every value set (its CEL compiles as a new policy's must).
+func TestAdmissionPoliciesCompile(t *testing.T) {
+	for name, sets := range valueSets {
+		for _, o := range render(t, sets...).all("ValidatingAdmissionPolicy") {
+			p := o.(*admissionv1.ValidatingAdmissionPolicy)
+			if errs := compileErrors(t, p); len(errs) > 0 {
+				t.Errorf("%s: policy %s would be refused:\n%s", name, p.Name, strings.Join(errs, "\n"))
+			}
+		}
 	}
 }
