@@ -138,7 +138,7 @@ func (r *repairs) failed(uid types.UID, ref klog.ObjectRef, part string, err err
 	rp.failures++
 	delay := rp.backoff.Step()
 	rp.at = time.Now().Add(delay)
-	r.s.logger.Error(err, "Prepared claim not repaired: trying again in the background", "claim", ref, "claimUID", uid,
+	r.s.logger.Error(err, "Claim not repaired: trying again in the background", "claim", ref, "claimUID", uid,
 		"part", part, "failures", rp.failures, "retryIn", delay.Round(time.Millisecond))
 	if r.metrics != nil {
 		r.metrics.repairFailures.WithLabelValues(part).Inc()
@@ -283,7 +283,7 @@ func (r *repairs) runDue(ctx context.Context) {
 			r.mu.Lock()
 			delete(r.due, uid)
 			if rp.failures > 0 {
-				r.s.logger.Info("Prepared claim repaired", "claim", rp.ref, "claimUID", uid, "part", rp.part, "failures", rp.failures)
+				r.s.logger.Info("Claim repaired", "claim", rp.ref, "claimUID", uid, "part", rp.part, "failures", rp.failures)
 				r.event(rp.ref, uid, corev1.EventTypeNormal, "Repaired", rp.part, "%s on node %s succeeded after %d failures",
 					partNames[rp.part], r.s.planner.nodeName, rp.failures)
 			}
