@@ -80,6 +80,7 @@ type Driver struct {
 	cancel    context.CancelCauseFunc
 	health    *health
 	metrics   *metrics
+	probes    probeState        // readiness and liveness (probes.go)
 	types     map[string]string // published device name → type
 
 	mu sync.Mutex // guards pool and orders its publishing
@@ -120,10 +121,18 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recovering prepared claims: %w", err)
 	}
-	m.published(pool)
+	h, err := openHealth(cfg.CheckpointDir, st.bootID, inv, klog.FromContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
+		health: h, metrics: m, types: deviceTypes(pool)}
+	d.reportUnreadable(ctx)
+	if err := d.republish(ctx); err != nil { // with the GPU health file's taints
+		return nil, err
+	}
 	st.repairs.start(ctx)
-	return &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
-		health: newHealth(), metrics: m, types: deviceTypes(pool)}, nil
+	return d, nil
 }
 
 // Start discovers the node's GPUs, recovers prepared claims, registers with the kubelet
@@ -146,12 +155,14 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		// The node's lock and each claim's (state) order prepares and unprepares, across
 		// plugin instances too; claims go on side by side.
 		kubeletplugin.Serialize(false),
+		kubeletplugin.GRPCInterceptor(d.probes.observeRegistration),
 	}
 	if cfg.RollingUpdatePodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(cfg.RollingUpdatePodUID)))
 	}
 	if node, err := cfg.Client.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{}); err == nil {
 		opts = append(opts, kubeletplugin.NodeUID(node.UID))
+		d.health.nodeUID = node.UID
 	} else if !apierrors.IsNotFound(err) {
 		cancel(err)
 		return nil, fmt.Errorf("reading Node %s: %w", cfg.NodeName, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -22,6 +24,9 @@ import (
 // UnhealthyTaintKey is the device taint on every device that uses an unhealthy GPU.
 // Its value names the cause: "xid-79", "double-bit-ecc", "gpu-unavailable", "gpu-lost".
 const UnhealthyTaintKey = "gpu.gpudra.dev/unhealthy"
+
+// lostTaintValue is the taint value of a GPU that NVML reported lost.
+const lostTaintValue = "gpu-lost"
 
 // ApplicationXIDs are XIDs that the application on the GPU causes, not the GPU: they
 // leave the GPU healthy (the list NVIDIA's device plugin skips by default).
@@ -66,7 +71,7 @@ func verdict(ev healthEvent) (kind string, taint *resourceapi.DeviceTaint) {
 	}
 	switch {
 	case ev.Lost:
-		return "gpu-lost", taintOf("gpu-lost", resourceapi.DeviceTaintEffectNoExecute)
+		return lostTaintValue, taintOf(lostTaintValue, resourceapi.DeviceTaintEffectNoExecute)
 	case ev.Type == nvml.EventTypeXidCriticalError:
 		if _, app := ApplicationXIDs[ev.XID]; app {
 			return "xid", nil
@@ -84,12 +89,22 @@ func verdict(ev healthEvent) (kind string, taint *resourceapi.DeviceTaint) {
 	return "other", nil
 }
 
-// health is the node's GPU health: the taint of each unhealthy GPU. A GPU stays
-// unhealthy until the plugin restarts (after the GPU was reset or the node rebooted).
+// health is the node's GPU health: the taint of each unhealthy GPU as HealthFile holds
+// it, the one source for every plugin instance on the node, so that a restarted plugin
+// and both plugins of a rolling update publish the same taints. A GPU stays unhealthy
+// until NVML shows it healthy again at a plugin's start (healthyAgain).
 type health struct {
-	mu sync.Mutex
-	// taints holds one taint per unhealthy GPU: the first, or the first that evicts.
-	taints map[int]resourceapi.DeviceTaint
+	mu     sync.Mutex
+	store  *healthStore
+	bootID string
+	// uuids are the discovered GPUs' UUIDs by index, recorded with their taints.
+	uuids map[int]string
+	// recs holds one record per unhealthy GPU, by index: the first taint, or the first
+	// that evicts. unsaved are records HealthFile could not take yet (written at the
+	// next change or poll); they are in recs too.
+	recs, unsaved map[int]healthRecord
+	// cleared are the records that the start-up found healthy again, with why.
+	cleared []clearedRecord
 	// watching is true while NVML events are watched; devices are Unknown otherwise.
 	watching bool
 	// changed is closed and replaced whenever what WatchHealthStatus reports changes.
@@ -97,31 +112,90 @@ type health struct {
 	// watchers are the goroutines watching events; Stop waits for them, so that NVML
 	// is not shut down under a waiting event set.
 	watchers sync.WaitGroup
+	// loops are the background loops and when each last went round (probes.go).
+	loops loops
+	// nodeUID and events: the Node the plugin runs on, where GPU health Events go
+	// (health_node.go); events is nil until Start.
+	nodeUID types.UID
+	events  *nodeEvents
 }
 
-func newHealth() *health {
-	return &health{taints: map[int]resourceapi.DeviceTaint{}, changed: make(chan struct{})}
-}
-
-// record applies a taint to GPU gpu; it reports whether the GPU's taint changed.
-func (h *health) record(gpu int, taint resourceapi.DeviceTaint) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old, unhealthy := h.taints[gpu]
-	if unhealthy && (old.Effect == resourceapi.DeviceTaintEffectNoExecute || taint.Effect != resourceapi.DeviceTaintEffectNoExecute) {
+// worsen records r in recs unless its GPU already has a taint as bad (NoExecute, or
+// r's is not); it reports whether recs changed.
+func worsen(recs map[int]healthRecord, r healthRecord) bool {
+	old, unhealthy := recs[r.Index]
+	if unhealthy && (old.Taint.Effect == string(resourceapi.DeviceTaintEffectNoExecute) || r.Taint.Effect != string(resourceapi.DeviceTaintEffectNoExecute)) {
 		return false
 	}
-	h.taints[gpu] = taint
+	recs[r.Index] = r
 	return true
+}
+
+// record applies a taint to GPU gpu, in HealthFile and here. tainted reports whether
+// the GPU's taint became this one; changed whether the taints to publish changed (this
+// GPU's, or others' that another plugin instance wrote meanwhile). A taint HealthFile
+// cannot take is kept here, and the error returned.
+func (h *health) record(gpu int, taint resourceapi.DeviceTaint) (tainted, changed bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rec := healthRecord{Index: gpu, UUID: h.uuids[gpu], BootID: h.bootID, Taint: fileTaint(taint)}
+	recs, err := h.store.update(func(recs map[int]healthRecord) bool {
+		for _, u := range h.unsaved {
+			changed = worsen(recs, u) || changed
+		}
+		tainted = worsen(recs, rec)
+		return tainted || changed
+	})
+	if err != nil {
+		if !worsen(h.recs, rec) {
+			return false, false, err
+		}
+		h.unsaved[gpu] = h.recs[gpu]
+		return true, true, err
+	}
+	clear(h.unsaved)
+	return tainted, h.take(recs), nil
+}
+
+// reload takes what another plugin instance wrote to HealthFile, and writes the
+// records it could not take before. It reports whether the taints to publish changed.
+func (h *health) reload() (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.unsaved) == 0 && !h.store.changed() {
+		return false, nil
+	}
+	recs, err := h.store.update(func(recs map[int]healthRecord) bool {
+		changed := false
+		for _, u := range h.unsaved {
+			changed = worsen(recs, u) || changed
+		}
+		return changed
+	})
+	if err != nil {
+		return false, err
+	}
+	clear(h.unsaved)
+	return h.take(recs), nil
+}
+
+// take makes recs the taints to publish; it reports whether they changed.
+func (h *health) take(recs map[int]healthRecord) bool {
+	same := maps.EqualFunc(h.recs, recs, func(a, b healthRecord) bool {
+		return a.Index == b.Index && a.Taint.Key == b.Taint.Key && a.Taint.Value == b.Taint.Value &&
+			a.Taint.Effect == b.Taint.Effect && a.Taint.Added.Equal(b.Taint.Added)
+	})
+	h.recs = recs
+	return !same
 }
 
 // renderTaints are the taints in the form driver.Render takes.
 func (h *health) renderTaints() map[int][]resourceapi.DeviceTaint {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[int][]resourceapi.DeviceTaint, len(h.taints))
-	for gpu, t := range h.taints {
-		out[gpu] = []resourceapi.DeviceTaint{t}
+	out := make(map[int][]resourceapi.DeviceTaint, len(h.recs))
+	for gpu, r := range h.recs {
+		out[gpu] = []resourceapi.DeviceTaint{r.Taint.device()}
 	}
 	return out
 }
@@ -155,14 +229,25 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev healthEvent) {
 		logger.V(2).Info("GPU event leaves the GPU healthy", "gpu", ev.GPU, "kind", kind, "xid", ev.XID, "why", ApplicationXIDs[ev.XID])
 		return
 	}
-	if !d.health.record(ev.GPU, *taint) {
+	tainted, changed, err := d.health.record(ev.GPU, *taint)
+	if err != nil {
+		logger.Error(err, "Recording the unhealthy GPU in the GPU health file failed: its taint is not kept across restarts until it is written", "gpu", ev.GPU)
+	}
+	if tainted {
+		logger.Info("GPU is unhealthy: tainting its devices", "gpu", ev.GPU, "taint", taintString(*taint), "xid", ev.XID)
+		d.health.events.unhealthy(ev.GPU, *taint, ev.XID)
+	}
+	if !changed {
 		return
 	}
-	logger.Info("GPU is unhealthy: tainting its devices", "gpu", ev.GPU, "taint", taint.Key+"="+taint.Value+":"+string(taint.Effect), "xid", ev.XID)
 	if err := d.republish(ctx); err != nil {
 		logger.Error(err, "Republishing the node's devices with the unhealthy GPU's taint failed", "gpu", ev.GPU)
 	}
 	d.health.notify()
+}
+
+func taintString(t resourceapi.DeviceTaint) string {
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }
 
 // republish renders the pool with the current taints and publishes it.
@@ -177,7 +262,13 @@ func (d *Driver) republish(ctx context.Context) error {
 	}
 	d.pool = pool
 	d.metrics.published(pool)
-	d.metrics.unhealthyGPUs.Set(float64(len(opts.Taints)))
+	unhealthy := 0
+	for gpu := range opts.Taints {
+		if d.inventory.GPU(gpu) != nil {
+			unhealthy++
+		}
+	}
+	d.metrics.unhealthyGPUs.Set(float64(unhealthy))
 	if d.helper == nil {
 		return nil
 	}
@@ -249,7 +340,7 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 // the lab's injection file.
 func (d *Driver) startHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, logger)
+	wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, logger, &d.health.loops)
 	if err != nil {
 		logger.Error(err, "GPU health is not watched: devices are reported with unknown health")
 	} else {
@@ -260,7 +351,51 @@ func (d *Driver) startHealth(ctx context.Context) {
 		})
 	}
 	if d.cfg.HealthInjectionFile != "" {
-		d.health.watchers.Go(func() { watchInjections(ctx, d.cfg.Backend.NVML, d.cfg.HealthInjectionFile) })
+		d.health.watchers.Go(func() { watchInjections(ctx, d.cfg.Backend.NVML, d.cfg.HealthInjectionFile, &d.health.loops) })
+	}
+	d.health.watchers.Go(func() { d.followHealthFile(ctx) })
+	d.health.watchers.Go(func() {
+		<-ctx.Done()
+		d.probes.stopped.Store(true)
+	})
+	if d.cfg.Client != nil {
+		d.health.events = startNodeEvents(ctx, d.cfg.Client, d.cfg.NodeName, d.health.nodeUID, &d.health.watchers)
+	}
+	d.health.events.startup(d.inventory.Unreadable, d.health.cleared)
+}
+
+// healthFilePoll is how often a plugin looks for taints another instance of the node
+// wrote to HealthFile.
+var healthFilePoll = time.Second
+
+// followHealthFile publishes the taints another plugin instance (a rolling update)
+// writes to HealthFile, until ctx ends.
+func (d *Driver) followHealthFile(ctx context.Context) {
+	const loop = "health-file"
+	logger := klog.FromContext(ctx)
+	defer d.health.loops.done(loop)
+	t := time.NewTicker(healthFilePoll)
+	defer t.Stop()
+	for {
+		d.health.loops.beat(loop)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := d.health.reload()
+		if err != nil {
+			logger.Error(err, "Reading the GPU health file failed")
+			continue
+		}
+		if !changed {
+			continue
+		}
+		logger.Info("GPU health changed in the GPU health file (written by another plugin instance of this node): republishing")
+		if err := d.republish(ctx); err != nil {
+			logger.Error(err, "Republishing the node's devices with the GPU health file's taints failed")
+		}
+		d.health.notify()
 	}
 }
 

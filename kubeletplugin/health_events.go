@@ -20,9 +20,9 @@ import (
 )
 
 // watchNVMLHealth registers for the health events of every GPU and returns a function
-// that waits for them until ctx ends. GPUs that cannot report events are logged
-// and left out; it fails when none can.
-func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logger) (func(ctx context.Context, handle func(healthEvent)), error) {
+// that waits for them until ctx ends, beating loops each time round. GPUs that cannot
+// report events are logged and left out; it fails when none can.
+func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logger, l *loops) (func(ctx context.Context, handle func(healthEvent)), error) {
 	set, ret := lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML EventSetCreate: %v", ret)
@@ -50,8 +50,11 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 	}
 	indices := slices.Sorted(maps.Values(gpus))
 	return func(ctx context.Context, handle func(healthEvent)) {
+		const loop = "nvml-events"
+		defer l.done(loop)
 		defer set.Free()
 		for ctx.Err() == nil {
+			l.beat(loop)
 			ev, ret := set.Wait(1000)
 			switch ret {
 			case nvml.SUCCESS:
@@ -63,9 +66,9 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 				handle(healthEvent{GPU: gpu, Type: ev.EventType, XID: ev.EventData, At: time.Now()})
 			case nvml.ERROR_TIMEOUT:
 			case nvml.ERROR_GPU_IS_LOST:
-				// NVML does not say which GPU: as NVIDIA's device plugin, mark them all.
-				for _, gpu := range indices {
-					handle(healthEvent{GPU: gpu, Lost: true, At: time.Now()})
+				at := time.Now()
+				for _, gpu := range lostGPUs(gpus, indices) {
+					handle(healthEvent{GPU: gpu, Lost: true, At: at})
 				}
 				sleep(ctx, time.Second)
 			default:
@@ -74,6 +77,23 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 			}
 		}
 	}, nil
+}
+
+// lostGPUs are the GPUs an event set's "GPU is lost" is about. NVML does not say which:
+// the GPUs that NVML cannot read any more, or when it still reads them all, all of them
+// (as NVIDIA's device plugin does).
+func lostGPUs(gpus map[nvml.Device]int, all []int) []int {
+	var lost []int
+	for dev, gpu := range gpus {
+		if _, ret := dev.GetMemoryInfo(); ret == nvml.ERROR_GPU_IS_LOST {
+			lost = append(lost, gpu)
+		}
+	}
+	if len(lost) == 0 {
+		return all
+	}
+	slices.Sort(lost)
+	return lost
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -90,10 +110,13 @@ const injectionPoll = 500 * time.Millisecond
 // process: it appends lines such as "gpu=3 xid=79" (see nvmlsim.ParseEvent) to path;
 // the plugin takes the file (renames it, so lines appended meanwhile start a new one),
 // injects each line's event and removes it. Blank lines and # comments are skipped.
-func watchInjections(ctx context.Context, lib nvml.Interface, path string) {
+func watchInjections(ctx context.Context, lib nvml.Interface, path string, l *loops) {
+	const loop = "health-injection"
 	logger := klog.FromContext(ctx).WithValues("file", path)
 	taken := path + ".taken"
+	defer l.done(loop)
 	for {
+		l.beat(loop)
 		select {
 		case <-ctx.Done():
 			return

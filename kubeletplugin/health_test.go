@@ -33,9 +33,22 @@ type cluster struct {
 	client *fake.Clientset
 }
 
-// startOnCluster starts the plugin through Start: kubelet sockets, slice publishing,
-// health watching. Socket paths must stay short, hence a directory of its own.
+// startOnCluster starts the plugin through Start (kubelet sockets, slice publishing,
+// health watching) and waits until the API server has its slices.
 func startOnCluster(t *testing.T, n *node, mutate ...func(*plugin.Config)) *cluster {
+	t.Helper()
+	c := startPlugin(t, n, mutate...)
+	published := 0
+	for _, s := range c.d.Pool().Slices {
+		published += len(s.Devices)
+	}
+	c.waitForSlices(func(devs map[string]resourceapi.Device) bool { return len(devs) == published })
+	return c
+}
+
+// startPlugin starts the plugin through Start. Socket paths must stay short, hence a
+// directory of its own.
+func startPlugin(t *testing.T, n *node, mutate ...func(*plugin.Config)) *cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gpudra-")
 	if err != nil {
@@ -69,13 +82,7 @@ func startOnCluster(t *testing.T, n *node, mutate ...func(*plugin.Config)) *clus
 		t.Fatalf("starting the plugin: %v", err)
 	}
 	t.Cleanup(d.Stop)
-	c := &cluster{t: t, n: n, d: d, client: cfg.Client.(*fake.Clientset)}
-	published := 0
-	for _, s := range d.Pool().Slices {
-		published += len(s.Devices)
-	}
-	c.waitForSlices(func(devs map[string]resourceapi.Device) bool { return len(devs) == published })
-	return c
+	return &cluster{t: t, n: n, d: d, client: cfg.Client.(*fake.Clientset)}
 }
 
 // waitForSlices waits until the published devices satisfy ok, and returns them.

@@ -25,6 +25,7 @@ type metrics struct {
 	registry           *prometheus.Registry
 	publishedDevices   *prometheus.GaugeVec
 	unhealthyGPUs      prometheus.Gauge
+	unreadableGPUs     *prometheus.GaugeVec
 	prepareSeconds     *prometheus.HistogramVec
 	prepareErrors      *prometheus.CounterVec
 	unprepareSeconds   prometheus.Histogram
@@ -49,6 +50,10 @@ func newMetrics(preparedClaims func() float64) *metrics {
 			Name: "gpudra_plugin_unhealthy_gpus",
 			Help: "GPUs whose devices are published with the gpu.gpudra.dev/unhealthy taint.",
 		}),
+		unreadableGPUs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gpudra_plugin_unreadable_gpus",
+			Help: "GPUs that NVML lists but the plugin's discovery could not read, none of whose devices is published: 1 per GPU, by index, the NVML call that failed and its return code.",
+		}, []string{"gpu", "call", "return"}),
 		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpudra_plugin_prepare_seconds",
 			Help:    "Time to prepare one claim (MIG instances, CDI spec, checkpoint), by the type of its devices (gpu, share, mig, nvlink-group, mixed).",
@@ -85,7 +90,7 @@ func newMetrics(preparedClaims func() float64) *metrics {
 		}),
 	}
 	m.registry.MustRegister(
-		m.publishedDevices, m.unhealthyGPUs, m.prepareSeconds, m.prepareErrors,
+		m.publishedDevices, m.unhealthyGPUs, m.unreadableGPUs, m.prepareSeconds, m.prepareErrors,
 		m.unprepareSeconds, m.unprepareErrors, m.healthEvents, m.checkpointsRecover,
 		m.repairFailures, m.unrepairedClaims,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -164,13 +169,16 @@ func (d *Driver) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(d.metrics.registry, promhttp.HandlerOpts{Registry: d.metrics.registry})
 }
 
-// ServeMetrics serves /metrics on address (host:port; port 0 picks one) until ctx
-// ends, and returns the address it listens on. An address in use is not fatal: in the
-// host's network, a rolling update's new plugin starts while the old one still holds the
-// port, so ServeMetrics returns nil and keeps trying in the background until it gets it.
+// ServeMetrics serves /metrics, and the probes /readyz (Ready) and /livez (Live), on
+// address (host:port; port 0 picks one) until ctx ends, and returns the address it
+// listens on. An address in use is not fatal: in the host's network, a rolling update's
+// new plugin starts while the old one still holds the port, so ServeMetrics returns nil
+// and keeps trying in the background until it gets it.
 func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", d.MetricsHandler())
+	mux.Handle("/readyz", ProbeHandler(d.Ready))
+	mux.Handle("/livez", ProbeHandler(func(context.Context) error { return d.Live() }))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	serve := func(l net.Listener) {
 		go func() {
