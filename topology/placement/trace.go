@@ -191,10 +191,10 @@ func readCSV(r io.Reader, path string, columns []string, fn func(row) error) err
 		if err == io.EOF {
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
+		if err != nil { // a *csv.ParseError, which says the line
 			return fmt.Errorf("%s: %w", path, err)
 		}
+		line, _ := cr.FieldPos(0)
 		if len(rec) < len(columns) || len(rec) > len(header) {
 			return fmt.Errorf("%s:%d: %d fields, want %d to %d", path, line, len(rec), len(columns), len(header))
 		}

@@ -29,6 +29,7 @@ func TestLoadPodsRejectsBadRows(t *testing.T) {
 		{"several fractional GPUs", "a,1000,10,2,500,\n", "pods.csv:2: gpu_milli: 500 with num_gpu 2"},
 		{"too few fields", "a,1000,10,1\n", "pods.csv:2: 4 fields, want 5 to 6"},
 		{"a negative demand", "a,1000,10,-1,500,\n", "pods.csv:2: num_gpu: \"-1\" is not a non-negative integer"},
+		{"a quote never closed", "a,1000,10,1,500,\n\"b,1000\n", `pods.csv: parse error on line 3, column 9: extraneous or missing " in quoted-field`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
