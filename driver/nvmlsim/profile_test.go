@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"sigs.k8s.io/yaml"
 )
 
 // v100 is a valid two-GPU profile the error cases below break one field at a time.
@@ -169,10 +171,23 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("nvlink: {matrix: [[X, -1], [1e99, X]]}\ncount: 2"))
 	f.Add([]byte("pcie: {roots: [{name: pci0000:ff, numaNode: 0, switches: [[0, 0], []]}]}\ncount: 3"))
 	f.Add([]byte("- a\n- b"))
+	f.Add([]byte(v100 + "---\n"))
+	f.Add([]byte(v100 + "---\nname: second\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(data, "fuzz.yaml")
 		if err != nil {
 			return
+		}
+		out, err := yaml.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Parse(out, "again.yaml")
+		if err != nil {
+			t.Fatalf("written back:\n%s\ndoes not parse: %v", out, err)
+		}
+		if !reflect.DeepEqual(again.node, p.node) {
+			t.Fatalf("written back:\n%s\nresolves to %+v, want %+v", out, again.node, p.node)
 		}
 		srv, _, err := p.NewServer("seed")
 		if err != nil {
