@@ -79,7 +79,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
-	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics, e.g. 127.0.0.1:9400 (empty: off)")
+	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. 127.0.0.1:9400 (empty: off)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
@@ -201,7 +201,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 		if addr != nil {
-			klog.InfoS("Serving metrics", "address", "http://"+addr.String()+"/metrics")
+			klog.InfoS("Serving metrics and probes", "metrics", "http://"+addr.String()+"/metrics", "readiness", "http://"+addr.String()+"/readyz", "liveness", "http://"+addr.String()+"/livez")
 		}
 	}
 	<-ctx.Done()

@@ -145,6 +145,49 @@ func TestKubeletPluginDaemonSet(t *testing.T) {
 	}
 }
 
+// TestKubeletPluginProbes proves the plugin's probes ask its metrics server for /readyz and
+// /livez where the kubelet can reach it, and are left out where it cannot.
+func TestKubeletPluginProbes(t *testing.T) {
+	tests := []struct {
+		name string
+		sets []string
+		// host is the probes' host ("": the pod's IP); none: no probes.
+		host string
+		none bool
+	}{
+		{"defaults: the pod's IP", nil, "", false},
+		{"metrics off", []string{"kubeletPlugin.metricsPort=0"}, "", true},
+		{"metrics on the pod's loopback only", []string{"kubeletPlugin.metricsHost=127.0.0.1"}, "", true},
+		{"host network on the node's address", []string{"kubeletPlugin.hostNetwork=true"}, "", false},
+		{"host network on the node's loopback", []string{"kubeletPlugin.hostNetwork=true", "kubeletPlugin.metricsHost=127.0.0.1"}, "127.0.0.1", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := render(t, tc.sets...).get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0]
+			probes := map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+			want := map[string]string{"startup": "/livez", "readiness": "/readyz", "liveness": "/livez"}
+			for kind, p := range probes {
+				if tc.none {
+					if p != nil {
+						t.Errorf("%s probe %+v where the kubelet cannot reach the metrics server", kind, p)
+					}
+					continue
+				}
+				if p == nil || p.HTTPGet == nil {
+					t.Errorf("no HTTP %s probe", kind)
+					continue
+				}
+				if g := p.HTTPGet; g.Path != want[kind] || g.Port.IntValue() != 9400 || g.Host != tc.host {
+					t.Errorf("%s probe GETs %s:%s%s, want %q:9400%s", kind, g.Host, g.Port.String(), g.Path, tc.host, want[kind])
+				}
+			}
+			if p := c.StartupProbe; p != nil && int(p.PeriodSeconds)*int(p.FailureThreshold) < 300 {
+				t.Errorf("start-up probe gives the plugin %ds, want at least 5 minutes to discover and recover", int(p.PeriodSeconds)*int(p.FailureThreshold))
+			}
+		})
+	}
+}
+
 // TestLabPoolsRunSimulatedProfiles proves one DaemonSet per pool with its own profile and
 // node selector, unprivileged, and no default DaemonSet.
 func TestLabPoolsRunSimulatedProfiles(t *testing.T) {
