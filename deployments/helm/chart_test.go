@@ -376,6 +376,8 @@ func TestRBACIsMinimal(t *testing.T) {
 		"resource.k8s.io/resourceclaims": {"get"},
 		"resource.k8s.io/resourceslices": {"create", "delete", "list", "update", "watch"},
 		"/nodes":                         {"get"},
+		"/events":                        {"create", "patch"},
+		"events.k8s.io/events":           {"create", "patch"},
 	}
 	if got := verbsByResource(plugin); !apiequality.Semantic.DeepEqual(got, want) {
 		t.Errorf("plugin permissions:\n%s", diff.Diff(want, got))
