@@ -206,9 +206,9 @@ func (r *Reconciler) decideAndReserve(ctx context.Context, wl *kueue.Workload) (
 const writeConflictRetries = 5
 
 // writeDecision records the decision in the Workload's status. The cached Workload often
-// trails Kueue's own writes around quota reservation; a conflict used to send the Workload
-// back to the work queue with back-off and a whole new decision (seconds per admission under
-// load). Instead the decision is written to a fresh read from the API server, as long as that
+// trails Kueue's own writes around quota reservation; sending the Workload back to the work
+// queue on a conflict would cost a back-off and a whole new decision (seconds per admission
+// under load). Instead the decision is written to a fresh read from the API server, as long as that
 // still has the check pending on the same quota reservation; if it moved on (evicted,
 // reserved elsewhere, deleted), nothing is written and its next event decides again.
 func (r *Reconciler) writeDecision(ctx context.Context, wl *kueue.Workload, decision kueue.AdmissionCheckState) (bool, error) {

@@ -116,8 +116,8 @@ func (u *upper) startAPIServer(ctx context.Context) error {
 	})
 }
 
-// grantPlugins lets the node plugins read claims and write ResourceSlices. (Issue 6 narrows
-// this to each node's own objects.)
+// grantPlugins lets the lab's plugin processes (kwok nodes, identified as their nodes) read
+// claims, write ResourceSlices and post Events.
 func (u *upper) grantPlugins(ctx context.Context, cs kubernetes.Interface) error {
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: pluginClusterRole},

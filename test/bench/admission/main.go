@@ -1,5 +1,5 @@
 // Command admission measures Kueue admission throughput with and without gpudra's topology
-// admission check, in the same run, on a lab of simulated nodes (issue #5's benchmark):
+// admission check, in the same run, on a lab of simulated nodes:
 //
 //	go run ./test/bench/admission [-racks 10] [-nodes-per-rack 64] [-workloads 120]
 //
