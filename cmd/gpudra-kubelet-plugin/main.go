@@ -168,6 +168,10 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("--mps-control-daemons is %q, want %q or %q", f.mpsDaemons, mpsInProcess, mpsInPod)
 	}
 	hook := cdiHookPath(f.cdiHook, backend.Simulated)
+	pause, err := pauseHook(f.pluginDataDir, backend.Simulated)
+	if err != nil {
+		return err
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -190,6 +194,7 @@ func run(ctx context.Context, f flags) error {
 		MPS:                 mps,
 		TimeSlicer:          timeSlicer,
 		HealthInjectionFile: f.healthInjectionFile,
+		Hook:                pause,
 	})
 	if err != nil {
 		return err
@@ -210,6 +215,30 @@ func run(ctx context.Context, f flags) error {
 		return cause
 	}
 	return nil
+}
+
+// pauseAtEnv names a step of prepare or unprepare (kubeletplugin.PreparePoints,
+// UnpreparePoints) at which the plugin stops until it is killed, once: the crash tests that
+// kill the plugin through the real kubelet set it. It is honoured with a simulated backend
+// only, and the plugin writes <plugin data dir>/paused-at-<point> when it stops there.
+const pauseAtEnv = "GPUDRA_TEST_PAUSE_AT"
+
+func pauseHook(pluginDataDir string, simulated bool) (plugin.Hook, error) {
+	point := os.Getenv(pauseAtEnv)
+	if point == "" {
+		return nil, nil
+	}
+	if !simulated {
+		return nil, fmt.Errorf("%s=%s: pausing is for crash tests with a simulated backend (--nvml=sim:...)", pauseAtEnv, point)
+	}
+	hook, err := plugin.PauseAt(point, filepath.Join(pluginDataDir, "paused-at-"+point))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pauseAtEnv, err)
+	}
+	if hook != nil {
+		klog.InfoS("The plugin stops at a step of prepare or unprepare until it is killed", "point", point, "env", pauseAtEnv)
+	}
+	return hook, nil
 }
 
 // cdiHookPath is the nvidia-cdi-hook the CDI specs' hooks name: the flag's value, else
