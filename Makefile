@@ -7,8 +7,16 @@ export CGO_CFLAGS := -Wno-deprecated-declarations
 
 BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller gpudra-scheduler
 PKGS := ./...
+# Packages whose goroutines share state (kubelet plugin, controllers): run under -race too.
+RACE_PKGS := ./kubeletplugin/... ./queueing/... ./cmd/gpudra-controller/...
+# Every fuzz target, as package:Target (go test -fuzz takes one target of one package).
+FUZZ_TARGETS := ./driver/config:FuzzDecode ./driver/nvmlsim:FuzzParse ./kubeletplugin:FuzzCheckpointLoad \
+	./queueing/network:FuzzParseFile ./topology/placement:FuzzReadPods ./topology/placement:FuzzReadNodes
+# How long make test runs each fuzz target, and make fuzz.
+FUZZTIME_BRIEF ?= 10s
+FUZZTIME ?= 2m
 
-.PHONY: all build test unit e2e lint bench bench-admission demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build test unit race fuzz e2e lint bench bench-admission demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -23,8 +31,19 @@ lint: ## gofmt + go vet
 unit: ## fast tests (no lab)
 	GPUDRA_E2E=0 go test $(PKGS)
 
-test: lint build toolchain ## the whole suite: unit tests, allocator tests and the lab end-to-end tests
+test: lint build toolchain ## the whole suite: unit tests, allocator tests, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF
 	go test -count=1 -timeout 80m $(PKGS)
+	$(MAKE) race
+	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_BRIEF)
+
+race: ## the kubelet plugin and controller-side packages' unit tests under the race detector
+	go test -race -count=1 -timeout 30m $(RACE_PKGS)
+
+fuzz: ## each fuzz target for FUZZTIME (default 2m); a failing input is kept under the package's testdata/fuzz/
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "go test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) $${t%%:*}"; \
+		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 e2e: build ## only the lab end-to-end tests
 	go test -timeout 80m -v ./test/e2e/...
