@@ -3,28 +3,32 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpudra/gpudra/data/traces"
 	"github.com/gpudra/gpudra/topology/placement"
 	"github.com/gpudra/gpudra/topology/placement/sim"
 )
 
 func newSimCommand() *cobra.Command {
 	var (
-		e        sim.Experiment
-		traces   string
-		modes    string
-		policies string
-		seeds    []int64
-		out      string
-		profile  string
+		e          sim.Experiment
+		dir        string
+		traceNames string
+		modes      string
+		policies   string
+		seeds      []int64
+		out        string
+		profile    string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -40,7 +44,12 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
   gpudra sim --traces=default,cpu050 --modes=reproduction,dra --out=sim-out`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if e.Traces, err = pickTraces(e.Dir, traces); err != nil {
+			where := "the embedded Alibaba traces"
+			e.Files = traces.AlibabaGPU2023()
+			if dir != "" {
+				where, e.Files = "--trace-dir "+dir, os.DirFS(dir)
+			}
+			if e.Traces, err = pickTraces(e.Files, where, traceNames); err != nil {
 				return err
 			}
 			if e.Modes, err = pickModes(modes); err != nil {
@@ -75,27 +84,43 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 			if err := os.MkdirAll(out, 0o755); err != nil {
 				return err
 			}
-			w := cmd.ErrOrStderr()
-			runs, err := sim.Execute(cmd.Context(), e, func(r sim.Run) {
-				fmt.Fprintf(w, "%-10s %-12s %-14s seed %d: %6s %% at 130 %% (placed %d, failed %d, allocator refused %d) in %.1fs\n",
-					r.Trace, r.Mode, r.Policy, r.Seed, sim.Percent(r.Curve.At130()), r.Placed, r.Failed, r.Refused, r.Wall.Seconds())
-			})
+			// Each replay's result is appended to runs.csv as it ends, so that an interrupted
+			// run keeps what it did.
+			log, err := os.Create(filepath.Join(out, "runs.csv"))
 			if err != nil {
 				return err
+			}
+			defer log.Close()
+			fmt.Fprintln(log, "trace,mode,policy,seed,at130,placed,failed,allocator_refused,moved,wall_s")
+			w := cmd.ErrOrStderr()
+			total := len(e.Traces) * len(e.Modes) * len(e.Policies) * len(e.Seeds)
+			start, done := time.Now(), 0
+			runs, err := sim.Execute(cmd.Context(), e, func(r sim.Run) {
+				done++
+				elapsed := time.Since(start)
+				left := time.Duration(float64(elapsed) / float64(done) * float64(total-done))
+				fmt.Fprintf(w, "[%d/%d, %s, ~%s left] %-10s %-12s %-14s seed %d: %6s %% at 130 %% (placed %d, failed %d, allocator refused %d) in %.1fs\n",
+					done, total, elapsed.Round(time.Second), left.Round(time.Second),
+					r.Trace, r.Mode, r.Policy, r.Seed, sim.Percent(r.Curve.At130()), r.Placed, r.Failed, r.Refused, r.Wall.Seconds())
+				fmt.Fprintf(log, "%s,%s,%s,%d,%s,%d,%d,%d,%d,%.1f\n", r.Trace, r.Mode, r.Policy, r.Seed, sim.Percent(r.Curve.At130()),
+					r.Placed, r.Failed, r.Refused, r.Moved, r.Wall.Seconds())
+			})
+			if err != nil {
+				return fmt.Errorf("%w (the replays that ended are in %s)", err, log.Name())
 			}
 			rows := sim.Summarize(runs)
 			return writeReports(out, runs, rows, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&e.Dir, "trace-dir", filepath.Join("..", "shared", "traces", "alibaba-gpu-v2023"), "directory with openb_node_list_gpu_node.csv and openb_pod_list_<trace>.csv")
-	f.StringVar(&traces, "traces", "default", `comma-separated trace names (openb_pod_list_<name>.csv), or "all"`)
+	f.StringVar(&dir, "trace-dir", "", "directory with openb_node_list_gpu_node.csv and openb_pod_list_<trace>.csv (default: the Alibaba cluster-trace-gpu-v2023 files built into gpudra, data/traces/alibaba-gpu-v2023)")
+	f.StringVar(&traceNames, "traces", "default", `comma-separated trace names (openb_pod_list_<name>.csv), or "all"`)
 	f.StringVar(&modes, "modes", string(sim.Reproduction), "comma-separated modes, in any case: reproduction (paper's GPU choice pinned, checked by the allocator), dra (allocator chooses), none (no allocator)")
 	f.StringVar(&policies, "policies", "all", `comma-separated policies in any case, or "all": `+strings.Join(placement.PolicyNames, ", "))
 	f.Int64SliceVar(&seeds, "seeds", placement.Seeds, fmt.Sprintf("1..%d distinct random seeds (the paper's are 42-51)", maxSeeds))
 	f.IntVar(&e.Parallel, "parallel", max(1, runtime.NumCPU()/2), fmt.Sprintf("replays run at once, 1..%d (the CPUs)", runtime.NumCPU()))
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
-	f.StringVar(&out, "out", "sim-out", "output directory for table.csv, table.md, curves.csv and one SVG per trace and mode")
+	f.StringVar(&out, "out", "sim-out", "output directory for runs.csv (each replay as it ends), table.csv, table.md, curves.csv and one SVG per trace and mode")
 	return cmd
 }
 
@@ -143,13 +168,15 @@ func pickPolicies(policies string) ([]string, error) {
 	return out, nil
 }
 
-func pickTraces(dir, traces string) ([]string, error) {
-	have, err := placement.Traces(dir)
+// pickTraces checks the --traces names against the pod lists of files (where says what
+// files is, for errors).
+func pickTraces(files fs.FS, where, traces string) ([]string, error) {
+	have, err := placement.TracesIn(files)
 	if err != nil {
 		return nil, err
 	}
 	if len(have) == 0 {
-		return nil, fmt.Errorf("--trace-dir %s: no %s files", dir, placement.PodListFile("*"))
+		return nil, fmt.Errorf("%s: no %s files", where, placement.PodListFile("*"))
 	}
 	if traces == "all" {
 		return have, nil
@@ -157,7 +184,7 @@ func pickTraces(dir, traces string) ([]string, error) {
 	want := split(traces)
 	for k, t := range want {
 		if !contains(have, t) {
-			return nil, fmt.Errorf("--traces: %q not in %s: accepted values are %s", t, dir, strings.Join(have, ", "))
+			return nil, fmt.Errorf("--traces: %q not in %s: accepted values are %s", t, where, strings.Join(have, ", "))
 		}
 		if slices.Contains(want[:k], t) {
 			return nil, fmt.Errorf("--traces: %s is given twice; each trace once", t)
@@ -191,7 +218,11 @@ func writeReports(dir string, runs []sim.Run, rows []sim.Row, stdout interface{ 
 	for _, k := range order {
 		var svg bytes.Buffer
 		g := groups[k]
-		title := fmt.Sprintf("%s trace, %s mode: GPU allocation vs arrived demand (mean of %d seeds)", g[0].Trace, g[0].Mode, g[0].Seeds)
+		of := fmt.Sprintf("mean of %d seeds", g[0].Seeds)
+		if g[0].Seeds == 1 {
+			of = "one seed"
+		}
+		title := fmt.Sprintf("%s trace, %s mode: GPU allocation vs arrived demand (%s)", g[0].Trace, g[0].Mode, of)
 		if err := sim.WriteSVG(&svg, title, g); err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 package placement
 
 // Published are the FGD paper's results at 130 % demand (mean of seeds 42–51, % of GPU
-// milli allocated), by trace and policy, as quoted in the traces' PROTOCOL.md.
+// milli allocated), by trace and policy; docs/protocol.md says how they were measured.
 var Published = map[string]map[string]float64{
 	"default":    published(87.47, 90.85, 91.88, 92.00, 93.08, 95.39),
 	"cpu050":     published(91.24, 93.27, 93.79, 93.72, 93.79, 95.21),

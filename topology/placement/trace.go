@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -35,14 +35,17 @@ const (
 func PodListFile(trace string) string { return podListPrefix + trace + ".csv" }
 
 // Traces lists the pod traces in a directory, by name.
-func Traces(dir string) ([]string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, podListPrefix+"*.csv"))
+func Traces(dir string) ([]string, error) { return TracesIn(os.DirFS(dir)) }
+
+// TracesIn lists the pod traces at the root of fsys, by name.
+func TracesIn(fsys fs.FS) ([]string, error) {
+	files, err := fs.Glob(fsys, podListPrefix+"*.csv")
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, f := range files {
-		out = append(out, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), podListPrefix), ".csv"))
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(f, podListPrefix), ".csv"))
 	}
 	return out, nil
 }
@@ -50,6 +53,9 @@ func Traces(dir string) ([]string, error) {
 // LoadNodes reads a node list (sn,cpu_milli,memory_mib,gpu,model) of 1..MaxNodes nodes
 // with 0..topology.MaxGPUs GPUs each.
 func LoadNodes(path string) ([]NodeSpec, error) { return loadFile(path, readNodes) }
+
+// LoadNodesFrom reads the node list name of fsys (see LoadNodes).
+func LoadNodesFrom(fsys fs.FS, name string) ([]NodeSpec, error) { return loadFrom(fsys, name, readNodes) }
 
 // readNodes reads a node list from r; source names it in errors.
 func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
@@ -85,6 +91,9 @@ func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
 // number (up to topology.MaxGPUs) of whole GPUs, or one share of one GPU in steps of 10
 // milli (1 % of compute).
 func LoadPods(path string) ([]Pod, error) { return loadFile(path, readPods) }
+
+// LoadPodsFrom reads the pod list name of fsys (see LoadPods).
+func LoadPodsFrom(fsys fs.FS, name string) ([]Pod, error) { return loadFrom(fsys, name, readPods) }
 
 // readPods reads a pod list from r; source names it in errors.
 func readPods(r io.Reader, source string) ([]Pod, error) {
@@ -159,6 +168,16 @@ func loadFile[T any](path string, read func(io.Reader, string) (T, error)) (T, e
 	}
 	defer f.Close()
 	return read(f, path)
+}
+
+func loadFrom[T any](fsys fs.FS, name string, read func(io.Reader, string) (T, error)) (T, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	defer f.Close()
+	return read(f, name)
 }
 
 // readCSV reads CSV of at most MaxTraceBytes whose header starts with the given columns

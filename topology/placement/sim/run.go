@@ -3,7 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"io/fs"
 	"sync"
 	"time"
 
@@ -17,8 +17,9 @@ const NoAllocator Mode = "none"
 
 // Experiment is a grid of traces × modes × policies × seeds.
 type Experiment struct {
-	// Dir holds the node list and the pod lists.
-	Dir      string
+	// Files holds the node list and the pod lists at its root (the embedded traces of
+	// github.com/gpudra/gpudra/data/traces, or os.DirFS of a directory).
+	Files    fs.FS
 	Traces   []string
 	Modes    []Mode
 	Policies []string
@@ -37,7 +38,7 @@ type Run struct {
 
 // Execute runs the grid; progress (if set) is called after each replay, serially.
 func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, error) {
-	nodes, err := placement.LoadNodes(filepath.Join(e.Dir, placement.NodeListFile))
+	nodes, err := placement.LoadNodesFrom(e.Files, placement.NodeListFile)
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, erro
 	}
 	var jobs []job
 	for _, t := range e.Traces {
-		pods, err := placement.LoadPods(filepath.Join(e.Dir, placement.PodListFile(t)))
+		pods, err := placement.LoadPodsFrom(e.Files, placement.PodListFile(t))
 		if err != nil {
 			return nil, err
 		}

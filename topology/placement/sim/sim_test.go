@@ -3,14 +3,13 @@ package sim
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/data/traces"
 	"github.com/gpudra/gpudra/topology/placement"
 )
 
@@ -126,15 +125,6 @@ func TestAllocatorRefusesWhatDoesNotFit(t *testing.T) {
 	}
 }
 
-// traceDir is the shared trace directory beside the clone, as CI has it.
-func traceDir(t *testing.T) string {
-	dir := filepath.Join("..", "..", "..", "..", "shared", "traces", "alibaba-gpu-v2023")
-	if _, err := os.Stat(filepath.Join(dir, placement.NodeListFile)); err != nil {
-		t.Skipf("no traces at %s", dir)
-	}
-	return dir
-}
-
 // TestPolicyAgreesWithAllocator replays the start of the gpuspec20 trace (model
 // constraints on 20 % of GPU pods) on the real cluster in both modes: the allocator
 // must never refuse a node the policy's own accounting found feasible, and in
@@ -143,12 +133,12 @@ func TestPolicyAgreesWithAllocator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays 2000 pods four times")
 	}
-	dir := traceDir(t)
-	nodes, err := placement.LoadNodes(filepath.Join(dir, placement.NodeListFile))
+	files := traces.AlibabaGPU2023()
+	nodes, err := placement.LoadNodesFrom(files, placement.NodeListFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := placement.LoadPods(filepath.Join(dir, placement.PodListFile("gpuspec20")))
+	pods, err := placement.LoadPodsFrom(files, placement.PodListFile("gpuspec20"))
 	if err != nil {
 		t.Fatal(err)
 	}
