@@ -55,7 +55,9 @@ func TracesIn(fsys fs.FS) ([]string, error) {
 func LoadNodes(path string) ([]NodeSpec, error) { return loadFile(path, readNodes) }
 
 // LoadNodesFrom reads the node list name of fsys (see LoadNodes).
-func LoadNodesFrom(fsys fs.FS, name string) ([]NodeSpec, error) { return loadFrom(fsys, name, readNodes) }
+func LoadNodesFrom(fsys fs.FS, name string) ([]NodeSpec, error) {
+	return loadFrom(fsys, name, readNodes)
+}
 
 // readNodes reads a node list from r; source names it in errors.
 func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
