@@ -16,7 +16,7 @@ FUZZ_TARGETS := ./driver/config:FuzzDecode ./driver/nvmlsim:FuzzParse ./kubeletp
 FUZZTIME_BRIEF ?= 10s
 FUZZTIME ?= 2m
 
-.PHONY: all build test unit race fuzz e2e lint bench bench-admission demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -71,3 +71,6 @@ clean:
 
 bench-admission: build ## Kueue admission throughput with and without the gpudra check on 640 simulated nodes (starts its own lab)
 	go run ./test/bench/admission
+
+bench-scheduler: build ## pods/s of kube-scheduler and gpudra-scheduler on gpudra's and on plain 8-GPU slices, 4 × 100 simulated nodes (starts its own lab)
+	go run ./test/bench/scheduler
