@@ -39,7 +39,12 @@ func TestRealNodePluginKilledMidPrepareAndUnprepare(t *testing.T) {
 		t.Fatal("the crash test kills the chart's plugin pod on the real node; this lab runs the plugin as a process (use deployments/lab/e2e.yaml)")
 	}
 	ns := namespace(t, "real-node-crash")
-	t.Cleanup(func() { setPluginEnv(t, dsNS, dsName, "") })
+	reset := false
+	t.Cleanup(func() {
+		if !reset { // the test failed before it set the DaemonSet back: do it, without waiting
+			_ = retry.RetryOnConflict(retry.DefaultRetry, func() error { return updatePluginEnv(context.Background(), dsNS, dsName, "") })
+		}
+	})
 	cases := []struct {
 		point     string
 		unprepare bool
@@ -93,26 +98,15 @@ func TestRealNodePluginKilledMidPrepareAndUnprepare(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	setPluginEnv(t, dsNS, dsName, "")
+	reset = true
 }
 
 // setPluginEnv sets (or, with "", removes) the pause switch in the plugin DaemonSet's pod
 // template and waits until the node's one plugin pod runs with it.
 func setPluginEnv(t *testing.T, dsNS, dsName, point string) {
 	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	changed := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		ds, err := client.AppsV1().DaemonSets(dsNS).Get(ctx, dsName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		changed = setEnv(ds, point)
-		if !changed {
-			return nil
-		}
-		_, err = client.AppsV1().DaemonSets(dsNS).Update(ctx, ds, metav1.UpdateOptions{})
-		return err
-	})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error { return updatePluginEnv(t.Context(), dsNS, dsName, point) })
 	if err != nil {
 		t.Fatalf("set %s=%q on DaemonSet %s/%s: %v", pauseAtEnv, point, dsNS, dsName, err)
 	}
@@ -127,6 +121,17 @@ func setPluginEnv(t *testing.T, dsNS, dsName, point string) {
 		}
 		return nil
 	})
+}
+
+// updatePluginEnv writes the pause switch (point, or none for "") into the plugin
+// DaemonSet's pod template, if it is not there yet.
+func updatePluginEnv(ctx context.Context, dsNS, dsName, point string) error {
+	ds, err := client.AppsV1().DaemonSets(dsNS).Get(ctx, dsName, metav1.GetOptions{})
+	if err != nil || !setEnv(ds, point) {
+		return err
+	}
+	_, err = client.AppsV1().DaemonSets(dsNS).Update(ctx, ds, metav1.UpdateOptions{})
+	return err
 }
 
 // setEnv sets name=point in the plugin container (the one with the plugin's image command)

@@ -213,6 +213,9 @@ func watchCheckDecisions(t *testing.T, ns string) *checkDecisions {
 			}
 			for ev := range w.ResultChan() {
 				if ev.Type == watch.Error {
+					if ctx.Err() != nil {
+						return // the test is over: its clean-up stopped the watch
+					}
 					t.Errorf("watching Workloads: %v (decisions may have been missed)", apierrors.FromObject(ev.Object))
 					w.Stop()
 					return
