@@ -113,16 +113,13 @@ func discoverGPU(b *Backend, dev nvml.Device, i int) (*GPU, error) {
 	if g.ProductName, ret = dev.GetName(); ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetName", ret)
 	}
-	brand, ret := dev.GetBrand()
-	if ret != nvml.SUCCESS {
+	if _, ret = dev.GetBrand(); ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetBrand", ret)
 	}
-	g.Brand = brandName(brand)
-	arch, ret := dev.GetArchitecture()
-	if ret != nvml.SUCCESS {
+	if _, ret = dev.GetArchitecture(); ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetArchitecture", ret)
 	}
-	g.Architecture = archName(arch)
+	g.Brand, g.Architecture = identityNames(b.NVML, dev)
 	major, minor, ret := dev.GetCudaComputeCapability()
 	if ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetCudaComputeCapability", ret)
@@ -368,48 +365,22 @@ func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {
 	}
 }
 
-func brandName(b nvml.BrandType) string {
-	switch b {
-	case nvml.BRAND_TESLA:
-		return "Tesla"
-	case nvml.BRAND_QUADRO:
-		return "Quadro"
-	case nvml.BRAND_GEFORCE:
-		return "GeForce"
-	case nvml.BRAND_NVIDIA:
-		return "NVIDIA"
-	case nvml.BRAND_NVIDIA_RTX:
-		return "NVIDIA RTX"
-	case nvml.BRAND_TITAN:
-		return "Titan"
-	default:
-		return fmt.Sprintf("brand-%d", b)
+// identityNames are the GPU's brand and architecture as go-nvlib names them ("Tesla",
+// "NvidiaRTX", "Grid"; "Hopper", "Ada Lovelace"), as NVIDIA's own DRA driver publishes them.
+// A value newer than go-nvlib knows is "Unknown" rather than a failed discovery.
+func identityNames(lib nvml.Interface, dev nvml.Device) (brand, arch string) {
+	brand, arch = "Unknown", "Unknown"
+	d, err := nvdev.New(lib).NewDevice(dev)
+	if err != nil {
+		return brand, arch
 	}
-}
-
-func archName(a nvml.DeviceArchitecture) string {
-	switch a {
-	case nvml.DEVICE_ARCH_KEPLER:
-		return "Kepler"
-	case nvml.DEVICE_ARCH_MAXWELL:
-		return "Maxwell"
-	case nvml.DEVICE_ARCH_PASCAL:
-		return "Pascal"
-	case nvml.DEVICE_ARCH_VOLTA:
-		return "Volta"
-	case nvml.DEVICE_ARCH_TURING:
-		return "Turing"
-	case nvml.DEVICE_ARCH_AMPERE:
-		return "Ampere"
-	case nvml.DEVICE_ARCH_ADA:
-		return "Ada"
-	case nvml.DEVICE_ARCH_HOPPER:
-		return "Hopper"
-	case nvml.DEVICE_ARCH_BLACKWELL:
-		return "Blackwell"
-	default:
-		return "Unknown"
+	if s, err := d.GetBrandAsString(); err == nil {
+		brand = s
 	}
+	if s, err := d.GetArchitectureAsString(); err == nil {
+		arch = s
+	}
+	return brand, arch
 }
 
 // NVMLError is a failed NVML call.
