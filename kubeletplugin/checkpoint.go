@@ -256,6 +256,11 @@ func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
 	if d.Claims == nil {
 		d.Claims = map[types.UID]*PreparedClaim{}
 	}
+	for uid, pc := range d.Claims {
+		if pc == nil || pc.UID != uid {
+			return nil, fmt.Errorf("%w %s: claims[%q] is not a record of claim %s", ErrCorruptCheckpoint, s.path, uid, uid)
+		}
+	}
 	return d, nil
 }
 
