@@ -107,13 +107,27 @@ func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
 			}
 		}
 	}
-	kinds := make([]string, 0, len(counts))
-	for k, n := range counts {
-		kinds = append(kinds, fmt.Sprintf("%d %s", n, k))
+	names := make([]string, 0, len(counts))
+	for k := range counts {
+		names = append(names, k)
 	}
-	sort.Strings(kinds)
-	_, err := fmt.Fprintf(w, "\nPublishes %d devices (%s) in %d ResourceSlices; %d counter set(s) keep them exclusive.\n",
-		devices, strings.Join(kinds, ", "), len(pool.Slices), counterSets)
+	// Most devices first, then by name.
+	sort.Slice(names, func(i, j int) bool {
+		if counts[names[i]] != counts[names[j]] {
+			return counts[names[i]] > counts[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	kinds := make([]string, len(names))
+	for i, k := range names {
+		kinds[i] = fmt.Sprintf("%d %s", counts[k], k)
+	}
+	sets := fmt.Sprintf("%d counter sets keep", counterSets)
+	if counterSets == 1 {
+		sets = "1 counter set keeps"
+	}
+	_, err := fmt.Fprintf(w, "\nPublishes %d devices (%s) in %d ResourceSlices; %s them exclusive.\n",
+		devices, strings.Join(kinds, ", "), len(pool.Slices), sets)
 	return err
 }
 

@@ -10,10 +10,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -104,6 +106,10 @@ func mpsExecCommand() *cobra.Command {
 func run(ctx context.Context, f flags) error {
 	if f.nodeName == "" {
 		return fmt.Errorf("--node-name is required (or set NODE_NAME)")
+	}
+	// The name goes into the ResourceSlices' pool and node names and the MPS daemons' names.
+	if errs := validation.IsDNS1123Subdomain(f.nodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name %q: a node name is a DNS subdomain (RFC 1123: lower-case letters, digits, '-' and '.', at most 253 characters): %s", f.nodeName, strings.Join(errs, "; "))
 	}
 	if f.checkpointDir == "" {
 		f.checkpointDir = f.pluginDataDir

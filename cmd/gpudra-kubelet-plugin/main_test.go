@@ -191,3 +191,17 @@ func TestProcessModeStopsThePodDaemonsOfItsNode(t *testing.T) {
 		t.Errorf("without RBAC: %v", err)
 	}
 }
+
+// A node name that cannot be a Kubernetes node's is refused before anything is written.
+func TestNodeNameMustBeANodesName(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"Node_1", "../etc", "a b", strings.Repeat("n", 254)} {
+		err := run(t.Context(), flags{nodeName: name, pluginDataDir: filepath.Join(dir, "data")})
+		if err == nil || !strings.Contains(err.Error(), "--node-name") || !strings.Contains(err.Error(), "RFC 1123") {
+			t.Errorf("--node-name %q: %v, want an error naming the flag and the accepted form", name, err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("a refused node name left %d entries in %s", len(entries), dir)
+	}
+}
