@@ -42,6 +42,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -259,6 +261,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 	if _, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		return result{}, err
 	}
+	// Pods are admitted once the namespace's default ServiceAccount exists.
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return result{}, fmt.Errorf("namespace %s has no default ServiceAccount: %w", ns, err)
+	}
 	if err := createPods(ctx, cs, ns, n); err != nil {
 		return result{}, err
 	}
@@ -270,7 +279,16 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 	}); err != nil {
 		return result{}, fmt.Errorf("waiting for %d claims made from the template: %w", n, err)
 	}
-	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return result{}, err
+	}
+	// A watch the server ends is resumed where it stopped.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
 	if err != nil {
 		return result{}, err
 	}
