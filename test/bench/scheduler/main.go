@@ -7,7 +7,7 @@
 //
 // It starts a lab (gpudra-scheduler built from this repository), adds four sets of -nodes
 // kwok nodes of 8 H100 GPUs: two with the slices gpudra's plugin publishes for a DGX H100
-// (whole GPUs, shares, MIG placements, NVLink groups, per-GPU counters), two with plain
+// (whole GPUs, shares, NVLink groups, per-GPU counters), two with plain
 // slices (the same eight whole GPUs and attributes in one slice, no counters, shares, MIG
 // devices or groups: what a driver that hands out whole GPUs publishes). Each round creates
 // -pods pods asking for one whole GPU (gpu.gpudra.dev) through a claim template, pinned to
