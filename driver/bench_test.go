@@ -14,21 +14,13 @@ import (
 	"github.com/gpudra/gpudra/driver/allocation"
 )
 
-// plainSlices is the baseline: the same eight whole GPUs with the same attributes, in one
-// slice, without counters, shares, MIG devices or NVLink groups — what a driver that only
-// hands out whole GPUs publishes.
+// plainSlices is the baseline: driver.PlainSlices of the node.
 func plainSlices(b *testing.B, inv *driver.Inventory, nodeName string) []*resourceapi.ResourceSlice {
-	rs := render(b, inv, nodeName, driver.RenderOptions{MIG: driver.MIGNone, NoShares: true, NoGroups: true})
-	var devs []resourceapi.Device
-	for _, s := range rs {
-		for _, d := range s.Spec.Devices {
-			d.ConsumesCounters = nil
-			devs = append(devs, d)
-		}
+	rs, err := driver.PlainSlices(inv, nodeName)
+	if err != nil {
+		b.Fatal(err)
 	}
-	s := rs[len(rs)-1].DeepCopy()
-	s.Spec.Devices, s.Spec.SharedCounters, s.Spec.Pool.ResourceSliceCount = devs, nil, 1
-	return []*resourceapi.ResourceSlice{s}
+	return rs
 }
 
 const (

@@ -31,11 +31,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -167,28 +167,19 @@ func run(ctx context.Context, nodes, pods int, keep bool) error {
 // addNodes creates a round's kwok nodes, labelled with its set, and publishes each one's
 // ResourceSlices as its plugin would (gpudra's) or as a whole-GPU driver would (plain).
 func addNodes(ctx context.Context, cs kubernetes.Interface, r round, n int) error {
-	work := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				errs <- addNode(ctx, cs, r, fmt.Sprintf("%s-%03d", r.set(), i))
-			}
-		})
-	}
+	return inParallel(ctx, n, func(ctx context.Context, i int) error {
+		return addNode(ctx, cs, r, fmt.Sprintf("%s-%03d", r.set(), i))
+	})
+}
+
+// inParallel runs fn for 0..n-1, 16 at a time, and returns the first error.
+func inParallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
 	for i := range n {
-		work <- i
+		g.Go(func() error { return fn(ctx, i) })
 	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return g.Wait()
 }
 
 func addNode(ctx context.Context, cs kubernetes.Interface, r round, name string) error {
@@ -208,27 +199,14 @@ func addNode(ctx context.Context, cs kubernetes.Interface, r round, name string)
 	return nil
 }
 
-// nodeSlices renders a node's slices: gpudra's for the profile, or plain ones — the same
-// eight whole GPUs with the same attributes, in one slice, without counters.
+// nodeSlices renders a node's slices: gpudra's for the profile, or driver.PlainSlices of the
+// same GPUs.
 func nodeSlices(node, kind string) ([]*resourceapi.ResourceSlice, error) {
-	if kind == "gpudra" {
-		_, rs, err := driver.SimulatedSlices(profile, node, driver.RenderOptions{})
+	inv, rs, err := driver.SimulatedSlices(profile, node, driver.RenderOptions{})
+	if err != nil || kind == "gpudra" {
 		return rs, err
 	}
-	_, rs, err := driver.SimulatedSlices(profile, node, driver.RenderOptions{MIG: driver.MIGNone, NoShares: true, NoGroups: true})
-	if err != nil {
-		return nil, err
-	}
-	var devs []resourceapi.Device
-	for _, s := range rs {
-		for _, d := range s.Spec.Devices {
-			d.ConsumesCounters = nil
-			devs = append(devs, d)
-		}
-	}
-	s := rs[len(rs)-1].DeepCopy()
-	s.Spec.Devices, s.Spec.SharedCounters, s.Spec.Pool.ResourceSliceCount = devs, nil, 1
-	return []*resourceapi.ResourceSlice{s}, nil
+	return driver.PlainSlices(inv, node)
 }
 
 type result struct {
@@ -328,29 +306,10 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 }
 
 func createPods(ctx context.Context, cs kubernetes.Interface, ns string, n int) error {
-	work := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				_, err := cs.CoreV1().Pods(ns).Create(ctx, pod(ns, i), metav1.CreateOptions{})
-				errs <- err
-			}
-		})
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return inParallel(ctx, n, func(ctx context.Context, i int) error {
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod(ns, i), metav1.CreateOptions{})
+		return err
+	})
 }
 
 func pod(ns string, i int) *corev1.Pod {
