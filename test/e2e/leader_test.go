@@ -61,16 +61,7 @@ apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: train, namespace: `+ns+`}
 spec: {clusterQueue: `+queue+`}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: one-gpu, namespace: `+ns+`}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
-`)
+`+oneGPUTemplate(ns))
 	seen := watchCheckDecisions(t, ns)
 	job := func(name string) string {
 		return `
