@@ -71,10 +71,9 @@ func runGroup(ctx context.Context, cmd *exec.Cmd, stdout, stderr io.Writer) erro
 	select {
 	case <-drained:
 	case <-time.After(2 * time.Second):
-		closeAll(readers...)
-		<-drained
 	}
-	closeAll(readers...)
+	closeAll(readers...) // ends the copies still reading
+	<-drained
 	return err
 }
 
