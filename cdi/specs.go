@@ -15,6 +15,8 @@ import (
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // The CDI vendor, class and kind of gpudra's specs.
@@ -22,10 +24,6 @@ const (
 	Vendor = "gpudra.dev"
 	Class  = "gpu"
 	Kind   = Vendor + "/" + Class
-
-	// ClaimAnnotation holds, on each spec, the plugin's record of the prepared claim,
-	// so that a lost checkpoint can be rebuilt from the specs on disk.
-	ClaimAnnotation = "gpudra.dev/prepared-claim"
 )
 
 // Specs reads and writes gpudra's per-claim specs in one CDI directory. Specs are
@@ -59,14 +57,14 @@ func (s *Specs) Path(claimUID string) string { return filepath.Join(s.dir, specN
 
 // Write writes the claim's spec with one CDI device per entry of devs and returns
 // their qualified ids in the same order. claim names the claim in the variables of its
-// own (ClaimEdits); record is stored in ClaimAnnotation.
+// own (ClaimEdits); record is stored in api.AnnotationPreparedClaim.
 func (s *Specs) Write(claimUID, claim string, node Node, devs []Device, record []byte) ([]string, error) {
 	spec := &cdispec.Spec{
 		Kind:           Kind,
 		ContainerEdits: node.SpecEdits(),
 	}
 	if record != nil {
-		spec.Annotations = map[string]string{ClaimAnnotation: string(record)}
+		spec.Annotations = map[string]string{api.AnnotationPreparedClaim: string(record)}
 	}
 	ids := make([]string, len(devs))
 	for k, own := range node.ClaimEdits(claim, devs) {
@@ -103,7 +101,7 @@ func (s *Specs) Exists(claimUID string) bool {
 }
 
 // Claims lists the claims that have a gpudra spec on disk, with each spec's
-// ClaimAnnotation ("" when absent or unreadable).
+// api.AnnotationPreparedClaim ("" when absent or unreadable).
 func (s *Specs) Claims() (map[string]string, error) {
 	prefix := cdiapi.GenerateTransientSpecName(Vendor, Class, "")
 	entries, err := os.ReadDir(s.dir)
@@ -124,7 +122,7 @@ func (s *Specs) Claims() (map[string]string, error) {
 		}
 		var spec cdispec.Spec
 		if json.Unmarshal(data, &spec) == nil {
-			out[uid] = spec.Annotations[ClaimAnnotation]
+			out[uid] = spec.Annotations[api.AnnotationPreparedClaim]
 		}
 	}
 	return out, nil

@@ -11,36 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/topology"
-)
 
-// Attribute names (in the driver's domain unless qualified).
-const (
-	AttrType                  = "type"
-	AttrIndex                 = "index"
-	AttrUUID                  = "uuid"
-	AttrProductName           = "productName"
-	AttrBrand                 = "brand"
-	AttrArchitecture          = "architecture"
-	AttrCUDAComputeCapability = "cudaComputeCapability"
-	AttrDriverVersion         = "driverVersion"
-	AttrCUDADriverVersion     = "cudaDriverVersion"
-	AttrMIGCapable            = "migCapable"
-	AttrMIGProfile            = "migProfile"
-	AttrMIGPlacementStart     = "migPlacementStart"
-	AttrMIGPlacementSize      = "migPlacementSize"
-	AttrParentIndex           = "parentIndex"
-	AttrParentUUID            = "parentUUID"
-	AttrNVLinkFabric          = "nvlinkFabric"
-	AttrNVLinkLinks           = "nvlinkLinks"
-	AttrNVLinkClique          = "nvlinkClique"
-	AttrNVLinkDomain          = "nvlinkDomain"
-	AttrNVLinkMinLinks        = "nvlinkMinLinks"
-	AttrGPUCount              = "gpuCount"
-	AttrMembers               = "members"
-
-	CapMemory          = "memory"
-	CapMultiprocessors = "multiprocessors"
-	CapCompute         = "compute"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 type attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
@@ -84,12 +56,12 @@ func Semver(v string) string {
 
 // common sets the attributes every device derived from GPU g carries.
 func common(a attrs, inv *Inventory, g *GPU) {
-	a.str(AttrProductName, g.ProductName)
-	a.str(AttrBrand, g.Brand)
-	a.str(AttrArchitecture, g.Architecture)
-	a.version(AttrCUDAComputeCapability, g.CUDAComputeCapability)
-	a.version(AttrDriverVersion, inv.DriverVersion)
-	a.version(AttrCUDADriverVersion, inv.CUDADriverVersion)
+	a.str(api.AttrProductName, g.ProductName)
+	a.str(api.AttrBrand, g.Brand)
+	a.str(api.AttrArchitecture, g.Architecture)
+	a.version(api.AttrCUDAComputeCapability, g.CUDAComputeCapability)
+	a.version(api.AttrDriverVersion, inv.DriverVersion)
+	a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
 	if g.PCIeRoot != "" {
 		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), g.PCIeRoot)
 	}
@@ -101,17 +73,17 @@ func common(a attrs, inv *Inventory, g *GPU) {
 // topologyAttrs sets the NVLink attributes matchAttribute constraints use.
 func topologyAttrs(a attrs, inv *Inventory, index int) {
 	pos := inv.position(index)
-	a.str(AttrNVLinkFabric, inv.NVLink.Fabric())
+	a.str(api.AttrNVLinkFabric, inv.NVLink.Fabric())
 	links := inv.NVLink.SwitchLinks[pos]
 	for _, l := range inv.NVLink.Links[pos] {
 		links += l
 	}
-	a.int(AttrNVLinkLinks, links)
+	a.int(api.AttrNVLinkLinks, links)
 	if c := inv.NVLink.Clique()[pos]; c != nil {
-		a.str(AttrNVLinkClique, "nvlink-"+inv.indexList(c))
+		a.str(api.AttrNVLinkClique, "nvlink-"+inv.indexList(c))
 	}
 	if d := inv.NVLink.Domains()[pos]; d != nil {
-		a.str(AttrNVLinkDomain, "nvlink-"+inv.indexList(d))
+		a.str(api.AttrNVLinkDomain, "nvlink-"+inv.indexList(d))
 	}
 }
 
@@ -147,10 +119,10 @@ func capacity(v resource.Quantity) resourceapi.DeviceCapacity {
 
 func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
 	a := attrs{}
-	a.str(AttrType, TypeGPU)
-	a.int(AttrIndex, g.Index)
-	a.str(AttrUUID, g.UUID)
-	a.bool(AttrMIGCapable, g.MIG != nil)
+	a.str(api.AttrType, api.TypeGPU)
+	a.int(api.AttrIndex, g.Index)
+	a.str(api.AttrUUID, g.UUID)
+	a.bool(api.AttrMIGCapable, g.MIG != nil)
 	a.str(string(deviceattribute.StandardDeviceAttributePCIBusID), g.PCIBusID)
 	common(a, inv, g)
 	topologyAttrs(a, inv, g.Index)
@@ -158,8 +130,8 @@ func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device 
 		Name:       GPUDeviceName(g.Index),
 		Attributes: a,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapMemory:          capacity(bytesQuantity(g.MemoryBytes)),
-			CapMultiprocessors: capacity(*resource.NewQuantity(int64(g.Multiprocessors), resource.DecimalSI)),
+			api.CapMemory:          capacity(bytesQuantity(g.MemoryBytes)),
+			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(g.Multiprocessors), resource.DecimalSI)),
 		},
 		ConsumesCounters: counters.wholeGPU(g.Index),
 	}
@@ -167,9 +139,9 @@ func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device 
 
 func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
 	a := attrs{}
-	a.str(AttrType, TypeShare)
-	a.int(AttrIndex, g.Index)
-	a.str(AttrUUID, g.UUID)
+	a.str(api.AttrType, api.TypeShare)
+	a.int(api.AttrIndex, g.Index)
+	a.str(api.AttrUUID, g.UUID)
 	a.str(string(deviceattribute.StandardDeviceAttributePCIBusID), g.PCIBusID)
 	common(a, inv, g)
 	topologyAttrs(a, inv, g.Index)
@@ -179,14 +151,14 @@ func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Devic
 		Attributes:               a,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapMemory: {
+			api.CapMemory: {
 				Value: mem,
 				RequestPolicy: &resourceapi.CapacityRequestPolicy{
 					Default:    ptr.To(ShareMemoryDefault),
 					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(ShareMemoryMin), Max: ptr.To(mem), Step: ptr.To(ShareMemoryStep)},
 				},
 			},
-			CapCompute: {
+			api.CapCompute: {
 				Value: ShareComputeMax,
 				RequestPolicy: &resourceapi.CapacityRequestPolicy{
 					Default:    ptr.To(ShareComputeMin),
@@ -203,12 +175,12 @@ func migDevices(inv *Inventory, g *GPU, counters counterPlan) []resourceapi.Devi
 	for _, p := range g.MIG.Profiles {
 		for _, pl := range p.Placements {
 			a := attrs{}
-			a.str(AttrType, TypeMIG)
-			a.int(AttrParentIndex, g.Index)
-			a.str(AttrParentUUID, g.UUID)
-			a.str(AttrMIGProfile, p.Name)
-			a.int(AttrMIGPlacementStart, pl.Start)
-			a.int(AttrMIGPlacementSize, pl.Size)
+			a.str(api.AttrType, api.TypeMIG)
+			a.int(api.AttrParentIndex, g.Index)
+			a.str(api.AttrParentUUID, g.UUID)
+			a.str(api.AttrMIGProfile, p.Name)
+			a.int(api.AttrMIGPlacementStart, pl.Start)
+			a.int(api.AttrMIGPlacementSize, pl.Size)
 			common(a, inv, g)
 			var slices []string
 			for s := pl.Start; s < pl.Start+pl.Size; s++ {
@@ -219,8 +191,8 @@ func migDevices(inv *Inventory, g *GPU, counters counterPlan) []resourceapi.Devi
 				Name:       MIGDeviceName(g.Index, p.Name, pl.Start),
 				Attributes: a,
 				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					CapMemory:          capacity(bytesQuantity(p.MemoryBytes)),
-					CapMultiprocessors: capacity(*resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)),
+					api.CapMemory:          capacity(bytesQuantity(p.MemoryBytes)),
+					api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)),
 				},
 				ConsumesCounters: consume,
 			})
@@ -249,17 +221,17 @@ func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable
 		return resourceapi.Device{}, false
 	}
 	a := attrs{}
-	a.str(AttrType, TypeNVLinkGroup)
-	a.int(AttrGPUCount, len(gr.Members))
-	a.str(AttrMembers, inv.indexList(gr.Members))
-	a.int(AttrNVLinkMinLinks, gr.MinLinks)
-	a.str(AttrNVLinkFabric, gr.Fabric)
-	a.str(AttrProductName, first.ProductName)
-	a.str(AttrBrand, first.Brand)
-	a.str(AttrArchitecture, first.Architecture)
-	a.version(AttrCUDAComputeCapability, first.CUDAComputeCapability)
-	a.version(AttrDriverVersion, inv.DriverVersion)
-	a.version(AttrCUDADriverVersion, inv.CUDADriverVersion)
+	a.str(api.AttrType, api.TypeNVLinkGroup)
+	a.int(api.AttrGPUCount, len(gr.Members))
+	a.str(api.AttrMembers, inv.indexList(gr.Members))
+	a.int(api.AttrNVLinkMinLinks, gr.MinLinks)
+	a.str(api.AttrNVLinkFabric, gr.Fabric)
+	a.str(api.AttrProductName, first.ProductName)
+	a.str(api.AttrBrand, first.Brand)
+	a.str(api.AttrArchitecture, first.Architecture)
+	a.version(api.AttrCUDAComputeCapability, first.CUDAComputeCapability)
+	a.version(api.AttrDriverVersion, inv.DriverVersion)
+	a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
 	if sameRoot && first.PCIeRoot != "" {
 		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), first.PCIeRoot)
 	}
@@ -275,8 +247,8 @@ func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable
 		Attributes: a,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			// memory is per member GPU, so selectors read the same as for one GPU.
-			CapMemory:          capacity(bytesQuantity(first.MemoryBytes)),
-			CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(gr.Members)), resource.DecimalSI)),
+			api.CapMemory:          capacity(bytesQuantity(first.MemoryBytes)),
+			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(gr.Members)), resource.DecimalSI)),
 		},
 		ConsumesCounters: consume,
 	}, true

@@ -9,6 +9,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/driver/simulated"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestDiscoveryLeavesOutAGPUItCannotRead(t *testing.T) {
@@ -42,14 +46,14 @@ func TestDiscoveryLeavesOutAGPUItCannotRead(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := driver.OpenBackend("sim:"+tc.profile, "n")
+			b, err := simulated.Open(tc.profile, "n")
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { b.Close() })
 			srv := b.NVML.(*server.Server)
 			tc.fail(srv, srv.Devices[3].(*server.Device))
-			inv, err := driver.Discover(b)
+			inv, err := discover.Discover(b)
 			if err != nil {
 				t.Fatalf("one GPU that cannot be read failed the node's discovery: %v", err)
 			}
@@ -82,7 +86,7 @@ func TestDiscoveryLeavesOutAGPUItCannotRead(t *testing.T) {
 					for _, g := range indices {
 						used[g] = used[g] || usesGPU(d, g)
 					}
-					if driver.DeviceType(d) == driver.TypeNVLinkGroup {
+					if driver.DeviceType(d) == api.TypeNVLinkGroup {
 						groups++
 					}
 				}
@@ -100,7 +104,7 @@ func TestDiscoveryLeavesOutAGPUItCannotRead(t *testing.T) {
 }
 
 func TestDiscoveryOfANodeWhoseGPUsAreAllLost(t *testing.T) {
-	b, err := driver.OpenBackend("sim:l40s-pcie", "n")
+	b, err := simulated.Open("l40s-pcie", "n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +113,7 @@ func TestDiscoveryOfANodeWhoseGPUsAreAllLost(t *testing.T) {
 	for _, d := range srv.Devices {
 		d.(*server.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
 	}
-	inv, err := driver.Discover(b)
+	inv, err := discover.Discover(b)
 	if err != nil {
 		t.Fatalf("lost GPUs failed the node's discovery: %v", err)
 	}

@@ -1,8 +1,5 @@
-// Package driver is gpudra's device model: it discovers GPUs through the NVML seam
-// (real go-nvml, or a simulated server behind the same interface), builds an
-// Inventory, and renders it as the resource.k8s.io/v1 ResourceSlices a node
-// publishes — whole GPUs, shares, MIG partitions and NVLink groups.
+// Package driver is gpudra's device model: an Inventory of a node's GPUs (what discovery
+// read through NVML) and its rendering as the resource.k8s.io/v1 ResourceSlices a node
+// publishes: whole GPUs, shares, MIG partitions and NVLink groups. It links no NVML code;
+// driver/discover fills an Inventory from go-nvml's interface.
 package driver
-
-// DriverName is the DRA driver name and the domain of every gpudra attribute.
-const DriverName = "gpu.gpudra.dev"

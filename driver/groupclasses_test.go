@@ -8,7 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpudra/gpudra/driver"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestSizedNVLinkGroupClasses: the DeviceClass nvlink-group-<k>.gpudra.dev (what a pod's
@@ -86,10 +86,10 @@ func publishedGroups(slices []*resourceapi.ResourceSlice) []publishedGroup {
 	for _, sl := range slices {
 		for _, d := range sl.Spec.Devices {
 			attr := func(name string) resourceapi.DeviceAttribute { return d.Attributes[resourceapi.QualifiedName(name)] }
-			if typ := attr(driver.AttrType).StringValue; typ == nil || *typ != "nvlink-group" {
+			if typ := attr(api.AttrType).StringValue; typ == nil || *typ != "nvlink-group" {
 				continue
 			}
-			out = append(out, publishedGroup{members: *attr(driver.AttrMembers).StringValue, gpus: int(*attr(driver.AttrGPUCount).IntValue)})
+			out = append(out, publishedGroup{members: *attr(api.AttrMembers).StringValue, gpus: int(*attr(api.AttrGPUCount).IntValue)})
 		}
 	}
 	return out

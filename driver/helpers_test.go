@@ -13,12 +13,13 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 // simInventory discovers a simulated node.
 func simInventory(t testing.TB, profile, nodeName string) *driver.Inventory {
 	t.Helper()
-	inv, _, err := driver.SimulatedSlices(profile, nodeName, driver.RenderOptions{})
+	inv, _, err := simulated.Slices(profile, nodeName, driver.RenderOptions{})
 	if err != nil {
 		t.Fatalf("%s: %v", profile, err)
 	}

@@ -100,3 +100,18 @@ func (inv *Inventory) GPU(index int) *GPU {
 	}
 	return nil
 }
+
+// UnreadableGPU is a GPU that NVML lists but discovery could not read. None of its
+// devices is published; the kubelet plugin reports it in its log, metrics and an Event
+// on the Node.
+type UnreadableGPU struct {
+	// Index is the GPU's NVML index.
+	Index int `json:"index"`
+	// Call is the NVML call that failed, e.g. "GetMemoryInfo" ("" when NVML answered
+	// but the answer made no sense).
+	Call string `json:"call,omitempty"`
+	// Return is the call's NVML return code, e.g. "ERROR_GPU_IS_LOST".
+	Return string `json:"return,omitempty"`
+	// Reason is the whole error.
+	Reason string `json:"reason"`
+}

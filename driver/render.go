@@ -13,19 +13,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/topology"
-)
 
-// Device types, the value of the "type" attribute.
-const (
-	TypeGPU         = "gpu"
-	TypeShare       = "share"
-	TypeMIG         = "mig"
-	TypeNVLinkGroup = "nvlink-group"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // DeviceType is a published device's "type" attribute ("" when it has none).
 func DeviceType(d resourceapi.Device) string {
-	if a, ok := d.Attributes[AttrType]; ok && a.StringValue != nil {
+	if a, ok := d.Attributes[api.AttrType]; ok && a.StringValue != nil {
 		return *a.StringValue
 	}
 	return ""
@@ -174,7 +168,7 @@ func (p *Pool) ResourceSlices(nodeName string, generation int64) []*resourceapi.
 	out := make([]*resourceapi.ResourceSlice, 0, len(p.Slices))
 	for k, s := range p.Slices {
 		spec := resourceapi.ResourceSliceSpec{
-			Driver: DriverName,
+			Driver: api.DriverName,
 			Pool: resourceapi.ResourcePool{
 				Name:               nodeName,
 				Generation:         generation,
@@ -186,7 +180,7 @@ func (p *Pool) ResourceSlices(nodeName string, generation int64) []*resourceapi.
 		}
 		out = append(out, &resourceapi.ResourceSlice{
 			TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", nodeName, strings.ReplaceAll(DriverName, ".", "-"), k)},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", nodeName, strings.ReplaceAll(api.DriverName, ".", "-"), k)},
 			Spec:       spec,
 		})
 	}

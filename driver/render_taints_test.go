@@ -9,18 +9,20 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpudra/gpudra/driver"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // usesGPU says from its published attributes whether device d uses GPU gpu.
 func usesGPU(d resourceapi.Device, gpu int) bool {
 	a := d.Attributes
-	switch *a[driver.AttrType].StringValue {
-	case driver.TypeGPU, driver.TypeShare:
-		return *a[driver.AttrIndex].IntValue == int64(gpu)
-	case driver.TypeMIG:
-		return *a[driver.AttrParentIndex].IntValue == int64(gpu)
-	case driver.TypeNVLinkGroup:
-		return slices.Contains(strings.Split(*a[driver.AttrMembers].StringValue, "-"), strconv.Itoa(gpu))
+	switch *a[api.AttrType].StringValue {
+	case api.TypeGPU, api.TypeShare:
+		return *a[api.AttrIndex].IntValue == int64(gpu)
+	case api.TypeMIG:
+		return *a[api.AttrParentIndex].IntValue == int64(gpu)
+	case api.TypeNVLinkGroup:
+		return slices.Contains(strings.Split(*a[api.AttrMembers].StringValue, "-"), strconv.Itoa(gpu))
 	}
 	return false
 }

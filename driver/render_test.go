@@ -8,7 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/driver/simulated"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // checkLimits enforces the resource.k8s.io/v1 limits a slice must stay within.
@@ -151,22 +155,22 @@ func TestDeviceKindsPerProfile(t *testing.T) {
 					count[*d.Attributes["type"].StringValue]++
 				}
 			}
-			if count[driver.TypeGPU] != tc.gpus || count[driver.TypeShare] != tc.shares || count[driver.TypeNVLinkGroup] != tc.groups {
+			if count[api.TypeGPU] != tc.gpus || count[api.TypeShare] != tc.shares || count[api.TypeNVLinkGroup] != tc.groups {
 				t.Errorf("published %v", count)
 			}
-			if (count[driver.TypeMIG] > 0) != (tc.migOK == 1) {
-				t.Errorf("MIG devices: %d", count[driver.TypeMIG])
+			if (count[api.TypeMIG] > 0) != (tc.migOK == 1) {
+				t.Errorf("MIG devices: %d", count[api.TypeMIG])
 			}
 		})
 	}
 }
 
 func TestMIGStrategies(t *testing.T) {
-	b, err := driver.OpenBackend("sim:dgx-h100", "n")
+	b, err := simulated.Open("dgx-h100", "n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := driver.Discover(b)
+	inv, err := discover.Discover(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +187,14 @@ func TestMIGStrategies(t *testing.T) {
 		}
 		return out
 	}
-	if c := count(driver.RenderOptions{}); c[driver.TypeGPU] != 8 || c[driver.TypeShare] != 8 || c[driver.TypeMIG] != 0 || c[driver.TypeNVLinkGroup] != 7 {
+	if c := count(driver.RenderOptions{}); c[api.TypeGPU] != 8 || c[api.TypeShare] != 8 || c[api.TypeMIG] != 0 || c[api.TypeNVLinkGroup] != 7 {
 		t.Errorf("default with MIG mode off everywhere: %v (want 8 whole GPUs, 8 shares, 7 groups, no MIG)", c)
 	}
 	inv.GPUs[0].MIG.Enabled = true // an operator enabled MIG mode on GPU 0 only
-	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[driver.TypeGPU] != 7 || c[driver.TypeMIG] != 28 || c[driver.TypeNVLinkGroup] != 4 {
+	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[api.TypeGPU] != 7 || c[api.TypeMIG] != 28 || c[api.TypeNVLinkGroup] != 4 {
 		t.Errorf("static: %v (want 7 whole GPUs, GPU 0's 28 MIG devices, groups without GPU 0)", c)
 	}
-	if c := count(driver.RenderOptions{MIG: driver.MIGNone}); c[driver.TypeMIG] != 0 || c[driver.TypeGPU] != 8 {
+	if c := count(driver.RenderOptions{MIG: driver.MIGNone}); c[api.TypeMIG] != 0 || c[api.TypeGPU] != 8 {
 		t.Errorf("none: %v", c)
 	}
 	if _, err := driver.Render(inv, driver.RenderOptions{MIG: "sometimes"}); err == nil {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // WriteTopology prints the GPU topology matrix the way `nvidia-smi topo -m` does:
@@ -102,7 +104,7 @@ func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
 		counterSets += len(s.SharedCounters)
 		for _, d := range s.Devices {
 			devices++
-			if a, ok := d.Attributes[AttrType]; ok && a.StringValue != nil {
+			if a, ok := d.Attributes[api.AttrType]; ok && a.StringValue != nil {
 				counts[*a.StringValue]++
 			}
 		}

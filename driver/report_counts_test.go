@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 // The summary line lists device kinds by how many there are (most first), and speaks of one
 // counter set in the singular.
 func TestInspectSummaryOrdersKindsByCount(t *testing.T) {
-	inv, _, err := driver.SimulatedSlices("dgx-h100", "n", driver.RenderOptions{MIG: driver.MIGDynamic})
+	inv, _, err := simulated.Slices("dgx-h100", "n", driver.RenderOptions{MIG: driver.MIGDynamic})
 	if err != nil {
 		t.Fatal(err)
 	}

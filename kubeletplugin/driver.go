@@ -17,13 +17,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Config is what the plugin needs to run on one node.
 type Config struct {
 	NodeName      string
 	Client        kubernetes.Interface
-	Backend       *driver.Backend
+	Backend       *discover.Backend
 	Render        driver.RenderOptions
 	PluginDataDir string
 	RegistrarDir  string
@@ -91,7 +94,7 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // New discovers the node's GPUs and recovers the prepared claims from the checkpoint,
 // CDI specs and MIG instances left by an earlier run, without talking to the kubelet.
 func New(ctx context.Context, cfg Config) (*Driver, error) {
-	inv, err := driver.Discover(cfg.Backend)
+	inv, err := discover.Discover(cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
 	}
@@ -147,7 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	d.cancel = cancel
 
 	opts := []kubeletplugin.Option{
-		kubeletplugin.DriverName(driver.DriverName),
+		kubeletplugin.DriverName(api.DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(cfg.Client),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),

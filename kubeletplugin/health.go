@@ -19,11 +19,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
-)
 
-// UnhealthyTaintKey is the device taint on every device that uses an unhealthy GPU.
-// Its value names the cause: "xid-79", "double-bit-ecc", "gpu-unavailable", "gpu-lost".
-const UnhealthyTaintKey = "gpu.gpudra.dev/unhealthy"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
 
 // lostTaintValue is the taint value of a GPU that NVML reported lost.
 const lostTaintValue = "gpu-lost"
@@ -67,7 +65,7 @@ type healthEvent struct {
 // GPU's devices get, nil when the GPU stays healthy.
 func verdict(ev healthEvent) (kind string, taint *resourceapi.DeviceTaint) {
 	taintOf := func(value string, effect resourceapi.DeviceTaintEffect) *resourceapi.DeviceTaint {
-		return &resourceapi.DeviceTaint{Key: UnhealthyTaintKey, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: ev.At}}
+		return &resourceapi.DeviceTaint{Key: api.TaintUnhealthy, Value: value, Effect: effect, TimeAdded: &metav1.Time{Time: ev.At}}
 	}
 	switch {
 	case ev.Lost:
@@ -320,7 +318,7 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 			h := kubeletplugin.DeviceHealth{PoolName: d.cfg.NodeName, DeviceName: dev.Name, Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now}
 			var causes []string
 			for _, t := range dev.Taints {
-				if t.Key == UnhealthyTaintKey {
+				if t.Key == api.TaintUnhealthy {
 					causes = append(causes, t.Value)
 				}
 			}

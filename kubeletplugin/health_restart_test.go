@@ -8,8 +8,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/driver/simulated"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -73,7 +73,7 @@ func TestRollingUpdatePluginsPublishTheSameTaints(t *testing.T) {
 	// NVML (here: its own simulated server of the same node), one checkpoint directory.
 	n := newNode(t, "dgx-h100")
 	old := startOnCluster(t, n)
-	b, err := driver.OpenBackend("sim:dgx-h100", nodeName)
+	b, err := simulated.Open("dgx-h100", nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

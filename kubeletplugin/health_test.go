@@ -20,9 +20,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // cluster is a plugin started as on a node, publishing to a fake API server.
@@ -122,13 +124,13 @@ func tainted(devs map[string]resourceapi.Device) []string {
 // usesGPU says from its published attributes whether a device uses GPU gpu.
 func usesGPU(d resourceapi.Device, gpu int) bool {
 	a := d.Attributes
-	switch *a[driver.AttrType].StringValue {
-	case driver.TypeGPU, driver.TypeShare:
-		return *a[driver.AttrIndex].IntValue == int64(gpu)
-	case driver.TypeMIG:
-		return *a[driver.AttrParentIndex].IntValue == int64(gpu)
-	case driver.TypeNVLinkGroup:
-		return slices.Contains(strings.Split(*a[driver.AttrMembers].StringValue, "-"), strconv.Itoa(gpu))
+	switch *a[api.AttrType].StringValue {
+	case api.TypeGPU, api.TypeShare:
+		return *a[api.AttrIndex].IntValue == int64(gpu)
+	case api.TypeMIG:
+		return *a[api.AttrParentIndex].IntValue == int64(gpu)
+	case api.TypeNVLinkGroup:
+		return slices.Contains(strings.Split(*a[api.AttrMembers].StringValue, "-"), strconv.Itoa(gpu))
 	}
 	return false
 }
@@ -179,14 +181,14 @@ func TestUnhealthyGPUTaintsEveryDeviceUsingIt(t *testing.T) {
 					continue
 				}
 				if want {
-					kinds = append(kinds, *d.Attributes[driver.AttrType].StringValue)
+					kinds = append(kinds, *d.Attributes[api.AttrType].StringValue)
 					taint := d.Taints[0]
-					if len(d.Taints) != 1 || taint.Key != plugin.UnhealthyTaintKey || taint.Value != tc.value || taint.Effect != tc.effect {
-						t.Errorf("%s: taints %+v, want %s=%s:%s", name, d.Taints, plugin.UnhealthyTaintKey, tc.value, tc.effect)
+					if len(d.Taints) != 1 || taint.Key != api.TaintUnhealthy || taint.Value != tc.value || taint.Effect != tc.effect {
+						t.Errorf("%s: taints %+v, want %s=%s:%s", name, d.Taints, api.TaintUnhealthy, tc.value, tc.effect)
 					}
 				}
 			}
-			for _, kind := range []string{driver.TypeGPU, driver.TypeShare, driver.TypeMIG, driver.TypeNVLinkGroup} {
+			for _, kind := range []string{api.TypeGPU, api.TypeShare, api.TypeMIG, api.TypeNVLinkGroup} {
 				if !slices.Contains(kinds, kind) {
 					t.Errorf("no %s device of GPU 2 is tainted: %v", kind, tainted(devs))
 				}
@@ -372,8 +374,8 @@ func TestHealthIsUnknownWhileNotWatched(t *testing.T) {
 // registers for the GPUs' health events, so every device is reported Healthy, not
 // Unknown, and nothing is tainted.
 func TestRealGPUHealthIsWatched(t *testing.T) {
-	b, err := driver.OpenBackend("nvml", nodeName)
-	if errors.Is(err, driver.ErrNVMLUnavailable) {
+	b, err := discover.OpenNVML()
+	if errors.Is(err, discover.ErrNVMLUnavailable) {
 		t.Skipf("no real GPU: %v", err)
 	}
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/driver"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestHealthyAgain(t *testing.T) {
@@ -12,7 +14,7 @@ func TestHealthyAgain(t *testing.T) {
 		Unreadable: []driver.UnreadableGPU{{Index: 2, Call: "GetMemoryInfo", Return: "ERROR_GPU_IS_LOST"}},
 	}
 	rec := func(index int, uuid, boot, value string) healthRecord {
-		return healthRecord{Index: index, UUID: uuid, BootID: boot, Taint: healthTaint{Key: UnhealthyTaintKey, Value: value, Effect: "NoExecute"}}
+		return healthRecord{Index: index, UUID: uuid, BootID: boot, Taint: healthTaint{Key: api.TaintUnhealthy, Value: value, Effect: "NoExecute"}}
 	}
 	tests := []struct {
 		name    string

@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestHealthFileIsVersionedJSON(t *testing.T) {
@@ -47,8 +49,8 @@ func TestHealthFileIsVersionedJSON(t *testing.T) {
 	if len(g) != 4 || got.Index != 2 || got.UUID != n.backendGPU(2) || got.BootID != "boot-1" {
 		t.Errorf("gpus[0] = %s, want exactly index 2, uuid %s, bootID boot-1 and taint", raw, n.backendGPU(2))
 	}
-	if keys := slices.Sorted(maps.Keys(got.Taint)); !slices.Equal(keys, []string{"added", "effect", "key", "value"}) || got.Taint["key"] != plugin.UnhealthyTaintKey || got.Taint["value"] != "xid-79" || got.Taint["effect"] != "NoExecute" {
-		t.Errorf("gpus[0].taint = %v, want key %s, value xid-79, effect NoExecute and added", got.Taint, plugin.UnhealthyTaintKey)
+	if keys := slices.Sorted(maps.Keys(got.Taint)); !slices.Equal(keys, []string{"added", "effect", "key", "value"}) || got.Taint["key"] != api.TaintUnhealthy || got.Taint["value"] != "xid-79" || got.Taint["effect"] != "NoExecute" {
+		t.Errorf("gpus[0].taint = %v, want key %s, value xid-79, effect NoExecute and added", got.Taint, api.TaintUnhealthy)
 	}
 }
 

@@ -23,11 +23,13 @@ import (
 	"sigs.k8s.io/yaml"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
-	"github.com/gpudra/gpudra/driver/config"
+	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/driver/simulated"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -37,7 +39,7 @@ const nodeName = "node-a"
 // starts a fresh plugin on the same directories and the same simulated GPUs.
 type node struct {
 	t       testing.TB
-	backend *driver.Backend
+	backend *discover.Backend
 	cfg     plugin.Config
 	alloc   *allocation.State
 	pool    *driver.Pool
@@ -61,7 +63,7 @@ func (n *node) daemons(t testing.TB) []string {
 
 func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node {
 	t.Helper()
-	b, err := driver.OpenBackend("sim:"+profile, nodeName)
+	b, err := simulated.Open(profile, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	if err := os.WriteFile(bootID, []byte("boot-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mps, ts := &fakeMPS{running: map[string]plugin.MPSDaemon{}}, &fakeTimeSlicer{intervals: map[string]config.TimeSliceInterval{}}
+	mps, ts := &fakeMPS{running: map[string]plugin.MPSDaemon{}}, &fakeTimeSlicer{intervals: map[string]api.TimeSliceInterval{}}
 	cfg := plugin.Config{
 		MPS:           mps,
 		TimeSlicer:    ts,
@@ -93,7 +95,7 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	inv, err := driver.Discover(b)
+	inv, err := discover.Discover(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,11 +248,11 @@ func (f *fakeMPS) kill() {
 // fakeTimeSlicer is the node's GPUs' time-slices, by GPU UUID.
 type fakeTimeSlicer struct {
 	mu        sync.Mutex
-	intervals map[string]config.TimeSliceInterval
+	intervals map[string]api.TimeSliceInterval
 	calls     int
 }
 
-func (f *fakeTimeSlicer) SetTimeSlice(gpu string, iv config.TimeSliceInterval) error {
+func (f *fakeTimeSlicer) SetTimeSlice(gpu string, iv api.TimeSliceInterval) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -259,13 +261,13 @@ func (f *fakeTimeSlicer) SetTimeSlice(gpu string, iv config.TimeSliceInterval) e
 }
 
 // interval is the GPU's interval: Default unless one was set.
-func (f *fakeTimeSlicer) interval(gpu string) config.TimeSliceInterval {
+func (f *fakeTimeSlicer) interval(gpu string) api.TimeSliceInterval {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if iv, ok := f.intervals[gpu]; ok {
 		return iv
 	}
-	return config.IntervalDefault
+	return api.IntervalDefault
 }
 
 // newDriver starts a plugin (as after a restart) with an optional hook.
@@ -410,7 +412,7 @@ func (n *node) allocatedPlacement(c *resourceapi.ResourceClaim) placement {
 		for _, d := range s.Devices {
 			if d.Name == name {
 				a := d.Attributes
-				return placement{int(*a[driver.AttrParentIndex].IntValue), int(*a[driver.AttrMIGPlacementStart].IntValue), int(*a[driver.AttrMIGPlacementSize].IntValue)}
+				return placement{int(*a[api.AttrParentIndex].IntValue), int(*a[api.AttrMIGPlacementStart].IntValue), int(*a[api.AttrMIGPlacementSize].IntValue)}
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -105,7 +105,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 	}
 	// What the interrupted prepare had done: its GPU's time-slice.
 	uuid3 := n.backendGPU(3)
-	_ = n.timeSlices.SetTimeSlice(uuid3, config.IntervalLong)
+	_ = n.timeSlices.SetTimeSlice(uuid3, api.IntervalLong)
 
 	d := n.newDriver(nil)
 	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
@@ -123,7 +123,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 	if raw, err := os.ReadFile(path); err != nil || json.Unmarshal(raw, &f) != nil || f.Version != plugin.CheckpointVersion {
 		t.Errorf("checkpoint after start-up is %q (%v), want %s", f.Version, err, plugin.CheckpointVersion)
 	}
-	if iv := n.timeSlices.interval(uuid3); iv != config.IntervalDefault {
+	if iv := n.timeSlices.interval(uuid3); iv != api.IntervalDefault {
 		t.Errorf("interrupted prepare's GPU left at time-slice %s", iv)
 	}
 	// The simulated GPUs are new: the MIG claim's instance is re-created, the specs rewritten.
@@ -206,7 +206,7 @@ func TestTwoPluginInstancesShareTheCheckpoint(t *testing.T) {
 	if err := unprepare(t, old, mig); err != nil { // updated's claim
 		t.Fatal(err)
 	}
-	assertSharing(t, n, 0, config.IntervalDefault)
+	assertSharing(t, n, 0, api.IntervalDefault)
 	claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir)
 	if want := map[types.UID]plugin.ClaimState{whole.UID: plugin.PrepareCompleted}; err != nil || !reflect.DeepEqual(claims, want) {
 		t.Errorf("checkpoint %v (%v), want %v", claims, err, want)

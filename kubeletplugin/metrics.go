@@ -17,6 +17,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // metrics are one plugin's Prometheus metrics, in a registry of its own (so that
@@ -105,7 +107,7 @@ func newMetrics(preparedClaims func() float64) *metrics {
 
 // published records what a pool publishes.
 func (m *metrics) published(pool *driver.Pool) {
-	count := map[string]int{driver.TypeGPU: 0, driver.TypeShare: 0, driver.TypeMIG: 0, driver.TypeNVLinkGroup: 0}
+	count := map[string]int{api.TypeGPU: 0, api.TypeShare: 0, api.TypeMIG: 0, api.TypeNVLinkGroup: 0}
 	for _, s := range pool.Slices {
 		for _, d := range s.Devices {
 			count[deviceType(d)]++
@@ -129,7 +131,7 @@ func claimType(claim *resourceapi.ResourceClaim, types map[string]string) string
 	var seen []string
 	if claim.Status.Allocation != nil {
 		for _, r := range claim.Status.Allocation.Devices.Results {
-			if t, ok := types[r.Device]; ok && r.Driver == driver.DriverName && !slices.Contains(seen, t) {
+			if t, ok := types[r.Device]; ok && r.Driver == api.DriverName && !slices.Contains(seen, t) {
 				seen = append(seen, t)
 			}
 		}

@@ -6,13 +6,14 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
 )
 
 // migInstances creates and destroys MIG instances through NVML. Instances are found by
 // GPU, profile and placement, never by remembered ids, so that a plugin that died
 // between creating an instance and recording it still finds the instance.
 type migInstances struct {
-	backend *driver.Backend
+	backend *discover.Backend
 	inv     *driver.Inventory
 	hook    Hook
 }

@@ -24,6 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/cdi"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // A claim's MPS control daemon in a pod of its own (MPSPods), as NVIDIA's DRA driver runs
@@ -39,14 +41,8 @@ const MPSDaemonCommand = "mps-control-daemon"
 
 // Labels and annotation of the daemons' Deployments and pods.
 const (
-	LabelMPSComponent    = "app.kubernetes.io/component"
-	MPSComponent         = "mps-control-daemon"
-	LabelMPSNode         = "gpu.gpudra.dev/mps-node"
-	LabelMPSClaimUID     = "gpu.gpudra.dev/mps-claim-uid"
-	AnnotationMPSPipeDir = "gpu.gpudra.dev/mps-pipe-dir"
-	// annotationMPSSpec is a digest of what the daemon was started with: a Deployment
-	// found with another one (a plugin of another version made it) is made again.
-	annotationMPSSpec = "gpu.gpudra.dev/mps-daemon-spec"
+	LabelMPSComponent = "app.kubernetes.io/component"
+	MPSComponent      = "mps-control-daemon"
 )
 
 // MPSPodPrefix begins the name of every daemon's Deployment; the claim's UID ends it.
@@ -171,8 +167,8 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 	}
 	args := p.daemonArgs(d)
 	sum := sha256.Sum256([]byte(strings.Join(append([]string{p.Image, d.PipeDir, d.LogDir, d.ShmDir}, args...), "\x00")))
-	selector := map[string]string{LabelMPSComponent: MPSComponent, LabelMPSClaimUID: claimUID}
-	podLabels := map[string]string{"app.kubernetes.io/name": "gpudra", LabelMPSNode: p.NodeName}
+	selector := map[string]string{LabelMPSComponent: MPSComponent, api.LabelMPSClaimUID: claimUID}
+	podLabels := map[string]string{"app.kubernetes.io/name": "gpudra", api.LabelMPSNode: p.NodeName}
 	for k, v := range selector {
 		podLabels[k] = v
 	}
@@ -209,7 +205,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: p.Namespace, Labels: podLabels,
-			Annotations: map[string]string{AnnotationMPSPipeDir: d.PipeDir, annotationMPSSpec: hex.EncodeToString(sum[:12])},
+			Annotations: map[string]string{api.AnnotationMPSPipeDir: d.PipeDir, api.AnnotationMPSDaemonSpec: hex.EncodeToString(sum[:12])},
 		},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(1)),
@@ -279,7 +275,7 @@ func (p MPSPods) Create(d MPSDaemon) error {
 		case err != nil:
 		case have.DeletionTimestamp != nil:
 			err = errMPSDaemonGoing
-		case have.Annotations[annotationMPSSpec] != want.Annotations[annotationMPSSpec]:
+		case have.Annotations[api.AnnotationMPSDaemonSpec] != want.Annotations[api.AnnotationMPSDaemonSpec]:
 			klog.Background().Info("Deleting an MPS control daemon's Deployment made for another daemon: the claim's is made once it is gone", "deployment", klog.KObj(have))
 			if _, err = p.Delete(d.PipeDir); err == nil {
 				err = errMPSDaemonGoing
@@ -325,7 +321,7 @@ func (p MPSPods) whyNotReady(name string, dep *appsv1.Deployment) string {
 	defer cancel()
 	_, claimUID, _ := strings.Cut(name, MPSPodPrefix)
 	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, LabelMPSClaimUID: claimUID}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, api.LabelMPSClaimUID: claimUID}).String(),
 	})
 	var why []string
 	if err != nil {
@@ -442,14 +438,14 @@ func (p MPSPods) PipeDirs() ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	list, err := p.Client.AppsV1().Deployments(p.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, LabelMPSNode: p.NodeName}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, api.LabelMPSNode: p.NodeName}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the MPS control daemons' Deployments on node %s: %w", p.NodeName, err)
 	}
 	var dirs []string
 	for _, dep := range list.Items {
-		if dir := dep.Annotations[AnnotationMPSPipeDir]; dir != "" {
+		if dir := dep.Annotations[api.AnnotationMPSPipeDir]; dir != "" {
 			dirs = append(dirs, dir)
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const mpsNamespace = "gpudra-system"
@@ -137,7 +139,7 @@ func TestMPSPodThatIsNotReadyFailsThePrepareSayingWhy(t *testing.T) {
 	// Its pod cannot pull the image.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: plugin.MPSPodPrefix + string(c.UID) + "-abc", Namespace: mpsNamespace,
-			Labels: map[string]string{plugin.LabelMPSComponent: plugin.MPSComponent, plugin.LabelMPSClaimUID: string(c.UID)}},
+			Labels: map[string]string{plugin.LabelMPSComponent: plugin.MPSComponent, api.LabelMPSClaimUID: string(c.UID)}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 			Name: "mps-control-daemon", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}},
 		}}},

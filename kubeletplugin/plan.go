@@ -9,9 +9,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
-	"github.com/gpudra/gpudra/driver/config"
 )
 
 // planner decides, from plain data, what preparing a claim means on this node: which
@@ -64,13 +64,13 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 	alloc := claim.Status.Allocation.Devices
 	var out []PreparedDevice
 	for k, r := range alloc.Results {
-		if r.Driver != driver.DriverName {
+		if r.Driver != api.DriverName {
 			continue
 		}
 		if r.Pool != p.nodeName {
 			return nil, fmt.Errorf("status.allocation.devices.results[%d]: device %s/%s is in pool %q, this node is %q", k, r.Pool, r.Device, r.Pool, p.nodeName)
 		}
-		conf, err := config.Resolve(alloc.Config, driver.DriverName, r.Request)
+		conf, err := api.Resolve(alloc.Config, api.DriverName, r.Request)
 		if err != nil {
 			return nil, fmt.Errorf("request %q: invalid device configuration: %w", r.Request, err)
 		}
@@ -83,12 +83,12 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 	return out, nil
 }
 
-func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf config.Resolved) (PreparedDevice, error) {
+func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf api.Resolved) (PreparedDevice, error) {
 	pub, ok := p.devices[r.Device]
 	if !ok {
 		return PreparedDevice{}, fmt.Errorf("device %q is not published by this node", r.Device)
 	}
-	pd := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, driver.AttrType)}
+	pd := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
 	name := claimUID + "-" + r.Device
 	if r.ShareID != nil {
 		pd.ShareID = string(*r.ShareID)
@@ -97,8 +97,8 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	pd.CDI = cdi.Device{Name: name, Device: r.Device}
 	sharing := conf.GPU.Sharing
 	switch pd.Type {
-	case driver.TypeGPU, driver.TypeShare:
-		idx, _ := attrInt(pub, driver.AttrIndex)
+	case api.TypeGPU, api.TypeShare:
+		idx, _ := attrInt(pub, api.AttrIndex)
 		g := p.inv.GPU(idx)
 		if g == nil {
 			return PreparedDevice{}, fmt.Errorf("GPU %d is not in the inventory", idx)
@@ -106,8 +106,8 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		pd.GPUs = []int{idx}
 		pd.CDI.GPUs = []cdi.GPU{{Index: g.Index, Minor: g.Minor, UUID: g.UUID}}
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = int64(g.MemoryBytes), 100
-	case driver.TypeNVLinkGroup:
-		for _, s := range strings.Split(attrString(pub, driver.AttrMembers), "-") {
+	case api.TypeNVLinkGroup:
+		for _, s := range strings.Split(attrString(pub, api.AttrMembers), "-") {
 			idx, err := strconv.Atoi(s)
 			g := p.inv.GPU(idx)
 			if err != nil || g == nil {
@@ -118,7 +118,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 			pd.CDI.MemoryBytes = int64(g.MemoryBytes)
 		}
 		pd.CDI.ComputePercent = 100
-	case driver.TypeMIG:
+	case api.TypeMIG:
 		mi, err := p.migInstance(pub)
 		if err != nil {
 			return PreparedDevice{}, err
@@ -131,25 +131,25 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	}
 
 	mem := pd.CDI.MemoryBytes
-	if pd.Type == driver.TypeShare {
+	if pd.Type == api.TypeShare {
 		memQ, compQ := driver.ShareMemoryDefault, driver.ShareComputeMin
-		if q, ok := r.ConsumedCapacity[driver.CapMemory]; ok {
+		if q, ok := r.ConsumedCapacity[api.CapMemory]; ok {
 			memQ = q
 		}
-		if q, ok := r.ConsumedCapacity[driver.CapCompute]; ok {
+		if q, ok := r.ConsumedCapacity[api.CapCompute]; ok {
 			compQ = q
 		}
 		mem = memQ.Value()
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, int(compQ.Value())
 		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: int(compQ.Value())}
 		switch conf.GPU.Limits.Enforcement {
-		case config.EnforceHAMi:
+		case api.EnforceHAMi:
 			if p.node.VGPULibrary == "" {
-				return PreparedDevice{}, field.Invalid(field.NewPath("limits", "enforcement"), config.EnforceHAMi,
+				return PreparedDevice{}, field.Invalid(field.NewPath("limits", "enforcement"), api.EnforceHAMi,
 					"this node has no HAMi-core libvgpu.so configured (--vgpu-library); use Auto or MPS")
 			}
 			limits.HAMi = true
-		case config.EnforceAuto:
+		case api.EnforceAuto:
 			limits.HAMi = p.node.VGPULibrary != ""
 		}
 		pd.CDI.Limits = limits
@@ -157,10 +157,10 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 			pd.CDI.CacheDir = p.cacheDir(claimUID)
 		}
 	}
-	if errs := sharing.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: mem}); len(errs) > 0 {
+	if errs := sharing.ValidateFor(field.NewPath("sharing"), api.Device{MemoryBytes: mem}); len(errs) > 0 {
 		return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
 	}
-	useMPS := sharing.Strategy == config.MPS || (pd.CDI.Limits != nil && !pd.CDI.Limits.HAMi)
+	useMPS := sharing.Strategy == api.MPS || (pd.CDI.Limits != nil && !pd.CDI.Limits.HAMi)
 	if useMPS {
 		dir := p.mpsDir(claimUID)
 		m := &cdi.MPS{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm")}
@@ -188,10 +188,10 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 }
 
 func (p *planner) migInstance(pub resourceapi.Device) (*MIGInstance, error) {
-	parent, _ := attrInt(pub, driver.AttrParentIndex)
-	start, _ := attrInt(pub, driver.AttrMIGPlacementStart)
-	size, _ := attrInt(pub, driver.AttrMIGPlacementSize)
-	profile := attrString(pub, driver.AttrMIGProfile)
+	parent, _ := attrInt(pub, api.AttrParentIndex)
+	start, _ := attrInt(pub, api.AttrMIGPlacementStart)
+	size, _ := attrInt(pub, api.AttrMIGPlacementSize)
+	profile := attrString(pub, api.AttrMIGProfile)
 	g := p.inv.GPU(parent)
 	if g == nil || g.MIG == nil {
 		return nil, fmt.Errorf("MIG parent GPU %d is not MIG-capable on this node", parent)
@@ -225,7 +225,7 @@ func conflict(a, b PreparedDevice) bool {
 				continue
 			}
 			switch {
-			case a.Type == driver.TypeShare && b.Type == driver.TypeShare:
+			case a.Type == api.TypeShare && b.Type == api.TypeShare:
 			case a.MIG != nil && b.MIG != nil:
 				if a.MIG.Start < b.MIG.Start+b.MIG.Size && b.MIG.Start < a.MIG.Start+a.MIG.Size {
 					return true

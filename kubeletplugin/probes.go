@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/gpudra/gpudra/driver"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // loops are the plugin's background loops (NVML events, the GPU health file, the
@@ -115,7 +115,7 @@ func (d *Driver) slicesPublished(ctx context.Context) error {
 	list, err := d.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
 			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, d.cfg.NodeName),
-			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, driver.DriverName),
+			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, api.DriverName),
 		).String(),
 	})
 	if err != nil {

@@ -20,9 +20,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // probe GETs a probe path of the plugin's metrics server: its status code and body.
@@ -57,7 +58,7 @@ func waitForProbe(t *testing.T, base, path string, code int, want string) {
 // GetInfo on the registration socket, then NotifyRegistrationStatus.
 func registerAsKubelet(t *testing.T, registrarDir string) {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(registrarDir, driver.DriverName+"-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+filepath.Join(registrarDir, api.DriverName+"-reg.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func registerAsKubelet(t *testing.T, registrarDir string) {
 	defer cancel()
 	reg := registerapi.NewRegistrationClient(conn)
 	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
-	if err != nil || info.Name != driver.DriverName {
+	if err != nil || info.Name != api.DriverName {
 		t.Fatalf("GetInfo: %+v, %v", info, err)
 	}
 	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {

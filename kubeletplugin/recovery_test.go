@@ -9,7 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -59,14 +59,14 @@ func assertClean(t *testing.T, n *node, c *resourceapi.ResourceClaim) {
 		t.Errorf("leaked MPS shm mounts %v (and %d spare ones, at most %d: %v)", got, len(spares), maxSpareMounts, spares)
 	}
 	for gpu, iv := range n.timeSlices.intervals {
-		if iv != config.IntervalDefault {
+		if iv != api.IntervalDefault {
 			t.Errorf("GPU %s left at time-slice %s", gpu, iv)
 		}
 	}
 }
 
 // assertSharing checks the claim's MPS control daemons and GPU 2's time-slice.
-func assertSharing(t *testing.T, n *node, daemons int, slice config.TimeSliceInterval) {
+func assertSharing(t *testing.T, n *node, daemons int, slice api.TimeSliceInterval) {
 	t.Helper()
 	if got := n.daemons(t); len(got) != daemons {
 		t.Errorf("MPS control daemons %v, want %d", got, daemons)
@@ -97,15 +97,15 @@ var crashClaims = []struct {
 	name, spec string
 	mig        bool
 	mps        int // MPS control daemons while prepared
-	slice      config.TimeSliceInterval
+	slice      api.TimeSliceInterval
 	pods       bool // MPS control daemons in pods (MPSPods)
 }{
-	{"mig", migClaim, true, 0, config.IntervalDefault, false},
-	{"share", shareClaim("4Gi", "20", ""), false, 1, config.IntervalDefault, false},
-	{"whole", wholeGPU, false, 0, config.IntervalDefault, false},
-	{"mps", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault, false},
-	{"timeslice", gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"), false, 0, config.IntervalLong, false},
-	{"mps-pod", gpuClaim("2", mpsConfig), false, 1, config.IntervalDefault, true},
+	{"mig", migClaim, true, 0, api.IntervalDefault, false},
+	{"share", shareClaim("4Gi", "20", ""), false, 1, api.IntervalDefault, false},
+	{"whole", wholeGPU, false, 0, api.IntervalDefault, false},
+	{"mps", gpuClaim("2", mpsConfig), false, 1, api.IntervalDefault, false},
+	{"timeslice", gpuClaim("2", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {timeSlicing: {interval: Long}}"), false, 0, api.IntervalLong, false},
+	{"mps-pod", gpuClaim("2", mpsConfig), false, 1, api.IntervalDefault, true},
 }
 
 // crashNode is a node for the crash tests: its MPS control daemons in pods or not.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/driver"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // The parts of a claim that a repair brings back or finishes: the part label of
@@ -101,7 +101,7 @@ func (r *repairs) start(ctx context.Context) {
 		if err := r.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 			r.s.logger.Error(err, "Recording Events on claims")
 		}
-		r.events = r.broadcaster.NewRecorder(scheme.Scheme, driver.DriverName+"/kubelet-plugin")
+		r.events = r.broadcaster.NewRecorder(scheme.Scheme, api.DriverName+"/kubelet-plugin")
 		for uid, rp := range r.due {
 			if rp.unreported != "" {
 				r.event(rp.ref, uid, corev1.EventTypeWarning, "RepairFailed", rp.part, "%s", rp.unreported)

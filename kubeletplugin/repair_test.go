@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -27,7 +27,7 @@ type flakyTimeSlicer struct {
 	fail error
 }
 
-func (f *flakyTimeSlicer) SetTimeSlice(gpu string, iv config.TimeSliceInterval) error {
+func (f *flakyTimeSlicer) SetTimeSlice(gpu string, iv api.TimeSliceInterval) error {
 	f.mu.Lock()
 	err := f.fail
 	f.mu.Unlock()
@@ -159,7 +159,7 @@ func TestTimeSliceThatCannotBeSetAtStartUpIsSetLater(t *testing.T) {
 	mustPrepare(t, n.newDriver(nil), c)
 	gpu2 := n.backendGPU(2)
 	n.timeSlices.mu.Lock()
-	n.timeSlices.intervals[gpu2] = config.IntervalDefault // a GPU reset forgets it
+	n.timeSlices.intervals[gpu2] = api.IntervalDefault // a GPU reset forgets it
 	n.timeSlices.mu.Unlock()
 	ts.failWith(errors.New("nvidia-smi: Unable to determine the device handle"))
 
@@ -170,7 +170,7 @@ func TestTimeSliceThatCannotBeSetAtStartUpIsSetLater(t *testing.T) {
 	t.Cleanup(d.Stop)
 	assertStillPrepared(t, n, c.Name, n.spec(c) != nil, "")
 	ts.failWith(nil)
-	waitFor(t, func() bool { return n.timeSlices.interval(gpu2) == config.IntervalLong })
+	waitFor(t, func() bool { return n.timeSlices.interval(gpu2) == api.IntervalLong })
 	if err := unprepare(t, d, c); err != nil {
 		t.Fatal(err)
 	}

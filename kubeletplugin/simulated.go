@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // SimulatedMPSFile is the file a SimulatedMPS daemon is, in its pipe directory.
@@ -57,15 +57,15 @@ func (SimulatedMPS) Running(pipeDir string) (bool, error) {
 // logs each GPU's interval. Only for simulated NVML backends.
 type SimulatedTimeSlicer struct {
 	mu        sync.Mutex
-	intervals map[string]config.TimeSliceInterval
+	intervals map[string]api.TimeSliceInterval
 }
 
 // SetTimeSlice implements TimeSlicer.
-func (s *SimulatedTimeSlicer) SetTimeSlice(gpuUUID string, interval config.TimeSliceInterval) error {
+func (s *SimulatedTimeSlicer) SetTimeSlice(gpuUUID string, interval api.TimeSliceInterval) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.intervals == nil {
-		s.intervals = map[string]config.TimeSliceInterval{}
+		s.intervals = map[string]api.TimeSliceInterval{}
 	}
 	s.intervals[gpuUUID] = interval
 	klog.V(2).InfoS("Simulated GPU time-slice set", "gpu", gpuUUID, "interval", interval)
@@ -73,7 +73,7 @@ func (s *SimulatedTimeSlicer) SetTimeSlice(gpuUUID string, interval config.TimeS
 }
 
 // Interval is the interval last set on the GPU ("" when none was).
-func (s *SimulatedTimeSlicer) Interval(gpuUUID string) config.TimeSliceInterval {
+func (s *SimulatedTimeSlicer) Interval(gpuUUID string) api.TimeSliceInterval {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.intervals[gpuUUID]

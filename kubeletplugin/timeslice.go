@@ -14,23 +14,23 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TimeSlicer sets the compute time-slice of a GPU: how long a CUDA context runs before
 // the GPU switches to another one. go-nvml v0.13 has no call for it (its scheduler calls
 // are for vGPU hosts only), so the real one runs nvidia-smi compute-policy (NvidiaSMI).
 type TimeSlicer interface {
-	SetTimeSlice(gpuUUID string, interval config.TimeSliceInterval) error
+	SetTimeSlice(gpuUUID string, interval api.TimeSliceInterval) error
 }
 
 // timeSlices are the intervals a claim's devices ask for, by GPU UUID. Default is no
 // request: the GPU keeps (or gets back) its default.
-func timeSlices(pc *PreparedClaim) map[string]config.TimeSliceInterval {
-	out := map[string]config.TimeSliceInterval{}
+func timeSlices(pc *PreparedClaim) map[string]api.TimeSliceInterval {
+	out := map[string]api.TimeSliceInterval{}
 	for _, d := range pc.Devices {
-		iv := config.TimeSliceInterval(d.CDI.TimeSlice)
-		if iv == "" || iv == config.IntervalDefault || d.MIG != nil {
+		iv := api.TimeSliceInterval(d.CDI.TimeSlice)
+		if iv == "" || iv == api.IntervalDefault || d.MIG != nil {
 			continue
 		}
 		for _, g := range d.CDI.GPUs {
@@ -41,7 +41,7 @@ func timeSlices(pc *PreparedClaim) map[string]config.TimeSliceInterval {
 }
 
 // wantedTimeSlice is the interval the prepared claims other than except ask for on gpu.
-func (s *state) wantedTimeSlice(gpu string, except types.UID) (config.TimeSliceInterval, *PreparedClaim) {
+func (s *state) wantedTimeSlice(gpu string, except types.UID) (api.TimeSliceInterval, *PreparedClaim) {
 	for _, uid := range slices.Sorted(maps.Keys(s.cp.Claims)) {
 		if uid == except {
 			continue
@@ -50,7 +50,7 @@ func (s *state) wantedTimeSlice(gpu string, except types.UID) (config.TimeSliceI
 			return iv, s.cp.Claims[uid]
 		}
 	}
-	return config.IntervalDefault, nil
+	return api.IntervalDefault, nil
 }
 
 // checkTimeSlices refuses a claim asking for another interval on a GPU than a claim
@@ -102,15 +102,15 @@ type NvidiaSMI struct {
 }
 
 // timeSliceValues are nvidia-smi's numbers for the intervals.
-var timeSliceValues = map[config.TimeSliceInterval]int{
-	config.IntervalDefault: 0, config.IntervalShort: 1, config.IntervalMedium: 2, config.IntervalLong: 3,
+var timeSliceValues = map[api.TimeSliceInterval]int{
+	api.IntervalDefault: 0, api.IntervalShort: 1, api.IntervalMedium: 2, api.IntervalLong: 3,
 }
 
 // SetTimeSlice implements TimeSlicer.
-func (n NvidiaSMI) SetTimeSlice(gpuUUID string, interval config.TimeSliceInterval) error {
+func (n NvidiaSMI) SetTimeSlice(gpuUUID string, interval api.TimeSliceInterval) error {
 	v, ok := timeSliceValues[interval]
 	if !ok {
-		return fmt.Errorf("time-slice interval %q is not one of %v", interval, config.Intervals)
+		return fmt.Errorf("time-slice interval %q is not one of %v", interval, api.Intervals)
 	}
 	if _, err := os.Stat(n.Binary); err != nil {
 		return fmt.Errorf("nvidia-smi %s: %w (set --nvidia-smi to its path under the driver root)", n.Binary, err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -20,7 +20,7 @@ func TestTimeSliceClaimSetsItsIntervalAndUnprepareRestoresTheDefault(t *testing.
 	c := n.allocate(gpuClaim("2", timeSlicing("Long")))
 	mustPrepare(t, d, c)
 	gpu2 := n.backendGPU(2)
-	if got := n.timeSlices.interval(gpu2); got != config.IntervalLong {
+	if got := n.timeSlices.interval(gpu2); got != api.IntervalLong {
 		t.Fatalf("GPU 2 time-slice %s, want Long", got)
 	}
 	if got := env(n.spec(c).Devices[0].ContainerEdits)["GPUDRA_TIMESLICE"]; got != "Long" {
@@ -29,7 +29,7 @@ func TestTimeSliceClaimSetsItsIntervalAndUnprepareRestoresTheDefault(t *testing.
 	if err := unprepare(t, d, c); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.timeSlices.interval(gpu2); got != config.IntervalDefault {
+	if got := n.timeSlices.interval(gpu2); got != api.IntervalDefault {
 		t.Errorf("after unprepare GPU 2 time-slice %s, want Default", got)
 	}
 }
@@ -66,13 +66,13 @@ func TestSharesOfOneGPUKeepItsIntervalUntilTheLastIsUnprepared(t *testing.T) {
 	if err := unprepare(t, d, a); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.timeSlices.interval(gpu0); got != config.IntervalShort {
+	if got := n.timeSlices.interval(gpu0); got != api.IntervalShort {
 		t.Errorf("GPU 0 time-slice %s while %s still asks Short", got, b.Name)
 	}
 	if err := unprepare(t, d, b); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.timeSlices.interval(gpu0); got != config.IntervalDefault {
+	if got := n.timeSlices.interval(gpu0); got != api.IntervalDefault {
 		t.Errorf("GPU 0 time-slice %s after its last claim, want Default", got)
 	}
 }
@@ -81,9 +81,9 @@ func TestTimeSliceIsSetAgainAtRestart(t *testing.T) {
 	n := newNode(t, "dgx-h100")
 	mustPrepare(t, n.newDriver(nil), n.allocate(gpuClaim("2", timeSlicing("Medium"))))
 	gpu2 := n.backendGPU(2)
-	n.timeSlices.intervals[gpu2] = config.IntervalDefault // a GPU reset forgets it
+	n.timeSlices.intervals[gpu2] = api.IntervalDefault // a GPU reset forgets it
 	n.newDriver(nil)
-	if got := n.timeSlices.interval(gpu2); got != config.IntervalMedium {
+	if got := n.timeSlices.interval(gpu2); got != api.IntervalMedium {
 		t.Errorf("after restart GPU 2 time-slice %s, want Medium", got)
 	}
 }
@@ -96,7 +96,7 @@ func TestNvidiaSMISetsTheTimeSliceByNumber(t *testing.T) {
 		t.Fatal(err)
 	}
 	smi := plugin.NvidiaSMI{Binary: bin}
-	for _, iv := range []config.TimeSliceInterval{config.IntervalLong, config.IntervalDefault} {
+	for _, iv := range []api.TimeSliceInterval{api.IntervalLong, api.IntervalDefault} {
 		if err := smi.SetTimeSlice("GPU-1234", iv); err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestNvidiaSMISetsTheTimeSliceByNumber(t *testing.T) {
 		t.Errorf("nvidia-smi called with %q, want %q", raw, want)
 	}
 	missing := plugin.NvidiaSMI{Binary: filepath.Join(dir, "no-such-smi")}
-	if err := missing.SetTimeSlice("GPU-1234", config.IntervalShort); err == nil || !strings.Contains(err.Error(), missing.Binary) {
+	if err := missing.SetTimeSlice("GPU-1234", api.IntervalShort); err == nil || !strings.Contains(err.Error(), missing.Binary) {
 		t.Errorf("missing nvidia-smi: %v, want an error naming %s", err, missing.Binary)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Network levels, outermost first. A block holds racks, a rack has one top-of-rack
@@ -19,9 +21,6 @@ var Levels = []string{LevelBlock, LevelRack, LevelHostname}
 
 // Node labels gpudra reads and writes for a node's place in the network.
 const (
-	LabelBlock    = "topology.gpudra.dev/block"
-	LabelRack     = "topology.gpudra.dev/rack"
-	LabelToR      = "topology.gpudra.dev/tor"
 	LabelHostname = "kubernetes.io/hostname"
 )
 
@@ -42,7 +41,7 @@ type LabelKeys struct {
 }
 
 // DefaultLabelKeys are gpudra's own labels.
-var DefaultLabelKeys = LabelKeys{Block: LabelBlock, Rack: LabelRack, ToR: LabelToR}
+var DefaultLabelKeys = LabelKeys{Block: api.LabelBlock, Rack: api.LabelRack, ToR: api.LabelToR}
 
 // NetworkFromLabels builds the network from node labels. A node without a rack label is an
 // error naming the node and the key, so a mislabeled node is never silently placed anywhere.

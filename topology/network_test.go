@@ -4,13 +4,15 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestNetworkFromLabels(t *testing.T) {
 	labels := map[string]map[string]string{
-		"a1": {LabelBlock: "b1", LabelRack: "r1"},
-		"a2": {LabelBlock: "b1", LabelRack: "r1", LabelToR: "tor-7"},
-		"c1": {LabelBlock: "b2", LabelRack: "r1"}, // same rack name, other block
+		"a1": {api.LabelBlock: "b1", api.LabelRack: "r1"},
+		"a2": {api.LabelBlock: "b1", api.LabelRack: "r1", api.LabelToR: "tor-7"},
+		"c1": {api.LabelBlock: "b2", api.LabelRack: "r1"}, // same rack name, other block
 	}
 	net, err := NetworkFromLabels(labels, DefaultLabelKeys)
 	if err != nil {
@@ -33,7 +35,7 @@ func TestNetworkFromLabels(t *testing.T) {
 	if _, err := net.Domains("row"); err == nil || !strings.Contains(err.Error(), "accepted values are block, rack, hostname") {
 		t.Errorf("unknown level: %v", err)
 	}
-	labels["x9"] = map[string]string{LabelBlock: "b1"}
+	labels["x9"] = map[string]string{api.LabelBlock: "b1"}
 	if _, err := NetworkFromLabels(labels, DefaultLabelKeys); err == nil || !strings.Contains(err.Error(), "x9") {
 		t.Errorf("a node without a rack label: err = %v", err)
 	}

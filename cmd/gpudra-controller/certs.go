@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	configwebhook "github.com/gpudra/gpudra/driver/config/webhook"
+	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
 // The webhook's serving certificate comes one of three ways:

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	configwebhook "github.com/gpudra/gpudra/driver/config/webhook"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
+	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
 // options are gpudra-controller's flags.

@@ -23,8 +23,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/cmd/internal/nvmlbackend"
 	"github.com/gpudra/gpudra/driver"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func main() {
@@ -62,7 +65,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
 	fs.StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
-	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, driver.DriverName), "directory for the plugin's DRA socket")
+	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, api.DriverName), "directory for the plugin's DRA socket")
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
 	fs.StringVar(&f.cdiRoot, "cdi-root", "/var/run/cdi", "directory for CDI specs")
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
@@ -137,7 +140,7 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
-	backend, err := driver.OpenBackend(f.nvml, f.nodeName)
+	backend, err := nvmlbackend.Open(f.nvml, f.nodeName)
 	if err != nil {
 		return err
 	}

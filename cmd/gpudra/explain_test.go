@@ -14,6 +14,7 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 func TestExplainPendingClaim(t *testing.T) {
@@ -26,7 +27,7 @@ func TestExplainPendingClaim(t *testing.T) {
 		objs = append(objs, c)
 	}
 	for _, n := range []string{"l40s-a", "l40s-b"} {
-		_, slices, err := driver.SimulatedSlices("l40s-pcie", n, driver.RenderOptions{})
+		_, slices, err := simulated.Slices("l40s-pcie", n, driver.RenderOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/cmd/internal/nvmlbackend"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 )
 
@@ -43,12 +45,12 @@ func newInspectCommand() *cobra.Command {
 		Example: `  gpudra inspect --nvml=sim:dgx-v100
   gpudra inspect --nvml=sim:dgx-h100 --node-name=node-1 -o yaml`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := driver.OpenBackend(f.nvml, f.nodeName)
+			b, err := nvmlbackend.Open(f.nvml, f.nodeName)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			inv, err := driver.Discover(b)
+			inv, err := discover.Discover(b)
 			if err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/diff"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/queueing/network"
 )
 
@@ -463,7 +463,7 @@ func TestOptionalParts(t *testing.T) {
 	if len(share.Spec.Config) != 1 || share.Spec.Config[0].Opaque == nil {
 		t.Fatalf("sharing default not in DeviceClass: %+v", share.Spec.Config)
 	}
-	if err := config.ValidateOpaque(share.Spec.Config[0].Opaque.Parameters.Raw, field.NewPath("spec", "config").Index(0).Child("opaque", "parameters")); err != nil {
+	if err := api.ValidateOpaque(share.Spec.Config[0].Opaque.Parameters.Raw, field.NewPath("spec", "config").Index(0).Child("opaque", "parameters")); err != nil {
 		t.Errorf("sharing default is not a valid gpudra config: %v", err)
 	}
 	// Helm creates DeviceClasses after the webhook configuration, before the controller

@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // CheckActivator marks gpudra's AdmissionChecks Active: Kueue does not admit through a
@@ -22,7 +24,7 @@ type CheckActivator struct {
 func (a *CheckActivator) SetupWithManager(mgr ctrl.Manager) error {
 	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		ac, ok := o.(*kueue.AdmissionCheck)
-		return ok && ac.Spec.ControllerName == ControllerName
+		return ok && ac.Spec.ControllerName == api.AdmissionCheckController
 	})
 	return ctrl.NewControllerManagedBy(mgr).For(&kueue.AdmissionCheck{}, builder.WithPredicates(ours)).Named("gpudra-admissioncheck").Complete(a)
 }
@@ -33,7 +35,7 @@ func (a *CheckActivator) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := a.Client.Get(ctx, req.NamespacedName, &ac); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if ac.Spec.ControllerName != ControllerName || apimeta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive) {
+	if ac.Spec.ControllerName != api.AdmissionCheckController || apimeta.IsStatusConditionTrue(ac.Status.Conditions, kueue.AdmissionCheckActive) {
 		return ctrl.Result{}, nil
 	}
 	apimeta.SetStatusCondition(&ac.Status.Conditions, metav1.Condition{

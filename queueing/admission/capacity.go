@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpudra/gpudra/driver"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 var (
@@ -58,12 +60,12 @@ func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 		for _, dev := range sl.Spec.Devices {
 			available := !usage.InUse(sl.Spec.Driver, sl.Spec.Pool.Name, dev) && !untolerated(dev.Taints)
 			switch driver.DeviceType(dev) {
-			case driver.TypeGPU:
+			case api.TypeGPU:
 				gpus[node]++
 				if available {
 					free[node]++
 				}
-			case driver.TypeNVLinkGroup:
+			case api.TypeNVLinkGroup:
 				ch <- prometheus.MustNewConstMetric(nvlinkGroupFreeDesc, prometheus.GaugeValue, boolValue(available), node, dev.Name)
 			}
 		}
@@ -79,13 +81,13 @@ func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 func current(slices []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
 	newest := map[string]int64{}
 	for _, sl := range slices {
-		if sl.Spec.Driver == driver.DriverName {
+		if sl.Spec.Driver == api.DriverName {
 			newest[sl.Spec.Pool.Name] = max(newest[sl.Spec.Pool.Name], sl.Spec.Pool.Generation)
 		}
 	}
 	var out []*resourceapi.ResourceSlice
 	for _, sl := range slices {
-		if sl.Spec.Driver == driver.DriverName && sl.Spec.NodeName != nil && sl.Spec.Pool.Generation == newest[sl.Spec.Pool.Name] {
+		if sl.Spec.Driver == api.DriverName && sl.Spec.NodeName != nil && sl.Spec.Pool.Generation == newest[sl.Spec.Pool.Name] {
 			out = append(out, sl)
 		}
 	}

@@ -31,10 +31,9 @@ import (
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/queueing/gang"
 	"github.com/gpudra/gpudra/topology"
-)
 
-// ControllerName is the AdmissionCheck spec.controllerName gpudra answers for.
-const ControllerName = "gpudra.dev/topology"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
 
 // RetryAfter is how long Kueue waits before trying a gang that did not fit again.
 const RetryAfter = 15 * time.Second
@@ -72,11 +71,6 @@ type reservation struct {
 	pods    int
 	expires time.Time
 }
-
-// LabelWorkload (set on the pods through podSetUpdates) names the Workload UID a pod was
-// planned for, so that the controller sees when a gang's pods are bound and its planned
-// devices are held by real allocations.
-const LabelWorkload = "gpudra.dev/workload-uid"
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -271,10 +265,10 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	for _, set := range sets {
 		domain := placement.Domains[set.Name]
 		update := kueue.PodSetUpdate{Name: kueue.PodSetReference(set.Name), NodeSelector: r.nodeSelector(set.Required, domain),
-			Labels: map[string]string{LabelWorkload: string(wl.UID)},
+			Labels: map[string]string{api.LabelWorkload: string(wl.UID)},
 			// The exact node of each pod; pods that carry the placement scheduling gate are
 			// pinned to it by the pod controller (see pods.go), others only get the domain.
-			Annotations: map[string]string{AnnotationPlacement: strings.Join(placement.Nodes[set.Name], ",")}}
+			Annotations: map[string]string{api.AnnotationPlacement: strings.Join(placement.Nodes[set.Name], ",")}}
 		ready.PodSetUpdates = append(ready.PodSetUpdates, update)
 		if set.Required != "" {
 			where = append(where, fmt.Sprintf("%s in %s %s", set.Name, set.Required, domain))
@@ -337,7 +331,7 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 		return nil, nil, nil, err
 	}
 	var planned corev1.PodList
-	if err := r.Client.List(ctx, &planned, client.HasLabels{LabelWorkload}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &planned, client.HasLabels{api.LabelWorkload}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, nil, err
 	}
 	// A gang's pods are accounted for once their claims are allocated in the claims just
@@ -348,7 +342,7 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	for k := range planned.Items {
 		p := &planned.Items[k]
 		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && claimsAllocated(p, allocated) {
-			accounted[types.UID(p.Labels[LabelWorkload])]++
+			accounted[types.UID(p.Labels[api.LabelWorkload])]++
 		}
 	}
 	r.mu.Lock()
@@ -483,7 +477,7 @@ func (r *Reconciler) ourCheck(ctx context.Context, wl *kueue.Workload) (string, 
 			}
 			return "", err
 		}
-		if ac.Spec.ControllerName == ControllerName {
+		if ac.Spec.ControllerName == api.AdmissionCheckController {
 			return string(s.Name), nil
 		}
 	}

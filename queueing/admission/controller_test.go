@@ -24,7 +24,10 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const tp4 = `
@@ -53,7 +56,7 @@ func labWith(t *testing.T, funcs interceptor.Funcs, extra ...client.Object) clie
 		}
 	}
 	objs := []client.Object{
-		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: ControllerName}},
+		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}},
 	}
 	classes, err := deployments.DeviceClasses()
 	if err != nil {
@@ -66,8 +69,8 @@ func labWith(t *testing.T, funcs interceptor.Funcs, extra ...client.Object) clie
 		for n := 1; n <= 4; n++ {
 			name := fmt.Sprintf("r%d-n%d", r, n)
 			objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-				topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r), topology.LabelHostname: name}}})
-			_, slices, err := driver.SimulatedSlices("hgx-h100-4gpu", name, driver.RenderOptions{})
+				api.LabelBlock: "b1", api.LabelRack: fmt.Sprintf("r%d", r), topology.LabelHostname: name}}})
+			_, slices, err := simulated.Slices("hgx-h100-4gpu", name, driver.RenderOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +95,7 @@ func job(name string, podSets ...string) *kueue.Workload {
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name)}}
 	for _, ps := range podSets {
 		wl.Spec.PodSets = append(wl.Spec.PodSets, kueue.PodSet{Name: kueue.PodSetReference(ps), Count: 4, Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationRequiredTopology: "rack"}},
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{api.AnnotationRequiredTopology: "rack"}},
 			Spec: corev1.PodSpec{
 				Containers:     []corev1.Container{{Name: "worker", Image: "trainer"}},
 				ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}},
@@ -130,10 +133,10 @@ func TestAdmissionCheck(t *testing.T) {
 		}
 		racks := map[string]bool{}
 		for _, u := range got.PodSetUpdates {
-			if u.NodeSelector[topology.LabelBlock] != "b1" {
+			if u.NodeSelector[api.LabelBlock] != "b1" {
 				t.Errorf("%s: node selector %v lacks the block", u.Name, u.NodeSelector)
 			}
-			racks[u.NodeSelector[topology.LabelRack]] = true
+			racks[u.NodeSelector[api.LabelRack]] = true
 		}
 		if len(got.PodSetUpdates) != 2 || len(racks) != 2 {
 			t.Errorf("pod set updates %+v, want both pipelines pinned to different racks", got.PodSetUpdates)
@@ -159,7 +162,7 @@ func TestAdmissionCheck(t *testing.T) {
 	})
 	t.Run("an unknown topology level is rejected", func(t *testing.T) {
 		wl := job("bad", "dp0")
-		wl.Spec.PodSets[0].Template.Annotations[AnnotationRequiredTopology] = "row"
+		wl.Spec.PodSets[0].Template.Annotations[api.AnnotationRequiredTopology] = "row"
 		got := reconcile(t, newReconciler(lab(t, wl)), "bad")
 		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "accepted values are block, rack, hostname") {
 			t.Fatalf("%s %q", got.State, got.Message)
@@ -246,7 +249,7 @@ func TestConcurrentDecisionsNeverShareDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st := wl.Status.AdmissionChecks[0]; st.State == kueue.CheckStateReady {
-			rack := st.PodSetUpdates[0].NodeSelector[topology.LabelRack]
+			rack := st.PodSetUpdates[0].NodeSelector[api.LabelRack]
 			if other, taken := racks[rack]; taken {
 				t.Errorf("%s and %s both placed in rack %s", other, wl.Name, rack)
 			}
@@ -294,7 +297,7 @@ func TestReservationEndsWhenTheGangsClaimsAreAllocatedOrDeleted(t *testing.T) {
 	c := lab(t, job("train", "dp0", "dp1"), job("next", "dp0"), job("later", "dp0"))
 	r := newReconciler(c)
 	got := reconcile(t, r, "train")
-	if got.State != kueue.CheckStateReady || got.PodSetUpdates[0].Labels[LabelWorkload] != "train" {
+	if got.State != kueue.CheckStateReady || got.PodSetUpdates[0].Labels[api.LabelWorkload] != "train" {
 		t.Fatalf("first: %s, updates %+v", got.State, got.PodSetUpdates)
 	}
 	planned := r.reserved["train"].results
@@ -303,7 +306,7 @@ func TestReservationEndsWhenTheGangsClaimsAreAllocatedOrDeleted(t *testing.T) {
 	var pods []*corev1.Pod
 	for i := range 8 {
 		claim := fmt.Sprintf("train-%d-tp", i)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d", i), Labels: map[string]string{LabelWorkload: "train"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d", i), Labels: map[string]string{api.LabelWorkload: "train"}},
 			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("r%d-n%d", i/4+1, i%4+1), Containers: []corev1.Container{{Name: "c", Image: "i"}},
 				ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}}},
 			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tp", ResourceClaimName: &claim}}}}

@@ -15,6 +15,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestExtendedResourceClasses(t *testing.T) {
@@ -122,7 +124,7 @@ func TestExtendedClaim(t *testing.T) {
 func groupJob(name string, pods int32) *kueue.Workload {
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name)}}
 	wl.Spec.PodSets = []kueue.PodSet{{Name: "main", Count: pods, Template: corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationRequiredTopology: "block"}},
+		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{api.AnnotationRequiredTopology: "block"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "worker", Image: "trainer", Resources: corev1.ResourceRequirements{
 			Limits: corev1.ResourceList{"gpudra.dev/nvlink-group-4": resource.MustParse("1")}}}}},
 	}}}
@@ -141,7 +143,7 @@ func TestCheckPlansNVLinkGroupsAskedAsExtendedResources(t *testing.T) {
 		if got.State != kueue.CheckStateReady {
 			t.Fatalf("state %s: %s", got.State, got.Message)
 		}
-		nodes := strings.Split(got.PodSetUpdates[0].Annotations[AnnotationPlacement], ",")
+		nodes := strings.Split(got.PodSetUpdates[0].Annotations[api.AnnotationPlacement], ",")
 		if len(nodes) != 8 {
 			t.Fatalf("placement %v, want 8 nodes", nodes)
 		}

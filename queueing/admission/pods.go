@@ -17,20 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const (
-	// SchedulingGate holds a pod until gpudra pins it to the node its gang was planned on.
-	// Users add it to a pod template to get exact per-pod placement (e.g. each pipeline
-	// stage on its own node of the planned rack); without it, pods only get the domain.
-	SchedulingGate = "gpudra.dev/placement"
-	// AnnotationPlacement (set through podSetUpdates) lists the planned node of each pod of
-	// the pod set, by completion index.
-	AnnotationPlacement = "gpudra.dev/placement"
 	// annotationCompletionIndex is set by the Job controller on Indexed Job pods.
 	annotationCompletionIndex = "batch.kubernetes.io/job-completion-index"
-	// labelPinned marks pods that were pinned, for reading the remaining free slots.
-	labelPinned = "gpudra.dev/pinned-slot"
 )
 
 // PodPinner lifts the gpudra scheduling gate of pods whose gang was placed: it sets the
@@ -63,13 +56,13 @@ const pinnedTTL = 2 * time.Minute
 func (p *PodPinner) SetupWithManager(mgr ctrl.Manager) error {
 	gated := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		pod, ok := o.(*corev1.Pod)
-		return ok && hasGate(pod) && pod.Annotations[AnnotationPlacement] != ""
+		return ok && hasGate(pod) && pod.Annotations[api.AnnotationPlacement] != ""
 	})
 	return ctrl.NewControllerManagedBy(mgr).For(&corev1.Pod{}, builder.WithPredicates(gated)).Named("gpudra-pod-pinner").Complete(p)
 }
 
 func hasGate(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == api.SchedulingGate })
 }
 
 // Reconcile pins one gated pod.
@@ -78,7 +71,7 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.Client.Get(ctx, req.NamespacedName, &pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	plan := pod.Annotations[AnnotationPlacement]
+	plan := pod.Annotations[api.AnnotationPlacement]
 	if !hasGate(&pod) || plan == "" {
 		return ctrl.Result{}, nil
 	}
@@ -100,8 +93,8 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[labelPinned] = strconv.Itoa(slot)
-	pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == SchedulingGate })
+	pod.Labels[api.LabelPinnedSlot] = strconv.Itoa(slot)
+	pod.Spec.SchedulingGates = slices.DeleteFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == api.SchedulingGate })
 	if err := p.Client.Update(ctx, &pod); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -134,15 +127,15 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 		return i, nil
 	}
 	var siblings corev1.PodList
-	if err := p.Client.List(ctx, &siblings, client.InNamespace(pod.Namespace), client.HasLabels{labelPinned}); err != nil {
+	if err := p.Client.List(ctx, &siblings, client.InNamespace(pod.Namespace), client.HasLabels{api.LabelPinnedSlot}); err != nil {
 		return 0, err
 	}
 	taken := map[int]bool{}
 	for _, s := range siblings.Items {
 		// The cache shows this pod pinned: it speaks for the slot from now on.
 		delete(p.pinned, s.UID)
-		if s.Annotations[AnnotationPlacement] == pod.Annotations[AnnotationPlacement] && sameOwner(&s, pod) {
-			if i, err := strconv.Atoi(s.Labels[labelPinned]); err == nil {
+		if s.Annotations[api.AnnotationPlacement] == pod.Annotations[api.AnnotationPlacement] && sameOwner(&s, pod) {
+			if i, err := strconv.Atoi(s.Labels[api.LabelPinnedSlot]); err == nil {
 				taken[i] = true
 			}
 		}
@@ -152,7 +145,7 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 			delete(p.pinned, uid)
 			continue
 		}
-		if len(pod.OwnerReferences) > 0 && s.owner == pod.OwnerReferences[0].UID && s.plan == pod.Annotations[AnnotationPlacement] {
+		if len(pod.OwnerReferences) > 0 && s.owner == pod.OwnerReferences[0].UID && s.plan == pod.Annotations[api.AnnotationPlacement] {
 			taken[s.slot] = true
 		}
 	}

@@ -14,15 +14,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func gatedPod(name, plan string, index int) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name + "-uid"),
-			Annotations:     map[string]string{AnnotationPlacement: plan},
+			Annotations:     map[string]string{api.AnnotationPlacement: plan},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid"}}},
 		Spec: corev1.PodSpec{
-			SchedulingGates: []corev1.PodSchedulingGate{{Name: SchedulingGate}, {Name: "other.example/gate"}},
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: api.SchedulingGate}, {Name: "other.example/gate"}},
 			Containers:      []corev1.Container{{Name: "c", Image: "i"}},
 		},
 	}
@@ -141,12 +143,12 @@ func TestReadyCarriesEachPodsNode(t *testing.T) {
 	r := newReconciler(lab(t, job("train", "dp0", "dp1")))
 	got := reconcile(t, r, "train")
 	for _, u := range got.PodSetUpdates {
-		nodes := strings.Split(u.Annotations[AnnotationPlacement], ",")
+		nodes := strings.Split(u.Annotations[api.AnnotationPlacement], ",")
 		distinct := map[string]bool{}
 		for _, n := range nodes {
 			distinct[n] = true
-			if !strings.HasPrefix(n, u.NodeSelector[topology.LabelRack]+"-") {
-				t.Errorf("%s: node %s is outside rack %s", u.Name, n, u.NodeSelector[topology.LabelRack])
+			if !strings.HasPrefix(n, u.NodeSelector[api.LabelRack]+"-") {
+				t.Errorf("%s: node %s is outside rack %s", u.Name, n, u.NodeSelector[api.LabelRack])
 			}
 		}
 		if len(nodes) != 4 || len(distinct) != 4 {

@@ -16,17 +16,11 @@ import (
 
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/queueing/gang"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Pod-set template annotations a user sets to ask for topology.
-const (
-	// AnnotationRequiredTopology keeps all pods of the pod set in one domain: block, rack or hostname.
-	AnnotationRequiredTopology = "gpudra.dev/required-topology"
-	// AnnotationSliceSize and AnnotationSliceTopology split the pod set into consecutive
-	// slices of that many pods that must each share a domain (e.g. pipelines per rack).
-	AnnotationSliceSize     = "gpudra.dev/slice-size"
-	AnnotationSliceTopology = "gpudra.dev/slice-required-topology"
-)
 
 // badInput marks errors the user must fix (Rejected), as opposed to "not now" (Retry).
 type badInput struct{ error }
@@ -47,13 +41,13 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		ann := ps.Template.Annotations
-		set.Required = ann[AnnotationRequiredTopology]
-		if v, ok := ann[AnnotationSliceSize]; ok {
+		set.Required = ann[api.AnnotationRequiredTopology]
+		if v, ok := ann[api.AnnotationSliceSize]; ok {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return nil, badInput{fmt.Errorf("%s: annotation %s=%q: must be an integer", path, AnnotationSliceSize, v)}
+				return nil, badInput{fmt.Errorf("%s: annotation %s=%q: must be an integer", path, api.AnnotationSliceSize, v)}
 			}
-			set.SliceSize, set.SliceRequired = n, ann[AnnotationSliceTopology]
+			set.SliceSize, set.SliceRequired = n, ann[api.AnnotationSliceTopology]
 		}
 		for _, rc := range ps.Template.Spec.ResourceClaims {
 			if rc.ResourceClaimTemplateName == nil {

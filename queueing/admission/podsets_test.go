@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
-	"github.com/gpudra/gpudra/topology"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 var maintenance = corev1.Taint{Key: "example.com/maintenance", Value: "true", Effect: corev1.TaintEffectNoSchedule}
@@ -98,8 +98,8 @@ func TestPodSetsHonourTaintsTolerationsAndFlavors(t *testing.T) {
 			if got.State != kueue.CheckStateReady {
 				t.Fatalf("state %s: %s", got.State, got.Message)
 			}
-			if rack := got.PodSetUpdates[0].NodeSelector[topology.LabelRack]; rack != tc.wantRack {
-				t.Errorf("pinned to rack %s (placement %s), want %s", rack, got.PodSetUpdates[0].Annotations[AnnotationPlacement], tc.wantRack)
+			if rack := got.PodSetUpdates[0].NodeSelector[api.LabelRack]; rack != tc.wantRack {
+				t.Errorf("pinned to rack %s (placement %s), want %s", rack, got.PodSetUpdates[0].Annotations[api.AnnotationPlacement], tc.wantRack)
 			}
 		})
 	}

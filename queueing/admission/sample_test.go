@@ -14,7 +14,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/topology"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestShippedThreeDJob admits the sample users apply (deployments/kueue) as Kueue turns it
@@ -53,7 +53,7 @@ func TestShippedThreeDJob(t *testing.T) {
 	if groups := plannedDevices(r, wl.UID); len(groups) != 8 || !allNVLinkQuads(groups) {
 		t.Errorf("planned devices %v, want eight 4-GPU NVLink groups", groups)
 	}
-	nodes := strings.Split(got.PodSetUpdates[0].Annotations[AnnotationPlacement], ",")
+	nodes := strings.Split(got.PodSetUpdates[0].Annotations[api.AnnotationPlacement], ",")
 	if len(nodes) != 8 {
 		t.Fatalf("placement %v, want 8 nodes", nodes)
 	}
@@ -72,7 +72,7 @@ func TestShippedThreeDJob(t *testing.T) {
 			}
 		}
 	}
-	if got.PodSetUpdates[0].NodeSelector[topology.LabelBlock] != "b1" {
+	if got.PodSetUpdates[0].NodeSelector[api.LabelBlock] != "b1" {
 		t.Errorf("node selector %v, want the block", got.PodSetUpdates[0].NodeSelector)
 	}
 }

@@ -9,8 +9,11 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/queueing/gang"
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const oneGPU = `
@@ -29,12 +32,12 @@ func BenchmarkPlanRackGang640(b *testing.B) {
 	for r := range 10 {
 		for n := range 64 {
 			name := fmt.Sprintf("r%02d-n%02d", r, n)
-			_, rs, err := driver.SimulatedSlices("dgx-h100", name, driver.RenderOptions{})
+			_, rs, err := simulated.Slices("dgx-h100", name, driver.RenderOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			slices = append(slices, rs...)
-			labels[name] = map[string]string{topology.LabelBlock: "b", topology.LabelRack: fmt.Sprintf("r%02d", r)}
+			labels[name] = map[string]string{api.LabelBlock: "b", api.LabelRack: fmt.Sprintf("r%02d", r)}
 		}
 	}
 	classes, err := deployments.DeviceClasses()

@@ -11,8 +11,11 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/queueing/gang"
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // cluster is one block of racks, each with nodes of 4 fully NVLinked H100s.
@@ -23,12 +26,12 @@ func cluster(t *testing.T, racks, nodesPerRack int) (*allocation.State, *topolog
 	for r := range racks {
 		for n := range nodesPerRack {
 			name := fmt.Sprintf("r%d-n%d", r+1, n+1)
-			_, rs, err := driver.SimulatedSlices("hgx-h100-4gpu", name, driver.RenderOptions{})
+			_, rs, err := simulated.Slices("hgx-h100-4gpu", name, driver.RenderOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			slices = append(slices, rs...)
-			labels[name] = map[string]string{topology.LabelBlock: "b1", topology.LabelRack: fmt.Sprintf("r%d", r+1)}
+			labels[name] = map[string]string{api.LabelBlock: "b1", api.LabelRack: fmt.Sprintf("r%d", r+1)}
 		}
 	}
 	classes, err := deployments.DeviceClasses()
@@ -173,7 +176,7 @@ func TestNodeSelectorLimitsCandidates(t *testing.T) {
 	st, _ := cluster(t, 2, 2)
 	labels := map[string]map[string]string{}
 	for _, n := range []string{"r1-n1", "r1-n2", "r2-n1", "r2-n2"} {
-		labels[n] = map[string]string{topology.LabelBlock: "b1", topology.LabelRack: n[:2], "pool": "train"}
+		labels[n] = map[string]string{api.LabelBlock: "b1", api.LabelRack: n[:2], "pool": "train"}
 	}
 	labels["r1-n1"]["pool"] = "serve"
 	net, err := topology.NetworkFromLabels(labels, topology.DefaultLabelKeys)

@@ -15,6 +15,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const file = `
@@ -60,7 +62,7 @@ func TestNetworkController(t *testing.T) {
 		if err := c.Get(ctx, types.NamespacedName{Name: n}, &node); err != nil {
 			t.Fatal(err)
 		}
-		got := [3]string{node.Labels[topology.LabelBlock], node.Labels[topology.LabelRack], node.Labels[topology.LabelToR]}
+		got := [3]string{node.Labels[api.LabelBlock], node.Labels[api.LabelRack], node.Labels[api.LabelToR]}
 		if got != w || node.Labels["keep"] != "me" {
 			t.Errorf("%s labels %v", n, node.Labels)
 		}
@@ -69,7 +71,7 @@ func TestNetworkController(t *testing.T) {
 	if err := c.Get(ctx, types.NamespacedName{Name: TopologyName}, &topo); err != nil {
 		t.Fatal(err)
 	}
-	if len(topo.Spec.Levels) != 3 || topo.Spec.Levels[1].NodeLabel != topology.LabelRack || topo.Spec.Levels[2].NodeLabel != topology.LabelHostname {
+	if len(topo.Spec.Levels) != 3 || topo.Spec.Levels[1].NodeLabel != api.LabelRack || topo.Spec.Levels[2].NodeLabel != topology.LabelHostname {
 		t.Errorf("levels %+v", topo.Spec.Levels)
 	}
 	var flavor kueue.ResourceFlavor
@@ -96,7 +98,7 @@ func TestBadTopologyFile(t *testing.T) {
 	}
 	var node corev1.Node
 	_ = c.Get(context.Background(), types.NamespacedName{Name: "n1"}, &node)
-	if _, ok := node.Labels[topology.LabelRack]; ok {
+	if _, ok := node.Labels[api.LabelRack]; ok {
 		t.Error("a bad file labelled a node")
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestShippedConfiguration loads deployments/scheduler/scheduler-config.yaml the way
@@ -110,7 +112,7 @@ func TestSignPod(t *testing.T) {
 	}
 	for name, pod := range map[string]*corev1.Pod{
 		"a claim":                              pod("1", true),
-		"a class's implicit extended resource": pod("1", false, corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+classGPU)),
+		"a class's implicit extended resource": pod("1", false, corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+api.DeviceClassGPU)),
 		"a class's explicit extended resource": pod("1", false, "gpudra.dev/nvlink-group-4"),
 	} {
 		if _, st := p.SignPod(t.Context(), pod); st.Code() != fwk.Unschedulable {

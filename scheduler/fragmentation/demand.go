@@ -11,8 +11,9 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // gpudra's DeviceClasses (deployments/deviceclasses) the policies model: whole GPUs and
@@ -20,8 +21,6 @@ import (
 // size — is left to the other plugins (Skip); classes of other drivers ask nothing of
 // the GPUs.
 const (
-	classGPU   = "gpu.gpudra.dev"
-	classShare = "gpu-share.gpudra.dev"
 	// classSuffix ends the name of every DeviceClass gpudra ships.
 	classSuffix = ".gpudra.dev"
 )
@@ -148,7 +147,7 @@ type devices struct {
 }
 
 func (d *devices) add(r *resourceapi.ExactDeviceRequest) {
-	if r.DeviceClassName != classGPU && r.DeviceClassName != classShare {
+	if r.DeviceClassName != api.DeviceClassGPU && r.DeviceClassName != api.DeviceClassShare {
 		d.unmodelled = d.unmodelled || strings.HasSuffix(r.DeviceClassName, classSuffix)
 		return
 	}
@@ -157,7 +156,7 @@ func (d *devices) add(r *resourceapi.ExactDeviceRequest) {
 		return
 	}
 	count := max(r.Count, 1) // the API's default is one
-	if r.DeviceClassName == classGPU {
+	if r.DeviceClassName == api.DeviceClassGPU {
 		d.gpus += count
 		return
 	}
@@ -185,7 +184,7 @@ func shareMilli(r *resourceapi.ExactDeviceRequest) int64 {
 	if r.Capacity == nil {
 		return 0
 	}
-	q, ok := r.Capacity.Requests[driver.CapCompute]
+	q, ok := r.Capacity.Requests[api.CapCompute]
 	if !ok {
 		return 0
 	}

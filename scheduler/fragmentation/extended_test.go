@@ -14,6 +14,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // extendedPod is the pod of p asking for devices by extended resources (in requests and
@@ -117,25 +119,25 @@ func TestExtendedResourcesScoreAsTheirClaim(t *testing.T) {
 		skip      bool
 	}{
 		{name: "whole GPUs by the class's implicit name",
-			resources: q(resourceapi.ResourceDeviceClassPrefix+classGPU, "1"), claim: devicesOf(classGPU, 1)},
+			resources: q(resourceapi.ResourceDeviceClassPrefix+api.DeviceClassGPU, "1"), claim: devicesOf(api.DeviceClassGPU, 1)},
 		{name: "whole GPUs by the class's extendedResourceName",
-			classes:   []classChange{{classGPU, "gpudra.dev/gpu", t0}},
-			resources: q("gpudra.dev/gpu", "3"), claim: devicesOf(classGPU, 3)},
+			classes:   []classChange{{api.DeviceClassGPU, "gpudra.dev/gpu", t0}},
+			resources: q("gpudra.dev/gpu", "3"), claim: devicesOf(api.DeviceClassGPU, 3)},
 		{name: "a share by the class's implicit name",
-			resources: q(resourceapi.ResourceDeviceClassPrefix+classShare, "1"), claim: devicesOf(classShare, 1)},
+			resources: q(resourceapi.ResourceDeviceClassPrefix+api.DeviceClassShare, "1"), claim: devicesOf(api.DeviceClassShare, 1)},
 		{name: "two shares are skipped as two in a claim are",
-			resources: q(resourceapi.ResourceDeviceClassPrefix+classShare, "2"), claim: devicesOf(classShare, 2), skip: true},
+			resources: q(resourceapi.ResourceDeviceClassPrefix+api.DeviceClassShare, "2"), claim: devicesOf(api.DeviceClassShare, 2), skip: true},
 		{name: "an NVLink group of a sized class is skipped as its claim is",
 			resources: q("gpudra.dev/nvlink-group-4", "1"), claim: devicesOf("nvlink-group-4.gpudra.dev", 1), skip: true},
 		{name: "of two classes naming the resource the newer one answers",
-			classes:   []classChange{{"mig.gpudra.dev", "gpudra.dev/gpu", t1}, {classGPU, "gpudra.dev/gpu", t0}},
+			classes:   []classChange{{"mig.gpudra.dev", "gpudra.dev/gpu", t1}, {api.DeviceClassGPU, "gpudra.dev/gpu", t0}},
 			resources: q("gpudra.dev/gpu", "1"), claim: devicesOf("mig.gpudra.dev", 1), skip: true},
 		{name: "of two classes created together the lower name answers",
-			classes:   []classChange{{classShare, "gpudra.dev/gpu", t0}, {classGPU, "gpudra.dev/gpu", t0}},
-			resources: q("gpudra.dev/gpu", "1"), claim: devicesOf(classShare, 1)},
+			classes:   []classChange{{api.DeviceClassShare, "gpudra.dev/gpu", t0}, {api.DeviceClassGPU, "gpudra.dev/gpu", t0}},
+			resources: q("gpudra.dev/gpu", "1"), claim: devicesOf(api.DeviceClassShare, 1)},
 		{name: "a node offering the resource through a device plugin sees no GPU demand there",
-			classes: []classChange{{classGPU, "gpudra.dev/gpu", t0}}, offer: q("gpudra.dev/gpu", "4"),
-			resources: q("gpudra.dev/gpu", "2"), claim: devicesOf(classGPU, 2)},
+			classes: []classChange{{api.DeviceClassGPU, "gpudra.dev/gpu", t0}}, offer: q("gpudra.dev/gpu", "4"),
+			resources: q("gpudra.dev/gpu", "2"), claim: devicesOf(api.DeviceClassGPU, 2)},
 		{name: "an extended resource no class names is a plain resource",
 			resources: q("example.com/fpga", "1")},
 	} {

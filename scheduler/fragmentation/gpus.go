@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // nodeGPUs is one node's GPUs as the placement policies see them: the model and the
@@ -54,7 +56,7 @@ func (c *layouts) gpusByNode(slices []*resourceapi.ResourceSlice, allocated *str
 	}
 	current := 0
 	for _, s := range slices {
-		if s.Spec.Driver != driver.DriverName || s.Spec.NodeName == nil {
+		if s.Spec.Driver != api.DriverName || s.Spec.NodeName == nil {
 			continue
 		}
 		current++
@@ -91,13 +93,13 @@ func parseSlice(s *resourceapi.ResourceSlice) []gpuDevice {
 		d := &s.Spec.Devices[i]
 		g := gpuDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), kind: driver.DeviceType(*d)}
 		switch g.kind {
-		case driver.TypeGPU, driver.TypeShare:
-			g.gpus = intAttr(d, driver.AttrIndex)
-			g.model = stringAttr(d, driver.AttrProductName)
-		case driver.TypeMIG:
-			g.gpus = intAttr(d, driver.AttrParentIndex)
-		case driver.TypeNVLinkGroup:
-			for _, m := range strings.Split(stringAttr(d, driver.AttrMembers), "-") {
+		case api.TypeGPU, api.TypeShare:
+			g.gpus = intAttr(d, api.AttrIndex)
+			g.model = stringAttr(d, api.AttrProductName)
+		case api.TypeMIG:
+			g.gpus = intAttr(d, api.AttrParentIndex)
+		case api.TypeNVLinkGroup:
+			for _, m := range strings.Split(stringAttr(d, api.AttrMembers), "-") {
 				if i, err := strconv.Atoi(m); err == nil {
 					g.gpus = append(g.gpus, i)
 				}
@@ -113,7 +115,7 @@ func freeGPUs(ls []*sliceLayout, allocated *structured.AllocatedState) *nodeGPUs
 	n := &nodeGPUs{}
 	for _, l := range ls {
 		for _, d := range l.devices {
-			if d.kind == driver.TypeGPU && len(d.gpus) == 1 && d.gpus[0] >= 0 {
+			if d.kind == api.TypeGPU && len(d.gpus) == 1 && d.gpus[0] >= 0 {
 				for len(n.free) <= d.gpus[0] {
 					n.free = append(n.free, 0)
 				}
@@ -131,7 +133,7 @@ func freeGPUs(ls []*sliceLayout, allocated *structured.AllocatedState) *nodeGPUs
 					continue
 				}
 				switch {
-				case d.kind == driver.TypeShare:
+				case d.kind == api.TypeShare:
 					n.free[i] -= reservedMilli(allocated, d.id)
 				case allocated != nil && allocated.AllocatedDevices.Has(d.id):
 					n.free[i] = 0
@@ -150,7 +152,7 @@ func reservedMilli(allocated *structured.AllocatedState, id structured.DeviceID)
 	if allocated == nil {
 		return 0
 	}
-	q, ok := allocated.AggregatedCapacity[id][driver.CapCompute]
+	q, ok := allocated.AggregatedCapacity[id][api.CapCompute]
 	if !ok || q == nil {
 		return 0
 	}

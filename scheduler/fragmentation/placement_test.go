@@ -11,6 +11,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // assignment is one pod of a group proposed onto a node.
@@ -53,7 +55,7 @@ func TestPlacementKeepsWholeNodesFree(t *testing.T) {
 	}{
 		{"claims", l.submit},
 		{"extended-resources", func(p *placement.Pod, _ int64) *corev1.Pod { // kube-scheduler makes the claim
-			return extendedPod(p, corev1.ResourceList{corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + classGPU): *resource.NewQuantity(int64(p.GPUs), resource.DecimalSI)})
+			return extendedPod(p, corev1.ResourceList{corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + api.DeviceClassGPU): *resource.NewQuantity(int64(p.GPUs), resource.DecimalSI)})
 		}},
 	} {
 		t.Run(way.name, func(t *testing.T) {

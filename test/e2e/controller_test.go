@@ -19,6 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestConfigWebhookRefusesInvalidConfigs: gpudra-controller's webhook refuses a claim,
@@ -38,26 +40,26 @@ func TestConfigWebhookRefusesInvalidConfigs(t *testing.T) {
 			Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtimeRaw(params)}}}}
 		return c
 	}
-	_, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimWith("bad", lab.DriverName, bad), metav1.CreateOptions{})
+	_, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimWith("bad", api.DriverName, bad), metav1.CreateOptions{})
 	for _, want := range []string{"spec.devices.config[0].opaque.parameters.sharing.timeSlicing.interval", `"Forever"`, `"Long"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("invalid claim config: err = %v, want it to mention %s", err, want)
 		}
 	}
-	if _, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimWith("good", lab.DriverName, good), metav1.CreateOptions{}); err != nil {
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimWith("good", api.DriverName, good), metav1.CreateOptions{}); err != nil {
 		t.Errorf("valid config refused: %v", err)
 	}
 	if _, err := client.ResourceV1().ResourceClaims(ns).Create(t.Context(), claimWith("other", "other.example.com", `{"x": 1}`), metav1.CreateOptions{}); err != nil {
 		t.Errorf("another driver's config refused: %v", err)
 	}
 	tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns},
-		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimWith("x", lab.DriverName, bad).Spec}}
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: claimWith("x", api.DriverName, bad).Spec}}
 	if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), tmpl, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.spec.devices.config[0]") {
 		t.Errorf("invalid template: err = %v", err)
 	}
 	class := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-bad-config.gpudra.dev"}}
 	class.Spec.Config = []resourcev1.DeviceClassConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{
-		Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: lab.DriverName, Parameters: runtimeRaw(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharng":{}}`)}}}}
+		Opaque: &resourcev1.OpaqueDeviceConfiguration{Driver: api.DriverName, Parameters: runtimeRaw(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharng":{}}`)}}}}
 	if _, err := client.ResourceV1().DeviceClasses().Create(t.Context(), class, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "sharng") {
 		t.Errorf("invalid DeviceClass config: err = %v", err)
 	}
@@ -148,14 +150,14 @@ func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 				Pool:    resourcev1.ResourcePool{Name: "e2e-identity-" + node, ResourceSliceCount: 1},
 				Devices: []resourcev1.Device{{Name: "probe"}}}}
 	}
-	own, err := as.ResourceV1().ResourceSlices().Create(t.Context(), slice(nodeA, lab.DriverName), metav1.CreateOptions{})
+	own, err := as.ResourceV1().ResourceSlices().Create(t.Context(), slice(nodeA, api.DriverName), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("the plugin of %s may not write its own node's slice: %v", nodeA, err)
 	}
 	if err := as.ResourceV1().ResourceSlices().Delete(t.Context(), own.Name, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("the plugin may not delete its own node's slice: %v", err)
 	}
-	if _, err := as.ResourceV1().ResourceSlices().Create(t.Context(), slice(nodeB, lab.DriverName), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not write ResourceSlices of node "+nodeB) {
+	if _, err := as.ResourceV1().ResourceSlices().Create(t.Context(), slice(nodeB, api.DriverName), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "may not write ResourceSlices of node "+nodeB) {
 		t.Errorf("the plugin of %s wrote a slice of %s: err = %v", nodeA, nodeB, err)
 	}
 	if _, err := as.ResourceV1().ResourceSlices().Create(t.Context(), slice(nodeA, "other.example.com"), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "only write ResourceSlices of driver gpu.gpudra.dev") {

@@ -18,9 +18,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/test/lab"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-const attr = lab.DriverName // the domain of gpudra's device attributes
+const attr = api.DriverName // the domain of gpudra's device attributes
 
 // eventually polls cond every 250 ms until it holds or timeout passes; on timeout the test
 // fails with what and cond's last complaint.
@@ -177,7 +179,7 @@ func allocated(ctx context.Context, ns, claim string) ([]resourcev1.DeviceReques
 	}
 	var out []resourcev1.DeviceRequestAllocationResult
 	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == lab.DriverName {
+		if r.Driver == api.DriverName {
 			out = append(out, r)
 		}
 	}

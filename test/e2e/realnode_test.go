@@ -23,6 +23,8 @@ import (
 
 	"github.com/gpudra/gpudra/kubeletplugin"
 	"github.com/gpudra/gpudra/test/lab"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Tests on the lab's real node: a kubelet with containerd and runc that calls
@@ -131,7 +133,7 @@ func withConfig(c *resourcev1.ResourceClaim, params string) *resourcev1.Resource
 	c.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
 		Requests: []string{"gpu"},
 		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-			Driver: lab.DriverName, Parameters: runtimeRaw(params),
+			Driver: api.DriverName, Parameters: runtimeRaw(params),
 		}},
 	}}
 	return c
@@ -568,7 +570,7 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 
 	name := kubeletplugin.MPSPodPrefix + string(created.UID)
 	daemonPod := func(ctx context.Context) (*corev1.Pod, error) {
-		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: kubeletplugin.LabelMPSClaimUID + "=" + string(created.UID)})
+		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: api.LabelMPSClaimUID + "=" + string(created.UID)})
 		if err != nil {
 			return nil, err
 		}
@@ -588,7 +590,7 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 	if first.Spec.NodeName != node || !podIsReady(first) {
 		t.Fatalf("daemon pod %s on %q, ready %v: want it ready on %s", first.Name, first.Spec.NodeName, podIsReady(first), node)
 	}
-	pipe := dep.Annotations[kubeletplugin.AnnotationMPSPipeDir]
+	pipe := dep.Annotations[api.AnnotationMPSPipeDir]
 	raw, err := os.ReadFile(filepath.Join(pipe, kubeletplugin.SimulatedMPSFile))
 	if err != nil || !strings.Contains(string(raw), `"activeThreadPercent":40`) {
 		t.Fatalf("the daemon's state in %s: %s (%v), want the claim's active thread percentage 40", pipe, raw, err)

@@ -22,6 +22,8 @@ import (
 	"github.com/gpudra/gpudra/test/lab"
 	"github.com/gpudra/gpudra/topology/placement"
 	"github.com/gpudra/gpudra/topology/placement/sim"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // replayProfile is the gpudra-scheduler profile that scores by GPU fragmentation alone,
@@ -337,7 +339,7 @@ func TestGpudraSchedulerPicksTheRackAGangFragmentsLeast(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: ns},
 		Spec: schedulingv1beta1.PodGroupSpec{
 			SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
-			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: lab.LabelRack}}},
+			SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: api.LabelRack}}},
 		},
 	}
 	if _, err := client.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {

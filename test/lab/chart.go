@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Chart mode (`install: chart` in the lab file): the lab installs gpudra with helm from
@@ -141,7 +143,7 @@ func (u *upper) chartValues() ([]byte, error) {
 			"certManagement": "selfSigned",
 			"extraCertNames": []string{"127.0.0.1", "localhost"},
 		},
-		"topology": map[string]any{"labels": map[string]any{"block": LabelBlock, "rack": LabelRack, "tor": LabelToR}},
+		"topology": map[string]any{"labels": map[string]any{"block": api.LabelBlock, "rack": api.LabelRack, "tor": api.LabelToR}},
 		"kueue":    map[string]any{"admissionCheck": u.file.Kueue.Enabled},
 	}
 	return yaml.Marshal(values)

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // gpudra-controller runs out of cluster as the identity its Deployment would have (the
@@ -91,9 +93,9 @@ func (u *upper) waitController(ctx context.Context, c Component, health int) err
 	// A dry-run create of a claim with an invalid gpudra config must come back refused by the
 	// webhook: then the API server reaches and trusts it.
 	probe := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-lab-webhook-probe", Namespace: "default"}}
-	probe.Spec.Devices.Requests = []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu.gpudra.dev"}}}
+	probe.Spec.Devices.Requests = []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: api.DeviceClassGPU}}}
 	probe.Spec.Devices.Config = []resourcev1.DeviceClaimConfiguration{{DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
-		Driver: DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"NoSuchKind"}`)}}}}}
+		Driver: api.DriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"` + api.APIVersion + `","kind":"NoSuchKind"}`)}}}}}
 	return waitReady(ctx, c, "answering its config webhook", componentTimeout, func(ctx context.Context) error {
 		_, err := u.client.ResourceV1().ResourceClaims("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {

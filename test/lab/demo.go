@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpudra/gpudra/deployments"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // DemoNamespace is where deployments/examples put their objects.
@@ -154,7 +156,7 @@ func demoRealNode(ctx context.Context, out io.Writer, cs kubernetes.Interface, s
 	claim := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: demoRealNodePod},
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
-			Name: "share", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "gpu-share.gpudra.dev",
+			Name: "share", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: api.DeviceClassShare,
 				Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
 					"memory": resource.MustParse("10Gi"), "compute": resource.MustParse("25")}}},
 		}}}},
@@ -248,5 +250,5 @@ Continue with kubectl (any recent one; the lab's own is %[1]s):
 
 Tear the lab down (stops every process it started and removes %[10]s):
   %[9]s lab down%[8]s
-`, s.Kubectl, kc, LabelRack, LabelToR, LabelProfile, DemoNamespace, DemoNamespace, dirFlag, os.Args[0], s.Dir)
+`, s.Kubectl, kc, api.LabelRack, api.LabelToR, LabelProfile, DemoNamespace, DemoNamespace, dirFlag, os.Args[0], s.Dir)
 }

@@ -12,13 +12,12 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deploylab "github.com/gpudra/gpudra/deployments/lab"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Node labels set on every lab node.
 const (
-	LabelBlock    = "topology.gpudra.dev/block"
-	LabelRack     = "topology.gpudra.dev/rack"
-	LabelToR      = "topology.gpudra.dev/tor"
 	LabelHostname = "kubernetes.io/hostname"
 	// LabelProfile names the simulated NVML profile a node runs (a lab convenience).
 	LabelProfile = "lab.gpudra.dev/profile"
@@ -107,7 +106,7 @@ type Node struct {
 // Labels are the node's Kubernetes labels.
 func (n Node) Labels() map[string]string {
 	return map[string]string{
-		LabelBlock: n.Block, LabelRack: n.Rack, LabelToR: n.ToR,
+		api.LabelBlock: n.Block, api.LabelRack: n.Rack, api.LabelToR: n.ToR,
 		LabelHostname: n.Name, LabelProfile: n.Profile,
 	}
 }

@@ -3,6 +3,8 @@ package lab
 import (
 	"strings"
 	"testing"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func TestDefaultFileHasMixedProfilesAndTopology(t *testing.T) {
@@ -22,7 +24,7 @@ func TestDefaultFileHasMixedProfilesAndTopology(t *testing.T) {
 		}
 		perProfile[n.Profile]++
 		l := n.Labels()
-		for _, k := range []string{LabelBlock, LabelRack, LabelToR, LabelHostname} {
+		for _, k := range []string{api.LabelBlock, api.LabelRack, api.LabelToR, LabelHostname} {
 			if l[k] == "" {
 				t.Errorf("node %s lacks label %s", n.Name, k)
 			}

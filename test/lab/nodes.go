@@ -16,13 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
-)
 
-// DriverName is the DRA driver the plugins publish for (driver.DriverName, repeated here:
-// the lab talks to the cluster, not to the device model; it imports only the simulated
-// NVML profiles, for the real node's fake driver files, which makes it need cgo like the
-// rest of gpudra).
-const DriverName = "gpu.gpudra.dev"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
 
 // kwokAnnotation marks the nodes kwok manages.
 const kwokAnnotation = "kwok.x-k8s.io/node"
@@ -219,7 +215,7 @@ func poolPublished(ctx context.Context, cs kubernetes.Interface, node string) er
 		return err
 	}
 	if len(slices) == 0 {
-		return fmt.Errorf("no ResourceSlice of driver %s for node %s yet", DriverName, node)
+		return fmt.Errorf("no ResourceSlice of driver %s for node %s yet", api.DriverName, node)
 	}
 	want := slices[0].Spec.Pool.ResourceSliceCount
 	if int64(len(slices)) != want {
@@ -231,7 +227,7 @@ func poolPublished(ctx context.Context, cs kubernetes.Interface, node string) er
 // NodeSlices returns the newest generation of node's pool (named after the node) of the
 // gpudra driver, sorted by slice name.
 func NodeSlices(ctx context.Context, cs kubernetes.Interface, node string) ([]resourcev1.ResourceSlice, error) {
-	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + DriverName})
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + api.DriverName})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Report is what `gpudra lab status` shows.
@@ -114,7 +116,7 @@ func (r *Report) fill(ctx context.Context, cs kubernetes.Interface, nodes []Node
 
 // DeviceType is a device's gpudra type attribute (gpu, share, mig, nvlink-group).
 func DeviceType(d resourcev1.Device) string {
-	for _, k := range []resourcev1.QualifiedName{"type", DriverName + "/type"} {
+	for _, k := range []resourcev1.QualifiedName{"type", api.DriverName + "/type"} {
 		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
 			return *a.StringValue
 		}
@@ -172,7 +174,7 @@ func claimStatus(c resourcev1.ResourceClaim) ClaimStatus {
 	st.Allocated = true
 	pools := map[string]bool{}
 	for _, res := range a.Devices.Results {
-		if res.Driver != DriverName {
+		if res.Driver != api.DriverName {
 			continue
 		}
 		pools[res.Pool] = true

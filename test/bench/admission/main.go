@@ -52,8 +52,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/test/lab"
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 var cpuProfile string
@@ -397,7 +400,7 @@ func addNode(ctx context.Context, cs kubernetes.Interface, n lab.Node) error {
 	if err := lab.AddKwokNode(ctx, cs, n); err != nil {
 		return err
 	}
-	_, slices, err := driver.SimulatedSlices(n.Profile, n.Name, driver.RenderOptions{})
+	_, slices, err := simulated.Slices(n.Profile, n.Name, driver.RenderOptions{})
 	if err != nil {
 		return err
 	}
@@ -481,7 +484,7 @@ func podTemplate(mode, indent string) string {
 spec:
   restartPolicy: Never
   terminationGracePeriodSeconds: 0`+gate+`
-  nodeSelector: {`+lab.LabelBlock+`: bench}
+  nodeSelector: {`+api.LabelBlock+`: bench}
   resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
   containers:
   - name: worker
@@ -715,7 +718,7 @@ func waitPodsRunning(ctx context.Context, cs kubernetes.Interface, ns string, wa
 			node := p.Spec.NodeSelector[topology.LabelHostname]
 			for _, c := range p.Status.Conditions {
 				if node != "" && c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && time.Since(c.LastTransitionTime.Time) > time.Minute {
-					misplaced = fmt.Errorf("pod %s/%s pinned to %s (slot %s of %s) is unschedulable there: %s", ns, p.Name, node, p.Labels["gpudra.dev/pinned-slot"], p.Annotations["gpudra.dev/placement"], c.Message)
+					misplaced = fmt.Errorf("pod %s/%s pinned to %s (slot %s of %s) is unschedulable there: %s", ns, p.Name, node, p.Labels[api.LabelPinnedSlot], p.Annotations[api.AnnotationPlacement], c.Message)
 					return false, misplaced
 				}
 			}

@@ -49,7 +49,10 @@ import (
 
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/test/lab"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const (
@@ -67,8 +70,6 @@ blocks:
 	// benchScheduler is the scheduler name of every round's pods; only the round's own
 	// scheduler serves it, and only once the round's pods and claims exist.
 	benchScheduler = "bench"
-	// gpuClass is the DeviceClass of whole GPUs (deployments/deviceclasses).
-	gpuClass = "gpu.gpudra.dev"
 )
 
 // round is one measurement: a scheduler on one kind of slices.
@@ -202,7 +203,7 @@ func addNode(ctx context.Context, cs kubernetes.Interface, r round, name string)
 // nodeSlices renders a node's slices: gpudra's for the profile, or driver.PlainSlices of the
 // same GPUs.
 func nodeSlices(node, kind string) ([]*resourceapi.ResourceSlice, error) {
-	inv, rs, err := driver.SimulatedSlices(profile, node, driver.RenderOptions{})
+	inv, rs, err := simulated.Slices(profile, node, driver.RenderOptions{})
 	if err != nil || kind == "gpudra" {
 		return rs, err
 	}
@@ -233,7 +234,7 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 		ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: ns},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: gpuClass, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}},
+				DeviceClassName: api.DeviceClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}},
 		}}},
 	}
 	if _, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
@@ -317,7 +318,7 @@ func pod(ns string, i int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%04d", i), Namespace: ns},
 		Spec: corev1.PodSpec{
 			SchedulerName:  benchScheduler,
-			NodeSelector:   map[string]string{lab.LabelBlock: ns},
+			NodeSelector:   map[string]string{api.LabelBlock: ns},
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}},
 			Containers: []corev1.Container{{Name: "c", Image: "bench",
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},

@@ -12,12 +12,8 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/topology/placement"
-)
 
-// DeviceClasses gpudra ships that trace pods use.
-const (
-	GPUClass   = "gpu.gpudra.dev"
-	ShareClass = "gpu-share.gpudra.dev"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Claim is the ResourceClaim a user writes for a trace pod: k whole GPUs from
@@ -32,7 +28,7 @@ func Claim(p *placement.Pod, pin []int, uid int64) (*resourceapi.ResourceClaim, 
 		return nil, nil
 	}
 	req := resourceapi.ExactDeviceRequest{
-		DeviceClassName: GPUClass,
+		DeviceClassName: api.DeviceClassGPU,
 		AllocationMode:  resourceapi.DeviceAllocationModeExactCount,
 		Count:           int64(p.GPUs),
 	}
@@ -53,13 +49,13 @@ func Claim(p *placement.Pod, pin []int, uid int64) (*resourceapi.ResourceClaim, 
 			}
 			names = append(names, strconv.Quote(m.ProductName))
 		}
-		req.Selectors = append(req.Selectors, cel(fmt.Sprintf(`device.attributes[%q].productName in [%s]`, driver.DriverName, strings.Join(names, ", "))))
+		req.Selectors = append(req.Selectors, cel(fmt.Sprintf(`device.attributes[%q].productName in [%s]`, api.DriverName, strings.Join(names, ", "))))
 	}
 	if p.Fractional() {
-		req.DeviceClassName = ShareClass
+		req.DeviceClassName = api.DeviceClassShare
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			driver.CapCompute: *resource.NewQuantity(p.GPUMilli/10, resource.DecimalSI),
-			driver.CapMemory:  resource.MustParse(strconv.FormatInt(max(minMemory*p.GPUMilli/placement.MilliPerGPU, driver.ShareMemoryMin.Value()>>20), 10) + "Mi"),
+			api.CapCompute: *resource.NewQuantity(p.GPUMilli/10, resource.DecimalSI),
+			api.CapMemory:  resource.MustParse(strconv.FormatInt(max(minMemory*p.GPUMilli/placement.MilliPerGPU, driver.ShareMemoryMin.Value()>>20), 10) + "Mi"),
 		}}
 	}
 	if len(pin) > 0 {
@@ -67,7 +63,7 @@ func Claim(p *placement.Pod, pin []int, uid int64) (*resourceapi.ResourceClaim, 
 		for k, i := range pin {
 			idx[k] = strconv.Itoa(i)
 		}
-		req.Selectors = append(req.Selectors, cel(fmt.Sprintf(`device.attributes[%q].index in [%s]`, driver.DriverName, strings.Join(idx, ", "))))
+		req.Selectors = append(req.Selectors, cel(fmt.Sprintf(`device.attributes[%q].index in [%s]`, api.DriverName, strings.Join(idx, ", "))))
 	}
 	c := &resourceapi.ResourceClaim{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 		Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}},

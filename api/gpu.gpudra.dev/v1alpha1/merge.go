@@ -1,4 +1,4 @@
-package config
+package v1alpha1
 
 import (
 	"fmt"
@@ -68,7 +68,7 @@ func Resolve(configs []resourceapi.DeviceAllocationConfiguration, driverName, re
 		if err != nil {
 			return Resolved{}, err
 		}
-		check := deepCopy(obj)
+		check := obj.DeepCopyObject().(Config)
 		check.Normalize()
 		if e := validateAt(check, p); len(e) > 0 {
 			errs = append(errs, e...)
@@ -116,47 +116,4 @@ func appliesTo(requests []string, request string) bool {
 	}
 	parent, _, _ := strings.Cut(request, "/")
 	return slices.Contains(requests, request) || slices.Contains(requests, parent)
-}
-
-// deepCopy copies a decoded config so that normalizing the copy leaves the original as written.
-func deepCopy(obj Config) Config {
-	switch c := obj.(type) {
-	case *GpuConfig:
-		out := *c
-		out.Sharing = c.Sharing.deepCopy()
-		if c.Limits != nil {
-			l := *c.Limits
-			out.Limits = &l
-		}
-		return &out
-	case *MigConfig:
-		out := *c
-		out.Sharing = c.Sharing.deepCopy()
-		return &out
-	}
-	return obj
-}
-
-func (s *Sharing) deepCopy() *Sharing {
-	if s == nil {
-		return nil
-	}
-	out := *s
-	if s.TimeSlicing != nil {
-		ts := *s.TimeSlicing
-		out.TimeSlicing = &ts
-	}
-	if s.MPS != nil {
-		m := *s.MPS
-		if m.DefaultActiveThreadPercentage != nil {
-			p := *m.DefaultActiveThreadPercentage
-			m.DefaultActiveThreadPercentage = &p
-		}
-		if m.DefaultPinnedDeviceMemoryLimit != nil {
-			q := m.DefaultPinnedDeviceMemoryLimit.DeepCopy()
-			m.DefaultPinnedDeviceMemoryLimit = &q
-		}
-		out.MPS = &m
-	}
-	return &out
 }

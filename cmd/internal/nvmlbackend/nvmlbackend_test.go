@@ -1,15 +1,16 @@
-package driver_test
+package nvmlbackend_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/cmd/internal/nvmlbackend"
+	"github.com/gpudra/gpudra/driver/discover"
 )
 
 func TestRealNVMLNeverFallsBackToSimulation(t *testing.T) {
-	b, err := driver.OpenBackend("nvml", "n")
+	b, err := nvmlbackend.Open("nvml", "n")
 	if err == nil {
 		defer b.Close()
 		if b.Simulated {
@@ -17,7 +18,7 @@ func TestRealNVMLNeverFallsBackToSimulation(t *testing.T) {
 		}
 		t.Skip("this machine has a working NVML library; the missing-library path cannot be exercised here")
 	}
-	if !errors.Is(err, driver.ErrNVMLUnavailable) {
+	if !errors.Is(err, discover.ErrNVMLUnavailable) {
 		t.Fatalf("error %v is not ErrNVMLUnavailable", err)
 	}
 	for _, want := range []string{"libnvidia-ml.so.1", "--nvml=sim:"} {
@@ -33,8 +34,8 @@ func TestBackendSpecErrors(t *testing.T) {
 		"sim:no-such-node":           "dgx-v100",
 		"sim:/nonexistent/node.yaml": "node.yaml",
 	} {
-		if _, err := driver.OpenBackend(spec, "n"); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("OpenBackend(%q) = %v, want an error mentioning %q", spec, err, want)
+		if _, err := nvmlbackend.Open(spec, "n"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%q) = %v, want an error mentioning %q", spec, err, want)
 		}
 	}
 }

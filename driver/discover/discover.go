@@ -1,4 +1,4 @@
-package driver
+package discover
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -19,9 +20,9 @@ import (
 // of GPUs, NVLink and PCIe, so that the node keeps serving its other GPUs. System-level
 // failures (driver version, device count) and topology between readable GPUs that NVML
 // cannot report are errors. Errors name the GPU and the NVML call that failed.
-func Discover(b *Backend) (*Inventory, error) {
+func Discover(b *Backend) (*driver.Inventory, error) {
 	lib := b.NVML
-	inv := &Inventory{Backend: b.Name}
+	inv := &driver.Inventory{Backend: b.Name}
 	var ret nvml.Return
 	if inv.DriverVersion, ret = lib.SystemGetDriverVersion(); ret != nvml.SUCCESS {
 		return nil, nvmlErr("SystemGetDriverVersion", ret)
@@ -57,23 +58,8 @@ func Discover(b *Backend) (*Inventory, error) {
 	return inv, nil
 }
 
-// UnreadableGPU is a GPU that NVML lists but discovery could not read. None of its
-// devices is published; the kubelet plugin reports it in its log, metrics and an Event
-// on the Node.
-type UnreadableGPU struct {
-	// Index is the GPU's NVML index.
-	Index int `json:"index"`
-	// Call is the NVML call that failed, e.g. "GetMemoryInfo" ("" when NVML answered
-	// but the answer made no sense).
-	Call string `json:"call,omitempty"`
-	// Return is the call's NVML return code, e.g. "ERROR_GPU_IS_LOST".
-	Return string `json:"return,omitempty"`
-	// Reason is the whole error.
-	Reason string `json:"reason"`
-}
-
-func unreadableGPU(index int, err error) UnreadableGPU {
-	u := UnreadableGPU{Index: index, Reason: err.Error()}
+func unreadableGPU(index int, err error) driver.UnreadableGPU {
+	u := driver.UnreadableGPU{Index: index, Reason: err.Error()}
 	var e *NVMLError
 	if errors.As(err, &e) {
 		u.Call, u.Return = e.Call, e.Return.Error()
@@ -82,7 +68,7 @@ func unreadableGPU(index int, err error) UnreadableGPU {
 }
 
 // discoverIndex reads the GPU at NVML index i: its handle, properties and NVLinks.
-func discoverIndex(b *Backend, i int) (nvml.Device, *GPU, gpuLinks, error) {
+func discoverIndex(b *Backend, i int) (nvml.Device, *driver.GPU, gpuLinks, error) {
 	dev, ret := b.NVML.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return nil, nil, gpuLinks{}, fmt.Errorf("GPU %d: %w", i, nvmlErr("DeviceGetHandleByIndex", ret))
@@ -98,8 +84,8 @@ func discoverIndex(b *Backend, i int) (nvml.Device, *GPU, gpuLinks, error) {
 	return dev, gpu, links, nil
 }
 
-func discoverGPU(b *Backend, dev nvml.Device, i int) (*GPU, error) {
-	g := &GPU{Index: i}
+func discoverGPU(b *Backend, dev nvml.Device, i int) (*driver.GPU, error) {
+	g := &driver.GPU{Index: i}
 	var ret nvml.Return
 	if g.Index, ret = dev.GetIndex(); ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetIndex", ret)
@@ -203,7 +189,7 @@ var ciProfileForSlices = map[int]int{
 	8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
 }
 
-func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
+func discoverMIG(dev nvml.Device, memBytes uint64) (*driver.MIGInfo, error) {
 	current, _, ret := dev.GetMigMode()
 	if ret == nvml.ERROR_NOT_SUPPORTED {
 		return nil, nil
@@ -211,7 +197,7 @@ func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
 	if ret != nvml.SUCCESS {
 		return nil, nvmlErr("GetMigMode", ret)
 	}
-	info := &MIGInfo{Enabled: current == nvml.DEVICE_MIG_ENABLE}
+	info := &driver.MIGInfo{Enabled: current == nvml.DEVICE_MIG_ENABLE}
 	names := nvdev.New(nil)
 	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
 		p, ret := dev.GetGpuInstanceProfileInfo(id)
@@ -236,7 +222,7 @@ func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
 		if ret != nvml.SUCCESS {
 			return nil, nvmlErr(fmt.Sprintf("GetGpuInstancePossiblePlacements(%s)", name), ret)
 		}
-		prof := MIGProfile{
+		prof := driver.MIGProfile{
 			Name:            name.String(),
 			GIProfileID:     id,
 			CIProfileID:     ci,
@@ -245,7 +231,7 @@ func discoverMIG(dev nvml.Device, memBytes uint64) (*MIGInfo, error) {
 			Multiprocessors: int(p.MultiprocessorCount),
 		}
 		for _, pl := range placements {
-			prof.Placements = append(prof.Placements, MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
+			prof.Placements = append(prof.Placements, driver.MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})
 			info.MemorySlices = max(info.MemorySlices, int(pl.Start+pl.Size))
 		}
 		sort.Slice(prof.Placements, func(a, b int) bool { return prof.Placements[a].Start < prof.Placements[b].Start })
@@ -304,7 +290,7 @@ func discoverLinks(dev nvml.Device) (gpuLinks, error) {
 
 // nvlinkGraph counts links per pair of GPUs and to NVSwitches, indexed like gpus. Links
 // to a GPU that is not among them (one discovery could not read) are left out.
-func nvlinkGraph(gpus []GPU, links []gpuLinks) (topology.NVLinkGraph, error) {
+func nvlinkGraph(gpus []driver.GPU, links []gpuLinks) (topology.NVLinkGraph, error) {
 	g := topology.NewNVLinkGraph(len(gpus))
 	byBus := map[string]int{}
 	for k, gpu := range gpus {
@@ -325,18 +311,18 @@ func nvlinkGraph(gpus []GPU, links []gpuLinks) (topology.NVLinkGraph, error) {
 }
 
 // discoverPCIe is the closest PCIe ancestor of each pair of GPUs, indexed like gpus.
-func discoverPCIe(gpus []GPU, handles []nvml.Device) ([][]PCIeLevel, error) {
-	out := make([][]PCIeLevel, len(handles))
+func discoverPCIe(gpus []driver.GPU, handles []nvml.Device) ([][]driver.PCIeLevel, error) {
+	out := make([][]driver.PCIeLevel, len(handles))
 	for i := range handles {
-		out[i] = make([]PCIeLevel, len(handles))
+		out[i] = make([]driver.PCIeLevel, len(handles))
 		for j := range handles {
 			if i == j {
-				out[i][j] = PCIeSame
+				out[i][j] = driver.PCIeSame
 				continue
 			}
 			lvl, ret := handles[i].GetTopologyCommonAncestor(handles[j])
 			if ret == nvml.ERROR_NOT_SUPPORTED {
-				out[i][j] = PCIeSystem
+				out[i][j] = driver.PCIeSystem
 				continue
 			}
 			if ret != nvml.SUCCESS {
@@ -348,20 +334,20 @@ func discoverPCIe(gpus []GPU, handles []nvml.Device) ([][]PCIeLevel, error) {
 	return out, nil
 }
 
-func pcieLevel(l nvml.GpuTopologyLevel) PCIeLevel {
+func pcieLevel(l nvml.GpuTopologyLevel) driver.PCIeLevel {
 	switch l {
 	case nvml.TOPOLOGY_INTERNAL:
-		return PCIeSame
+		return driver.PCIeSame
 	case nvml.TOPOLOGY_SINGLE:
-		return PCIeSwitch
+		return driver.PCIeSwitch
 	case nvml.TOPOLOGY_MULTIPLE:
-		return PCIeSwitches
+		return driver.PCIeSwitches
 	case nvml.TOPOLOGY_HOSTBRIDGE:
-		return PCIeHostBridge
+		return driver.PCIeHostBridge
 	case nvml.TOPOLOGY_NODE:
-		return PCIeNUMANode
+		return driver.PCIeNUMANode
 	default:
-		return PCIeSystem
+		return driver.PCIeSystem
 	}
 }
 

@@ -1,8 +1,9 @@
-package config
+package v1alpha1
 
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // The API group, version and kinds of gpudra's opaque device configuration.
@@ -20,6 +21,7 @@ var Kinds = []string{GpuConfigKind, MigConfigKind}
 
 // Config is a decoded configuration object: a *GpuConfig or a *MigConfig.
 type Config interface {
+	runtime.Object
 	// Kind is the object's kind.
 	Kind() string
 	// Normalize fills in defaults.
@@ -37,6 +39,8 @@ type Config interface {
 //	  mps:
 //	    defaultActiveThreadPercentage: 50
 //	    defaultPinnedDeviceMemoryLimit: 10Gi
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type GpuConfig struct {
 	metav1.TypeMeta `json:",inline"`
 	// Sharing says how the processes of the pods sharing the claim share each GPU.
@@ -46,6 +50,7 @@ type GpuConfig struct {
 }
 
 // MigConfig configures MIG devices.
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type MigConfig struct {
 	metav1.TypeMeta `json:",inline"`
 	// Sharing says how the processes of the pods sharing the claim share each MIG device.

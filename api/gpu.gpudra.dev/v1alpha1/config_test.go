@@ -1,4 +1,4 @@
-package config_test
+package v1alpha1_test
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 const driverName = "gpu.gpudra.dev"
@@ -62,7 +62,7 @@ sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedD
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := config.ValidateOpaque([]byte(tc.yaml), field.NewPath("spec", "config").Index(0).Child("opaque", "parameters"))
+			err := api.ValidateOpaque([]byte(tc.yaml), field.NewPath("spec", "config").Index(0).Child("opaque", "parameters"))
 			if len(tc.wantErr) == 0 {
 				if err != nil {
 					t.Fatalf("want valid, got %v", err)
@@ -82,18 +82,18 @@ sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedD
 }
 
 func TestNormalizeDefaults(t *testing.T) {
-	obj, err := config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig"))
+	obj, err := api.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj.Normalize()
-	c := obj.(*config.GpuConfig)
-	if c.Sharing.Strategy != config.TimeSlicing || c.Sharing.TimeSlicing.Interval != config.IntervalDefault || c.Limits.Enforcement != config.EnforceAuto {
+	c := obj.(*api.GpuConfig)
+	if c.Sharing.Strategy != api.TimeSlicing || c.Sharing.TimeSlicing.Interval != api.IntervalDefault || c.Limits.Enforcement != api.EnforceAuto {
 		t.Errorf("defaults: got %+v %+v %+v", c.Sharing, c.Sharing.TimeSlicing, c.Limits)
 	}
-	obj, _ = config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: MPS}"))
+	obj, _ = api.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: MPS}"))
 	obj.Normalize()
-	if m := obj.(*config.MigConfig); m.Sharing.MPS == nil || m.Sharing.TimeSlicing != nil {
+	if m := obj.(*api.MigConfig); m.Sharing.MPS == nil || m.Sharing.TimeSlicing != nil {
 		t.Errorf("MPS defaults: got %+v", m.Sharing)
 	}
 }
@@ -125,30 +125,30 @@ func TestResolvePrecedence(t *testing.T) {
 		name         string
 		configs      []resourceapi.DeviceAllocationConfiguration
 		request      string
-		wantStrategy config.SharingStrategy
-		wantInterval config.TimeSliceInterval
-		wantEnforce  config.Enforcement
-		wantMIG      config.SharingStrategy
+		wantStrategy api.SharingStrategy
+		wantInterval api.TimeSliceInterval
+		wantEnforce  api.Enforcement
+		wantMIG      api.SharingStrategy
 	}{
-		{name: "no config gives defaults", request: "gpu", wantStrategy: config.TimeSlicing, wantInterval: config.IntervalDefault, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+		{name: "no config gives defaults", request: "gpu", wantStrategy: api.TimeSlicing, wantInterval: api.IntervalDefault, wantEnforce: api.EnforceAuto, wantMIG: api.TimeSlicing},
 		{name: "class config applies", request: "gpu", configs: []resourceapi.DeviceAllocationConfiguration{opaque(t, class, nil, classMPS)},
-			wantStrategy: config.MPS, wantEnforce: config.EnforceMPS, wantMIG: config.TimeSlicing},
+			wantStrategy: api.MPS, wantEnforce: api.EnforceMPS, wantMIG: api.TimeSlicing},
 		{name: "claim overrides class sharing but keeps class limits", request: "gpu",
 			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, nil, claimShort), opaque(t, class, nil, classMPS)},
-			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalShort, wantEnforce: config.EnforceMPS, wantMIG: config.TimeSlicing},
+			wantStrategy: api.TimeSlicing, wantInterval: api.IntervalShort, wantEnforce: api.EnforceMPS, wantMIG: api.TimeSlicing},
 		{name: "later claim config wins", request: "gpu",
 			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, nil, claimShort), opaque(t, claim, nil, claimLong)},
-			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalLong, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+			wantStrategy: api.TimeSlicing, wantInterval: api.IntervalLong, wantEnforce: api.EnforceAuto, wantMIG: api.TimeSlicing},
 		{name: "config for another request is ignored", request: "gpu",
 			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, []string{"other"}, claimLong)},
-			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalDefault, wantEnforce: config.EnforceAuto, wantMIG: config.TimeSlicing},
+			wantStrategy: api.TimeSlicing, wantInterval: api.IntervalDefault, wantEnforce: api.EnforceAuto, wantMIG: api.TimeSlicing},
 		{name: "config naming the parent request applies to its subrequest", request: "gpu/big",
 			configs:      []resourceapi.DeviceAllocationConfiguration{opaque(t, claim, []string{"gpu"}, claimLong), opaque(t, claim, []string{"gpu"}, migMPS)},
-			wantStrategy: config.TimeSlicing, wantInterval: config.IntervalLong, wantEnforce: config.EnforceAuto, wantMIG: config.MPS},
+			wantStrategy: api.TimeSlicing, wantInterval: api.IntervalLong, wantEnforce: api.EnforceAuto, wantMIG: api.MPS},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := config.Resolve(tc.configs, driverName, tc.request)
+			got, err := api.Resolve(tc.configs, driverName, tc.request)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,23 +166,23 @@ func TestResolveReportsTheConfigIndex(t *testing.T) {
 	bad := opaque(t, resourceapi.AllocationConfigSourceClaim, nil, "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 150}}")
 	other := bad
 	other.Opaque = &resourceapi.OpaqueDeviceConfiguration{Driver: "other.example.com", Parameters: runtime.RawExtension{Raw: []byte("garbage")}}
-	_, err := config.Resolve([]resourceapi.DeviceAllocationConfiguration{other, bad}, driverName, "gpu")
+	_, err := api.Resolve([]resourceapi.DeviceAllocationConfiguration{other, bad}, driverName, "gpu")
 	if err == nil || !strings.Contains(err.Error(), "status.allocation.devices.config[1].opaque.parameters.sharing.mps.defaultActiveThreadPercentage") {
 		t.Fatalf("want an error at config[1]...defaultActiveThreadPercentage, got %v", err)
 	}
 }
 
 func TestValidateForDeviceMemory(t *testing.T) {
-	obj, err := config.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 100Gi}}"))
+	obj, err := api.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultPinnedDeviceMemoryLimit: 100Gi}}"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj.Normalize()
-	s := obj.(*config.GpuConfig).Sharing
-	if errs := s.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: 80 << 30}); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "sharing.mps.defaultPinnedDeviceMemoryLimit") {
+	s := obj.(*api.GpuConfig).Sharing
+	if errs := s.ValidateFor(field.NewPath("sharing"), api.Device{MemoryBytes: 80 << 30}); len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "sharing.mps.defaultPinnedDeviceMemoryLimit") {
 		t.Errorf("100Gi on an 80Gi GPU: got %v", errs)
 	}
-	if errs := s.ValidateFor(field.NewPath("sharing"), config.Device{MemoryBytes: 141 << 30}); len(errs) != 0 {
+	if errs := s.ValidateFor(field.NewPath("sharing"), api.Device{MemoryBytes: 141 << 30}); len(errs) != 0 {
 		t.Errorf("100Gi on a 141Gi GPU: got %v", errs)
 	}
 }
@@ -197,7 +197,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		obj, err := config.Decode(data)
+		obj, err := api.Decode(data)
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package driver_test
+package discover_test
 
 import (
 	"strings"
@@ -6,8 +6,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
-	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
@@ -30,7 +30,7 @@ func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := driver.OpenBackend("sim:dgx-v100", "n")
+			b, err := simulated.Open("dgx-v100", "n")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -39,7 +39,7 @@ func TestDiscoveryErrorsNameTheFailingCall(t *testing.T) {
 				t.Fatalf("simulated NVML is a %T, want go-nvml's mock server", b.NVML)
 			}
 			tc.set(srv, srv.Devices[0].(*server.Device))
-			_, err = driver.Discover(b)
+			_, err = discover.Discover(b)
 			if err == nil {
 				t.Fatal("discovery succeeded on a failing NVML")
 			}

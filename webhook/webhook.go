@@ -14,8 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/gpudra/gpudra/driver"
-	"github.com/gpudra/gpudra/driver/config"
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Path is where the handler is served.
@@ -59,10 +58,10 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 	}
 	var errs field.ErrorList
 	for _, c := range configs {
-		if c.opaque == nil || c.opaque.Driver != driver.DriverName {
+		if c.opaque == nil || c.opaque.Driver != api.DriverName {
 			continue
 		}
-		if err := config.ValidateOpaque(c.opaque.Parameters.Raw, c.path); err != nil {
+		if err := api.ValidateOpaque(c.opaque.Parameters.Raw, c.path); err != nil {
 			errs = append(errs, field.Invalid(c.path, "", err.Error()))
 		}
 	}

@@ -1,12 +1,12 @@
-package driver_test
+package discover_test
 
 import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-
-	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 // Every brand and architecture NVML reports is published under go-nvlib's name (the one
@@ -28,7 +28,7 @@ func TestBrandAndArchitectureNamesAreGoNvlibs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.wantBrand+"/"+tc.wantArch, func(t *testing.T) {
-			b, err := driver.OpenBackend("sim:dgx-v100", "n")
+			b, err := simulated.Open("dgx-v100", "n")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -38,7 +38,7 @@ func TestBrandAndArchitectureNamesAreGoNvlibs(t *testing.T) {
 				d.GetBrandFunc = func() (nvml.BrandType, nvml.Return) { return tc.brand, nvml.SUCCESS }
 				d.GetArchitectureFunc = func() (nvml.DeviceArchitecture, nvml.Return) { return tc.arch, nvml.SUCCESS }
 			}
-			inv, err := driver.Discover(b)
+			inv, err := discover.Discover(b)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,122 @@
+package v1alpha1
+
+import "strconv"
+
+// DriverName is the DRA driver name, the domain of every attribute and capacity a gpudra
+// device publishes, and the API group of the opaque configuration kinds.
+const DriverName = Group
+
+// DeviceClasses gpudra ships (deployments/deviceclasses). Each selects one device type.
+const (
+	// DeviceClassGPU selects whole GPUs.
+	DeviceClassGPU = "gpu.gpudra.dev"
+	// DeviceClassShare selects fractional shares of a GPU (memory and compute capacity).
+	DeviceClassShare = "gpu-share.gpudra.dev"
+	// DeviceClassMIG selects MIG devices.
+	DeviceClassMIG = "mig.gpudra.dev"
+	// DeviceClassNVLinkGroup selects NVLink groups of any size.
+	DeviceClassNVLinkGroup = "nvlink-group.gpudra.dev"
+)
+
+// DeviceClassNVLinkGroupOf is the DeviceClass of NVLink groups of n GPUs
+// ("nvlink-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
+func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.Itoa(n) + ".gpudra.dev" }
+
+// Extended resources. A container may ask for a DeviceClass's extendedResourceName in its
+// resources (KEP-5004) and kube-scheduler turns it into a claim; Kueue counts quota in them.
+const (
+	// ExtendedResourceGPU is the resource Kueue quotas count whole-GPU equivalents in.
+	ExtendedResourceGPU = "gpudra.dev/gpu"
+)
+
+// ExtendedResourceNVLinkGroupOf is the extendedResourceName of DeviceClassNVLinkGroupOf(n)
+// ("gpudra.dev/nvlink-group-4").
+func ExtendedResourceNVLinkGroupOf(n int) string { return "gpudra.dev/nvlink-group-" + strconv.Itoa(n) }
+
+// Device types: the value of the "type" attribute.
+const (
+	TypeGPU         = "gpu"
+	TypeShare       = "share"
+	TypeMIG         = "mig"
+	TypeNVLinkGroup = "nvlink-group"
+)
+
+// Attribute names, in the driver's domain (a CEL selector reads
+// device.attributes["gpu.gpudra.dev"].uuid).
+const (
+	AttrType                  = "type"
+	AttrIndex                 = "index"
+	AttrUUID                  = "uuid"
+	AttrProductName           = "productName"
+	AttrBrand                 = "brand"
+	AttrArchitecture          = "architecture"
+	AttrCUDAComputeCapability = "cudaComputeCapability"
+	AttrDriverVersion         = "driverVersion"
+	AttrCUDADriverVersion     = "cudaDriverVersion"
+	AttrMIGCapable            = "migCapable"
+	AttrMIGProfile            = "migProfile"
+	AttrMIGPlacementStart     = "migPlacementStart"
+	AttrMIGPlacementSize      = "migPlacementSize"
+	AttrParentIndex           = "parentIndex"
+	AttrParentUUID            = "parentUUID"
+	AttrNVLinkFabric          = "nvlinkFabric"
+	AttrNVLinkLinks           = "nvlinkLinks"
+	AttrNVLinkClique          = "nvlinkClique"
+	AttrNVLinkDomain          = "nvlinkDomain"
+	AttrNVLinkMinLinks        = "nvlinkMinLinks"
+	AttrGPUCount              = "gpuCount"
+	AttrMembers               = "members"
+)
+
+// Capacity names, in the driver's domain.
+const (
+	CapMemory          = "memory"
+	CapMultiprocessors = "multiprocessors"
+	CapCompute         = "compute"
+)
+
+// Device taints.
+const (
+	// TaintUnhealthy is put on every device of a GPU the plugin found unhealthy.
+	TaintUnhealthy = "gpu.gpudra.dev/unhealthy"
+)
+
+// Node labels of the network topology, read by the admission check and the simulator.
+const (
+	LabelBlock = "topology.gpudra.dev/block"
+	LabelRack  = "topology.gpudra.dev/rack"
+	LabelToR   = "topology.gpudra.dev/tor"
+)
+
+// The Kueue admission check and what it reads from and writes to workloads and pods.
+const (
+	// AdmissionCheckController is the controllerName of gpudra's AdmissionCheck.
+	AdmissionCheckController = "gpudra.dev/topology"
+	// AnnotationRequiredTopology keeps all pods of a pod set in one domain: block, rack or hostname.
+	AnnotationRequiredTopology = "gpudra.dev/required-topology"
+	// AnnotationSliceSize and AnnotationSliceTopology split a pod set into consecutive
+	// slices of that many pods that must each share a domain (e.g. pipelines per rack).
+	AnnotationSliceSize     = "gpudra.dev/slice-size"
+	AnnotationSliceTopology = "gpudra.dev/slice-required-topology"
+	// SchedulingGate holds a pod until gpudra pins it to the node its gang was planned on.
+	SchedulingGate = "gpudra.dev/placement"
+	// AnnotationPlacement lists the planned node of each pod of a pod set, by completion index.
+	AnnotationPlacement = "gpudra.dev/placement"
+	// LabelPinnedSlot marks pods that were pinned, with their slot in the plan.
+	LabelPinnedSlot = "gpudra.dev/pinned-slot"
+	// LabelWorkload carries a Workload's UID on the objects the admission check makes for it.
+	LabelWorkload = "gpudra.dev/workload-uid"
+)
+
+// Objects the kubelet plugin makes.
+const (
+	// AnnotationPreparedClaim names, on a CDI spec, the claim it was written for.
+	AnnotationPreparedClaim = "gpudra.dev/prepared-claim"
+	// LabelMPSNode, LabelMPSClaimUID and AnnotationMPSPipeDir mark an MPS control
+	// daemon's Deployment and pods.
+	LabelMPSNode         = "gpu.gpudra.dev/mps-node"
+	LabelMPSClaimUID     = "gpu.gpudra.dev/mps-claim-uid"
+	AnnotationMPSPipeDir = "gpu.gpudra.dev/mps-pipe-dir"
+	// AnnotationMPSDaemonSpec is a digest of what an MPS daemon was started with.
+	AnnotationMPSDaemonSpec = "gpu.gpudra.dev/mps-daemon-spec"
+)
