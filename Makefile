@@ -54,10 +54,10 @@ bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios p
 	GPUDRA_E2E=0 go test -run '^$$' -bench . -benchtime 2s ./driver/... ./kubeletplugin/...
 
 toolchain: ## build and cache the lab's Kubernetes components and helm (for the chart tests)
-	test/lab/toolchain.sh k8s etcd kwok kueue helm node cdihook
+	lab/toolchain.sh k8s etcd kwok kueue helm node cdihook
 
 demo: build ## bring up the local lab with simulated GPU nodes and walk through example claims
-	test/lab/demo.sh
+	lab/demo.sh
 
 lab-up: build
 	bin/gpudra lab up

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 )
 
 // newLabCommand is `gpudra lab`: a real Kubernetes 1.37 cluster of simulated GPU nodes on this

@@ -43,7 +43,7 @@ var realNodeValues = append(slices.Clone(labValues),
 	`kubeletPlugin.pools[2]={"name":"r1-real","nvml":"sim:dgx-h100","hostNetwork":true,"metricsPort":39400,"pluginDataDir":"/lab/r1/plugin","kubeletRegistryDir":"/lab/r1/kubelet/plugins_registry","cdiRoot":"/lab/r1/cdi","driverRoot":"/lab/r1/driver-root","nodeSelector":{"kubernetes.io/hostname":"r1-real"},"tolerations":[{"key":"lab.gpudra.dev/real-node","operator":"Exists"}]}`,
 	"kubernetesService.host=127.0.0.1", "kubernetesService.port=6443")
 
-// selfSignedValues are the controller's values in the lab (test/lab/chart.go): one replica
+// selfSignedValues are the controller's values in the lab (lab/chart.go): one replica
 // outside the cluster, its webhook at a 127.0.0.1 URL with a certificate made at start.
 var selfSignedValues = []string{"webhook.certManagement=selfSigned", "controller.replicas=1",
 	"webhook.url=https://127.0.0.1:9443/validate-gpudra-config", `webhook.extraCertNames=["127.0.0.1","localhost"]`}

@@ -30,7 +30,7 @@ const (
 	// kubeVersion is what the chart is rendered for (the lab's Kubernetes).
 	kubeVersion = "v1.37.2"
 	// buildHelm is the command that builds and caches the helm binary.
-	buildHelm = "test/lab/toolchain.sh helm"
+	buildHelm = "lab/toolchain.sh helm"
 )
 
 // kinds maps every kind the chart may render to its real API type; anything else fails.
@@ -154,7 +154,7 @@ var (
 	helmErr  error
 )
 
-// helmBinary returns the helm binary cached by test/lab/toolchain.sh (GPUDRA_HELM names
+// helmBinary returns the helm binary cached by lab/toolchain.sh (GPUDRA_HELM names
 // another one). A cold build takes over 8 minutes on 2 shared cores, too long for a unit
 // test: when helm is not cached the chart tests skip, naming the command that builds it,
 // unless GPUDRA_HELM_BUILD=1 asks them to build it first.

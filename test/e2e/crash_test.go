@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/kubeletplugin"
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 )
 
 // pauseAtEnv is gpudra-kubelet-plugin's crash-test switch: the step of a prepare or an

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/scheduler/fragmentation"
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/topology/placement"
 	"github.com/gpudra/gpudra/topology/placement/sim"
 

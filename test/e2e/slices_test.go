@@ -9,7 +9,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 )
 
 // TestEveryNodePublishesWhatInspectRenders compares each node's published ResourceSlices with

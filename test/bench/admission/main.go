@@ -53,7 +53,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"

@@ -50,7 +50,7 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
-	"github.com/gpudra/gpudra/test/lab"
+	"github.com/gpudra/gpudra/lab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )

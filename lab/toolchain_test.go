@@ -9,7 +9,7 @@ import (
 // The lab's nvidia-cdi-hook runs the hooks that the kubelet plugin's nvcdi writes; both come
 // from one nvidia-container-toolkit version, go.mod's.
 func TestToolchainBuildsTheNvidiaCDIHookOfGoMod(t *testing.T) {
-	gomod, err := os.ReadFile("../../go.mod")
+	gomod, err := os.ReadFile("../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   test/lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node, cdihook
-#   test/lab/toolchain.sh --status         say what is cached
+#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node, cdihook
+#   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
 # $GPUDRA_CACHE (default ~/.cache/gpudra) keyed by version; a cached component is never
@@ -18,7 +18,7 @@ CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
 # nvidia-container-toolkit of go.mod: its nvcdi writes the hooks this nvidia-cdi-hook runs
-# (test/lab/toolchain_test.go keeps the two equal).
+# (lab/toolchain_test.go keeps the two equal).
 NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
 CACHE=${GPUDRA_CACHE:-$HOME/.cache/gpudra}
 TOOLS=$CACHE/toolchain

@@ -23,12 +23,12 @@ import (
 )
 
 // The lab's local container images. No registry is reachable from a lab, so both are built
-// from test/lab/probe and imported into each real node's containerd; pods use them with
+// from lab/probe and imported into each real node's containerd; pods use them with
 // imagePullPolicy: Never.
 const (
 	// PauseImage is every real node's pod sandbox image.
 	PauseImage = "gpudra.dev/lab/pause:v1"
-	// ProbeImage prints what a container received from gpudra (see test/lab/probe).
+	// ProbeImage prints what a container received from gpudra (see lab/probe).
 	ProbeImage = "gpudra.dev/lab/probe:v1"
 )
 
@@ -37,11 +37,11 @@ const (
 func buildImages(ctx context.Context, progress io.Writer, repo, out string) error {
 	bin := filepath.Join(filepath.Dir(out), "gpudra-lab-probe")
 	fmt.Fprintf(progress, "Building gpudra-lab-probe (the lab's container images) from %s\n", repo)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./test/lab/probe")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./lab/probe")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOTOOLCHAIN=local")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return &ComponentError{Component: "gpudra-lab-probe build", Err: fmt.Errorf("go build ./test/lab/probe: %w\n%s", err, msg)}
+		return &ComponentError{Component: "gpudra-lab-probe build", Err: fmt.Errorf("go build ./lab/probe: %w\n%s", err, msg)}
 	}
 	program, err := os.ReadFile(bin)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// toolchainScript builds and caches the lab's Kubernetes components (test/lab/toolchain.sh),
+// toolchainScript builds and caches the lab's Kubernetes components (lab/toolchain.sh),
 // embedded so that `gpudra lab` works from any directory.
 //
 //go:embed toolchain.sh
