@@ -10,8 +10,8 @@ PKGS := ./...
 # Packages whose goroutines share state (kubelet plugin, controllers): run under -race too.
 RACE_PKGS := ./kubeletplugin/... ./queueing/... ./cmd/gpudra-controller/...
 # Every fuzz target, as package:Target (go test -fuzz takes one target of one package).
-FUZZ_TARGETS := ./driver/config:FuzzDecode ./driver/nvmlsim:FuzzParse ./kubeletplugin:FuzzCheckpointLoad \
-	./queueing/network:FuzzParseFile ./topology/placement:FuzzReadPods ./topology/placement:FuzzReadNodes
+FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzParse ./kubeletplugin:FuzzCheckpointLoad \
+	./queueing/network:FuzzParseFile ./sim/reproduction:FuzzReadPods ./sim/reproduction:FuzzReadNodes
 # How many inputs make test and make fuzz run through each fuzz target. Counts, not durations:
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when a duration runs out
 # while a worker is busy (golang/go#75804), which fails a target that found nothing.
@@ -30,16 +30,16 @@ lint: ## gofmt + go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet $(PKGS)
 
-unit: ## fast tests (no lab)
-	GPUDRA_E2E=0 go test $(PKGS)
+unit: ## fast tests: plain go test, without the e2e tag (no lab, no chart tests, no toolchain)
+	go test $(PKGS)
 
-test: lint build toolchain ## the whole suite: unit tests, allocator tests, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
-	go test -count=1 -timeout 80m $(PKGS)
+test: lint build toolchain ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
+	go test -tags e2e -count=1 -timeout 80m $(PKGS)
 	$(MAKE) race
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_BRIEF)
 
 race: ## the kubelet plugin and controller-side packages' unit tests under the race detector
-	go test -race -count=1 -timeout 30m $(RACE_PKGS)
+	go test -tags e2e -race -count=1 -timeout 30m $(RACE_PKGS)
 
 fuzz: ## each fuzz target for FUZZTIME inputs (default 2000000x); a failing input is kept under the package's testdata/fuzz/
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -47,8 +47,8 @@ fuzz: ## each fuzz target for FUZZTIME inputs (default 2000000x); a failing inpu
 		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
 	done
 
-e2e: build ## only the lab end-to-end tests
-	go test -timeout 80m -v ./test/e2e/...
+e2e: build ## only the lab end-to-end tests (-tags e2e)
+	go test -tags e2e -timeout 80m -v ./test/e2e/...
 
 bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios printed)
 	GPUDRA_E2E=0 go test -run '^$$' -bench . -benchtime 2s ./driver/... ./kubeletplugin/...

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/data/traces"
-	"github.com/gpudra/gpudra/topology/placement"
-	"github.com/gpudra/gpudra/topology/placement/sim"
+	"github.com/gpudra/gpudra/sim"
+	"github.com/gpudra/gpudra/sim/reproduction"
 )
 
 func newSimCommand() *cobra.Command {
@@ -116,8 +116,8 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 	f.StringVar(&dir, "trace-dir", "", "directory with openb_node_list_gpu_node.csv and openb_pod_list_<trace>.csv (default: the Alibaba cluster-trace-gpu-v2023 files built into gpudra, data/traces/alibaba-gpu-v2023)")
 	f.StringVar(&traceNames, "traces", "default", `comma-separated trace names (openb_pod_list_<name>.csv), or "all"`)
 	f.StringVar(&modes, "modes", string(sim.Reproduction), "comma-separated modes, in any case: reproduction (paper's GPU choice pinned, checked by the allocator), dra (allocator chooses), none (no allocator)")
-	f.StringVar(&policies, "policies", "all", `comma-separated policies in any case, or "all": `+strings.Join(placement.PolicyNames, ", "))
-	f.Int64SliceVar(&seeds, "seeds", placement.Seeds, fmt.Sprintf("1..%d distinct random seeds (the paper's are 42-51)", maxSeeds))
+	f.StringVar(&policies, "policies", "all", `comma-separated policies in any case, or "all": `+strings.Join(reproduction.PolicyNames, ", "))
+	f.Int64SliceVar(&seeds, "seeds", reproduction.Seeds, fmt.Sprintf("1..%d distinct random seeds (the paper's are 42-51)", maxSeeds))
 	f.IntVar(&e.Parallel, "parallel", max(1, runtime.NumCPU()/2), fmt.Sprintf("replays run at once, 1..%d (the CPUs)", runtime.NumCPU()))
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
 	f.StringVar(&out, "out", "sim-out", "output directory for runs.csv (each replay as it ends), table.csv, table.md, curves.csv and one SVG per trace and mode")
@@ -149,11 +149,11 @@ func pickModes(modes string) ([]sim.Mode, error) {
 
 func pickPolicies(policies string) ([]string, error) {
 	if strings.EqualFold(strings.TrimSpace(policies), "all") {
-		return placement.PolicyNames, nil
+		return reproduction.PolicyNames, nil
 	}
 	var out []string
 	for _, p := range split(policies) {
-		name, err := placement.PolicyName(p)
+		name, err := reproduction.PolicyName(p)
 		if err != nil {
 			return nil, fmt.Errorf("--policies: %w", err)
 		}
@@ -163,7 +163,7 @@ func pickPolicies(policies string) ([]string, error) {
 		out = append(out, name)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf(`--policies: empty; give "all" or some of %s`, strings.Join(placement.PolicyNames, ", "))
+		return nil, fmt.Errorf(`--policies: empty; give "all" or some of %s`, strings.Join(reproduction.PolicyNames, ", "))
 	}
 	return out, nil
 }
@@ -171,12 +171,12 @@ func pickPolicies(policies string) ([]string, error) {
 // pickTraces checks the --traces names against the pod lists of files (where says what
 // files is, for errors).
 func pickTraces(files fs.FS, where, traces string) ([]string, error) {
-	have, err := placement.TracesIn(files)
+	have, err := reproduction.TracesIn(files)
 	if err != nil {
 		return nil, err
 	}
 	if len(have) == 0 {
-		return nil, fmt.Errorf("%s: no %s files", where, placement.PodListFile("*"))
+		return nil, fmt.Errorf("%s: no %s files", where, reproduction.PodListFile("*"))
 	}
 	if traces == "all" {
 		return have, nil

@@ -32,8 +32,9 @@ import (
 
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/sim"
+	"github.com/gpudra/gpudra/sim/reproduction"
 	"github.com/gpudra/gpudra/topology/placement"
-	"github.com/gpudra/gpudra/topology/placement/sim"
 )
 
 // lab is a scheduler's view of a small cluster: the real DRA manager kube-scheduler
@@ -326,11 +327,11 @@ func TestPluginPlacesLikeTheSimulator(t *testing.T) {
 		}
 		simNodes = append(simNodes, placement.NewNode(spec, i))
 	}
-	simPolicy, err := placement.NewPolicy(placement.GpudraName, placement.Setup{Typical: replayArgs.Pods()})
+	simPolicy, err := reproduction.NewPolicy(placement.GpudraName, reproduction.Setup{Typical: replayArgs.Pods()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	simSched := placement.NewScheduler(simNodes, simPolicy, nil)
+	simSched := reproduction.NewScheduler(simNodes, simPolicy, nil)
 	byName := map[string]*placement.Node{}
 	for _, n := range simNodes {
 		byName[n.Name] = n

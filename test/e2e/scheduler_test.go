@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -18,12 +20,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/deployments"
-	"github.com/gpudra/gpudra/scheduler/fragmentation"
 	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/scheduler/fragmentation"
+	"github.com/gpudra/gpudra/sim"
 	"github.com/gpudra/gpudra/topology/placement"
-	"github.com/gpudra/gpudra/topology/placement/sim"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/sim/reproduction"
 )
 
 // replayProfile is the gpudra-scheduler profile that scores by GPU fragmentation alone,
@@ -38,13 +41,13 @@ const replayProfile = "gpudra-fragmentation"
 // not place must stay unschedulable.
 func TestGpudraSchedulerPlacesLikeTheSimulator(t *testing.T) {
 	if state.Scheduler != lab.GpudraScheduler {
-		t.Skipf("the lab runs %s, not %s", state.Scheduler, lab.GpudraScheduler)
+		labLacks(t, "%s: the lab runs %s (lab file scheduler:)", lab.GpudraScheduler, state.Scheduler)
 	}
-	specs, err := placement.LoadNodes("testdata/replay/nodes.csv")
+	specs, err := reproduction.LoadNodes("testdata/replay/nodes.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := placement.LoadPods("testdata/replay/pods.csv")
+	pods, err := reproduction.LoadPods("testdata/replay/pods.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +69,11 @@ func TestGpudraSchedulerPlacesLikeTheSimulator(t *testing.T) {
 		s.Model = m.ProductName
 		nodes = append(nodes, placement.NewNode(s, i))
 	}
-	policy, err := placement.NewPolicy(placement.GpudraName, placement.Setup{Typical: replayTypicalPods(t)})
+	policy, err := reproduction.NewPolicy(placement.GpudraName, reproduction.Setup{Typical: replayTypicalPods(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	simSched := placement.NewScheduler(nodes, policy, nil)
+	simSched := reproduction.NewScheduler(nodes, policy, nil)
 
 	placed, unschedulable, notFirst := 0, 0, 0
 	for k := range pods {
@@ -276,7 +279,7 @@ func shape(p *placement.Pod) string {
 // right one time in five).
 func TestGpudraSchedulerPicksTheRackAGangFragmentsLeast(t *testing.T) {
 	if state.Scheduler != lab.GpudraScheduler {
-		t.Skipf("the lab runs %s, not %s", state.Scheduler, lab.GpudraScheduler)
+		labLacks(t, "%s: the lab runs %s (lab file scheduler:)", lab.GpudraScheduler, state.Scheduler)
 	}
 	ctx := t.Context()
 	const profile = "placement-test"

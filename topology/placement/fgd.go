@@ -210,6 +210,9 @@ func (f *FGD) after(n *Node, p *Pod, gpus []int) float64 {
 	return Fragmentation(f.typical, n.Model, n.CPUFree-p.CPU, f.scratch)
 }
 
+// maxScore is kube-scheduler's highest node score (framework.MaxNodeScore).
+const maxScore = 100
+
 func fgdScore(before, after float64) int64 {
 	return int64(sigmoid((before-after)/1000) * maxScore)
 }

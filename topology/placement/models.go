@@ -48,7 +48,7 @@ func ModelByCode(code string) (GPUModel, error) {
 	return GPUModel{}, fmt.Errorf("unknown GPU model %q: known models are %s", code, strings.Join(codes, ", "))
 }
 
-// knownModel reports whether code is a known model.
-func knownModel(code string) bool {
+// KnownModel reports whether code is a known model.
+func KnownModel(code string) bool {
 	return slices.ContainsFunc(Models, func(m GPUModel) bool { return m.Code == code })
 }

@@ -1,8 +1,10 @@
-package placement
+package reproduction
 
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // Binder gives a pod the devices of the node the scheduler chose, the way the DRA
@@ -10,7 +12,7 @@ import (
 // ErrRefused when the node cannot take the pod after all. A nil Binder trusts the
 // policy's choice.
 type Binder interface {
-	Bind(node *Node, p *Pod, c Choice) ([]int, error)
+	Bind(node *placement.Node, p *placement.Pod, c placement.Choice) ([]int, error)
 }
 
 // ErrRefused is a Binder's answer when the devices do not fit.
@@ -34,12 +36,12 @@ type Result struct {
 
 // Replay runs one workload through one policy: one pod at a time, arrived demand
 // counted before the attempt, failures never retried, nothing ever leaves.
-func Replay(specs []NodeSpec, w Workload, policy Policy, binder Binder) (Result, error) {
-	nodes := make([]*Node, len(specs))
+func Replay(specs []placement.NodeSpec, w Workload, policy placement.Policy, binder Binder) (Result, error) {
+	nodes := make([]*placement.Node, len(specs))
 	var capacity int64
 	for k, sp := range specs {
-		nodes[k] = NewNode(sp, w.Ranks[k])
-		capacity += int64(sp.GPUs) * MilliPerGPU
+		nodes[k] = placement.NewNode(sp, w.Ranks[k])
+		capacity += int64(sp.GPUs) * placement.MilliPerGPU
 	}
 	s := NewScheduler(nodes, policy, w.Rand)
 	res := Result{Policy: policy.Name(), Seed: w.Seed, Capacity: capacity, Events: make([]Event, 0, len(w.Arrivals))}
@@ -63,7 +65,7 @@ func Replay(specs []NodeSpec, w Workload, policy Policy, binder Binder) (Result,
 	return res, nil
 }
 
-func place(s *Scheduler, p *Pod, binder Binder, res *Result) (bool, error) {
+func place(s *Scheduler, p *placement.Pod, binder Binder, res *Result) (bool, error) {
 	var exclude map[int]bool
 	for {
 		c, ok := s.Best(p, exclude)

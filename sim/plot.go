@@ -7,10 +7,10 @@ import (
 	"math"
 	"strings"
 
-	"github.com/gpudra/gpudra/topology/placement"
+	"github.com/gpudra/gpudra/sim/reproduction"
 )
 
-// palette is one colour per policy, in placement.PolicyNames order.
+// palette is one colour per policy, in reproduction.PolicyNames order.
 var palette = []string{"#888888", "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c", "#e377c2", "#d62728"}
 
 // WriteSVG plots the mean allocation ratio vs arrived demand of each row (one line per
@@ -45,8 +45,8 @@ func WriteSVG(w io.Writer, title string, rows []Row) error {
 		ymin, ymax     float64
 		xticks, yticks []float64
 	}{
-		{left, plotW, 0, placement.InflationPercent, 0, 100, ticks(0, 130, 10), ticks(0, 100, 10)},
-		{insetL, insetW, 100, placement.InflationPercent, lo, 100, ticks(100, 130, 10), ticks(lo, 100, 2)},
+		{left, plotW, 0, reproduction.InflationPercent, 0, 100, ticks(0, 130, 10), ticks(0, 100, 10)},
+		{insetL, insetW, 100, reproduction.InflationPercent, lo, 100, ticks(100, 130, 10), ticks(lo, 100, 2)},
 	}
 	for _, p := range panels {
 		sx := func(v float64) float64 { return p.x0 + (v-p.xmin)/(p.xmax-p.xmin)*p.w }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpudra/gpudra/sim/reproduction"
 	"github.com/gpudra/gpudra/topology/placement"
 )
 
@@ -32,13 +33,13 @@ type Experiment struct {
 type Run struct {
 	Trace string
 	Mode  Mode
-	placement.Result
+	reproduction.Result
 	Wall time.Duration
 }
 
 // Execute runs the grid; progress (if set) is called after each replay, serially.
 func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, error) {
-	nodes, err := placement.LoadNodesFrom(e.Files, placement.NodeListFile)
+	nodes, err := reproduction.LoadNodesFrom(e.Files, reproduction.NodeListFile)
 	if err != nil {
 		return nil, err
 	}
@@ -51,13 +52,13 @@ func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, erro
 	}
 	var jobs []job
 	for _, t := range e.Traces {
-		pods, err := placement.LoadPodsFrom(e.Files, placement.PodListFile(t))
+		pods, err := reproduction.LoadPodsFrom(e.Files, reproduction.PodListFile(t))
 		if err != nil {
 			return nil, err
 		}
 		for _, m := range e.Modes {
 			for _, pol := range e.Policies {
-				if _, err := placement.NewPolicy(pol, placement.Setup{}); err != nil {
+				if _, err := reproduction.NewPolicy(pol, reproduction.Setup{}); err != nil {
 					return nil, err
 				}
 				for _, s := range e.Seeds {
@@ -101,15 +102,15 @@ func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, erro
 // ReplayOne replays one trace with one policy and seed in one mode.
 func ReplayOne(ctx context.Context, nodes []placement.NodeSpec, pods []placement.Pod, trace string, mode Mode, policy string, seed int64) (Run, error) {
 	start := time.Now()
-	w, err := placement.NewWorkload(seed, pods, nodes)
+	w, err := reproduction.NewWorkload(seed, pods, nodes)
 	if err != nil {
 		return Run{}, fmt.Errorf("%s/seed %d: %w", trace, seed, err)
 	}
-	pol, err := placement.NewPolicy(policy, placement.Setup{Typical: pods, Rand: w.Rand})
+	pol, err := reproduction.NewPolicy(policy, reproduction.Setup{Typical: pods, Rand: w.Rand})
 	if err != nil {
 		return Run{}, err
 	}
-	var binder placement.Binder
+	var binder reproduction.Binder
 	if mode != NoAllocator {
 		a, err := NewAllocator(ctx, nodes, mode)
 		if err != nil {
@@ -117,7 +118,7 @@ func ReplayOne(ctx context.Context, nodes []placement.NodeSpec, pods []placement
 		}
 		binder = a
 	}
-	res, err := placement.Replay(nodes, w, pol, binder)
+	res, err := reproduction.Replay(nodes, w, pol, binder)
 	if err != nil {
 		return Run{}, fmt.Errorf("%s/%s/%s/seed %d: %w", trace, mode, policy, seed, err)
 	}

@@ -1,18 +1,20 @@
-package placement
+package reproduction
 
 import (
 	"math/rand"
 	"testing"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 func TestSchedulerBreaksTiesByRank(t *testing.T) {
-	nodes := []*Node{
-		NewNode(NodeSpec{Name: "a", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, 2),
-		NewNode(NodeSpec{Name: "b", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, 0),
-		NewNode(NodeSpec{Name: "c", CPU: 8000, Memory: 100, GPUs: 1, Model: "P100"}, 1),
+	nodes := []*placement.Node{
+		placement.NewNode(placement.NodeSpec{Name: "a", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, 2),
+		placement.NewNode(placement.NodeSpec{Name: "b", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, 0),
+		placement.NewNode(placement.NodeSpec{Name: "c", CPU: 8000, Memory: 100, GPUs: 1, Model: "P100"}, 1),
 	}
 	s := NewScheduler(nodes, DotProd{}, nil)
-	p := &Pod{Name: "p", CPU: 1000, GPUs: 1, GPUMilli: 500, Models: []string{"T4"}}
+	p := &placement.Pod{Name: "p", CPU: 1000, GPUs: 1, GPUMilli: 500, Models: []string{"T4"}}
 	c, ok := s.Best(p, nil)
 	if !ok || nodes[c.Node].Name != "b" {
 		t.Fatalf("got %+v, want node b (equal scores, smallest rank; c has the wrong model)", c)
@@ -23,9 +25,9 @@ func TestSchedulerBreaksTiesByRank(t *testing.T) {
 }
 
 func TestSchedulerCachesUntilTheNodeChanges(t *testing.T) {
-	n := NewNode(NodeSpec{Name: "a", CPU: 8000, Memory: 100, GPUs: 2, Model: "T4"}, 0)
-	s := NewScheduler([]*Node{n}, BestFit{}, nil)
-	p := &Pod{Name: "p", CPU: 1000, GPUs: 1, GPUMilli: 500}
+	n := placement.NewNode(placement.NodeSpec{Name: "a", CPU: 8000, Memory: 100, GPUs: 2, Model: "T4"}, 0)
+	s := NewScheduler([]*placement.Node{n}, BestFit{}, nil)
+	p := &placement.Pod{Name: "p", CPU: 1000, GPUs: 1, GPUMilli: 500}
 	first, _ := s.Best(p, nil)
 	if err := n.Place(p, first.GPUs); err != nil {
 		t.Fatal(err)
@@ -43,12 +45,12 @@ func TestKubeSchedulerScoresASampleOfNodes(t *testing.T) {
 	if got := numFeasibleNodesToFind(150); got != 100 {
 		t.Fatalf("150 nodes: %d, want the minimum of 100", got)
 	}
-	var nodes []*Node
+	var nodes []*placement.Node
 	for k := range 200 {
-		nodes = append(nodes, NewNode(NodeSpec{Name: "n", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, k))
+		nodes = append(nodes, placement.NewNode(placement.NodeSpec{Name: "n", CPU: 8000, Memory: 100, GPUs: 1, Model: "T4"}, k))
 	}
 	s := NewScheduler(nodes, LeastAllocated{}, rand.New(rand.NewSource(1)))
-	p := &Pod{Name: "p", CPU: 4000}
+	p := &placement.Pod{Name: "p", CPU: 4000}
 	if c, _ := s.Best(p, nil); c.Node >= 100 {
 		t.Fatalf("first cycle chose node %d, want one of the first 100 it scores", c.Node)
 	}
@@ -60,7 +62,7 @@ func TestKubeSchedulerScoresASampleOfNodes(t *testing.T) {
 // refuser refuses the first node it is offered.
 type refuser struct{ refused bool }
 
-func (r *refuser) Bind(n *Node, p *Pod, c Choice) ([]int, error) {
+func (r *refuser) Bind(n *placement.Node, p *placement.Pod, c placement.Choice) ([]int, error) {
 	if !r.refused {
 		r.refused = true
 		return nil, ErrRefused

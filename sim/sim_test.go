@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/data/traces"
+	"github.com/gpudra/gpudra/sim/reproduction"
 	"github.com/gpudra/gpudra/topology/placement"
 )
 
@@ -119,7 +120,7 @@ func TestAllocatorRefusesWhatDoesNotFit(t *testing.T) {
 		"a whole GPU that has a share":   {GPUs: 1, GPUMilli: 1000},
 		"a model the node does not have": {GPUs: 1, GPUMilli: 100, Models: []string{"A10"}},
 	} {
-		if _, err := a.Bind(n, &p, placement.Choice{GPUs: []int{0}}); !errors.Is(err, placement.ErrRefused) {
+		if _, err := a.Bind(n, &p, placement.Choice{GPUs: []int{0}}); !errors.Is(err, reproduction.ErrRefused) {
 			t.Errorf("%s: got %v, want ErrRefused", name, err)
 		}
 	}
@@ -134,27 +135,27 @@ func TestPolicyAgreesWithAllocator(t *testing.T) {
 		t.Skip("replays 2000 pods four times")
 	}
 	files := traces.AlibabaGPU2023()
-	nodes, err := placement.LoadNodesFrom(files, placement.NodeListFile)
+	nodes, err := reproduction.LoadNodesFrom(files, reproduction.NodeListFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := placement.LoadPodsFrom(files, placement.PodListFile("gpuspec20"))
+	pods, err := reproduction.LoadPodsFrom(files, reproduction.PodListFile("gpuspec20"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range Modes {
-		for _, pol := range []string{placement.FGDName, placement.KubeName} {
-			w, err := placement.NewWorkload(42, pods, nodes)
+		for _, pol := range []string{placement.FGDName, reproduction.KubeName} {
+			w, err := reproduction.NewWorkload(42, pods, nodes)
 			if err != nil {
 				t.Fatal(err)
 			}
 			w.Arrivals = w.Arrivals[:2000]
-			p, _ := placement.NewPolicy(pol, placement.Setup{Typical: pods, Rand: w.Rand})
+			p, _ := reproduction.NewPolicy(pol, reproduction.Setup{Typical: pods, Rand: w.Rand})
 			a, err := NewAllocator(context.Background(), nodes, mode)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := placement.Replay(nodes, w, p, a)
+			res, err := reproduction.Replay(nodes, w, p, a)
 			if err != nil {
 				t.Fatal(err)
 			}

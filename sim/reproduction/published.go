@@ -1,4 +1,4 @@
-package placement
+package reproduction
 
 // Published are the FGD paper's results at 130 % demand (mean of seeds 42–51, % of GPU
 // milli allocated), by trace and policy; docs/protocol.md says how they were measured.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpudra/gpudra/topology/placement"
+	"github.com/gpudra/gpudra/sim/reproduction"
 )
 
 // Row is one trace × mode × policy over its seeds.
@@ -21,7 +21,7 @@ type Row struct {
 	Mean, Std, Min, Max float64
 	// Published is the paper's figure (NaN when it has none).
 	Published float64
-	Curve     placement.Curve
+	Curve     reproduction.Curve
 	Refused   int
 	Moved     int
 	Failed    float64
@@ -47,10 +47,10 @@ func Summarize(runs []Run) []Row {
 	for _, k := range order {
 		rs := groups[k]
 		row := Row{Trace: k.trace, Policy: k.policy, Mode: k.mode, Seeds: len(rs), Min: math.Inf(1), Max: math.Inf(-1), Published: math.NaN()}
-		if p, ok := placement.Published[k.trace][k.policy]; ok {
+		if p, ok := reproduction.Published[k.trace][k.policy]; ok {
 			row.Published = p
 		}
-		var curves []placement.Curve
+		var curves []reproduction.Curve
 		var wall time.Duration
 		for _, r := range rs {
 			v := r.Curve.At130()
@@ -68,7 +68,7 @@ func Summarize(runs []Run) []Row {
 		}
 		row.Std = math.Sqrt(row.Std)
 		row.Wall = wall / time.Duration(len(rs))
-		row.Curve = placement.MeanCurve(curves)
+		row.Curve = reproduction.MeanCurve(curves)
 		out = append(out, row)
 	}
 	return out
@@ -157,12 +157,12 @@ func WriteMarkdown(w io.Writer, rows []Row) {
 }
 
 func policyOrder(p string) int {
-	for k, n := range placement.PolicyNames {
+	for k, n := range reproduction.PolicyNames {
 		if n == p {
 			return k
 		}
 	}
-	return len(placement.PolicyNames)
+	return len(reproduction.PolicyNames)
 }
 
 func contains(list []string, s string) bool {

@@ -1,4 +1,4 @@
-package placement
+package reproduction
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/topology"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // addCSVSeeds adds the first lines of the e2e replay's file and a few hand-made lists.
@@ -49,12 +51,12 @@ func FuzzReadPods(f *testing.F) {
 			switch {
 			case p.Name == "" || p.CPU < 0 || p.Memory < 0 || p.GPUs < 0 || p.GPUs > topology.MaxGPUs:
 				t.Fatalf("pod %+v: out of range", p)
-			case p.GPUs == 0 && p.GPUMilli != 0, p.GPUs > 0 && (p.GPUMilli <= 0 || p.GPUMilli > MilliPerGPU || p.GPUMilli%10 != 0),
-				p.GPUs > 1 && p.GPUMilli != MilliPerGPU:
+			case p.GPUs == 0 && p.GPUMilli != 0, p.GPUs > 0 && (p.GPUMilli <= 0 || p.GPUMilli > placement.MilliPerGPU || p.GPUMilli%10 != 0),
+				p.GPUs > 1 && p.GPUMilli != placement.MilliPerGPU:
 				t.Fatalf("pod %+v: a demand no claim can say", p)
 			}
 			for _, m := range p.Models {
-				if _, err := ModelByCode(m); err != nil {
+				if _, err := placement.ModelByCode(m); err != nil {
 					t.Fatalf("pod %+v: %v", p, err)
 				}
 			}
@@ -95,7 +97,7 @@ func FuzzReadNodes(f *testing.F) {
 				t.Fatalf("node %+v: out of range", n)
 			}
 			if n.GPUs > 0 || n.Model != "" {
-				if _, err := ModelByCode(n.Model); err != nil {
+				if _, err := placement.ModelByCode(n.Model); err != nil {
 					t.Fatalf("node %+v: %v", n, err)
 				}
 			}

@@ -1,7 +1,9 @@
-package placement
+package reproduction
 
 import (
 	"math/rand"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // Scheduler places pods on nodes one at a time with one policy, the way kube-scheduler
@@ -9,8 +11,8 @@ import (
 // score (ties to the smallest rank, or at random for kube-scheduler's own selection).
 // Scores are cached per node and pod shape until the node changes.
 type Scheduler struct {
-	Nodes     []*Node
-	Policy    Policy
+	Nodes     []*placement.Node
+	Policy    placement.Policy
 	behaviour Behaviour
 	rand      *rand.Rand
 	cache     [][]cached // by node, then shape id
@@ -19,31 +21,31 @@ type Scheduler struct {
 }
 
 type cacheKey struct {
-	Shape
+	placement.Shape
 	Memory int64
 }
 
 type cached struct {
 	valid   bool
 	version uint64
-	choice  Choice
+	choice  placement.Choice
 }
 
 // NewScheduler builds a scheduler over nodes. r breaks kube-scheduler's ties.
-func NewScheduler(nodes []*Node, policy Policy, r *rand.Rand) *Scheduler {
+func NewScheduler(nodes []*placement.Node, policy placement.Policy, r *rand.Rand) *Scheduler {
 	return &Scheduler{Nodes: nodes, Policy: policy, behaviour: BehaviourOf(policy), rand: r, cache: make([][]cached, len(nodes)), shapes: map[cacheKey]int{}}
 }
 
 // Candidate is a node a pod may go to and the policy's choice there.
 type Candidate struct {
 	Node int
-	Choice
+	placement.Choice
 }
 
 // Best returns the policy's pick among the nodes that fit the pod and are not excluded,
 // or ok=false when none fits.
-func (s *Scheduler) Best(p *Pod, exclude map[int]bool) (Candidate, bool) {
-	key := cacheKey{Shape: ShapeOf(p), Memory: p.Memory}
+func (s *Scheduler) Best(p *placement.Pod, exclude map[int]bool) (Candidate, bool) {
+	key := cacheKey{Shape: placement.ShapeOf(p), Memory: p.Memory}
 	id, ok := s.shapes[key]
 	if !ok {
 		id = len(s.shapes)
@@ -102,7 +104,7 @@ func numFeasibleNodesToFind(nodes int) int {
 	return max(nodes*pct/100, 100)
 }
 
-func (s *Scheduler) score(k int, n *Node, p *Pod, id int) Choice {
+func (s *Scheduler) score(k int, n *placement.Node, p *placement.Pod, id int) placement.Choice {
 	if s.behaviour.Volatile {
 		return s.Policy.Score(n, p)
 	}

@@ -1,4 +1,4 @@
-package placement
+package reproduction
 
 import (
 	"encoding/csv"
@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/gpudra/gpudra/topology"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // Bounds on a trace, so that a wrong file is an error rather than a replay that never
@@ -52,21 +54,21 @@ func TracesIn(fsys fs.FS) ([]string, error) {
 
 // LoadNodes reads a node list (sn,cpu_milli,memory_mib,gpu,model) of 1..MaxNodes nodes
 // with 0..topology.MaxGPUs GPUs each.
-func LoadNodes(path string) ([]NodeSpec, error) { return loadFile(path, readNodes) }
+func LoadNodes(path string) ([]placement.NodeSpec, error) { return loadFile(path, readNodes) }
 
 // LoadNodesFrom reads the node list name of fsys (see LoadNodes).
-func LoadNodesFrom(fsys fs.FS, name string) ([]NodeSpec, error) {
+func LoadNodesFrom(fsys fs.FS, name string) ([]placement.NodeSpec, error) {
 	return loadFrom(fsys, name, readNodes)
 }
 
 // readNodes reads a node list from r; source names it in errors.
-func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
-	var out []NodeSpec
+func readNodes(r io.Reader, source string) ([]placement.NodeSpec, error) {
+	var out []placement.NodeSpec
 	err := readCSV(r, source, []string{"sn", "cpu_milli", "memory_mib", "gpu", "model"}, func(r row) error {
 		if len(out) == MaxNodes {
 			return fmt.Errorf("more than %d nodes; accepted are 1..%d, the largest cluster Kubernetes supports", MaxNodes, MaxNodes)
 		}
-		n := NodeSpec{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), Model: r.str(4)}
+		n := placement.NodeSpec{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), Model: r.str(4)}
 		if r.err != nil {
 			return r.err
 		}
@@ -74,8 +76,8 @@ func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
 			return errors.New("sn: empty node name")
 		}
 		if n.GPUs > 0 || n.Model != "" {
-			if !knownModel(n.Model) {
-				_, err := ModelByCode(n.Model)
+			if !placement.KnownModel(n.Model) {
+				_, err := placement.ModelByCode(n.Model)
 				return fmt.Errorf("model: %w", err)
 			}
 		}
@@ -92,26 +94,28 @@ func readNodes(r io.Reader, source string) ([]NodeSpec, error) {
 // of 1..MaxArrivals pods. GPU demand must be something a ResourceClaim can say: a whole
 // number (up to topology.MaxGPUs) of whole GPUs, or one share of one GPU in steps of 10
 // milli (1 % of compute).
-func LoadPods(path string) ([]Pod, error) { return loadFile(path, readPods) }
+func LoadPods(path string) ([]placement.Pod, error) { return loadFile(path, readPods) }
 
 // LoadPodsFrom reads the pod list name of fsys (see LoadPods).
-func LoadPodsFrom(fsys fs.FS, name string) ([]Pod, error) { return loadFrom(fsys, name, readPods) }
+func LoadPodsFrom(fsys fs.FS, name string) ([]placement.Pod, error) {
+	return loadFrom(fsys, name, readPods)
+}
 
 // readPods reads a pod list from r; source names it in errors.
-func readPods(r io.Reader, source string) ([]Pod, error) {
-	var out []Pod
+func readPods(r io.Reader, source string) ([]placement.Pod, error) {
+	var out []placement.Pod
 	err := readCSV(r, source, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, func(r row) error {
 		if len(out) == MaxArrivals {
 			return fmt.Errorf("more than %d pods; accepted are 1..%d", MaxArrivals, MaxArrivals)
 		}
-		p := Pod{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), GPUMilli: r.int(4, maxQuantity)}
+		p := placement.Pod{Name: r.str(0), CPU: r.int(1, maxQuantity), Memory: r.int(2, maxQuantity), GPUs: int(r.int(3, topology.MaxGPUs)), GPUMilli: r.int(4, maxQuantity)}
 		if r.err != nil {
 			return r.err
 		}
 		if len(r.fields) > 5 && r.fields[5] != "" {
 			for _, m := range strings.Split(r.fields[5], "|") {
-				if !knownModel(m) {
-					_, err := ModelByCode(m)
+				if !placement.KnownModel(m) {
+					_, err := placement.ModelByCode(m)
 					return fmt.Errorf("gpu_spec: %w", err)
 				}
 				p.Models = append(p.Models, m)
@@ -120,13 +124,13 @@ func readPods(r io.Reader, source string) ([]Pod, error) {
 		switch {
 		case p.Name == "":
 			return errors.New("name: empty pod name")
-		case p.GPUMilli > MilliPerGPU:
-			return fmt.Errorf("gpu_milli: %d is more than one GPU (0..%d)", p.GPUMilli, MilliPerGPU)
+		case p.GPUMilli > placement.MilliPerGPU:
+			return fmt.Errorf("gpu_milli: %d is more than one GPU (0..%d)", p.GPUMilli, placement.MilliPerGPU)
 		case p.GPUs == 0 && p.GPUMilli != 0:
 			return fmt.Errorf("gpu_milli: %d with num_gpu 0", p.GPUMilli)
 		case p.GPUs > 0 && p.GPUMilli == 0:
 			return fmt.Errorf("gpu_milli: 0 with num_gpu %d", p.GPUs)
-		case p.GPUs > 1 && p.GPUMilli != MilliPerGPU:
+		case p.GPUs > 1 && p.GPUMilli != placement.MilliPerGPU:
 			return fmt.Errorf("gpu_milli: %d with num_gpu %d; several GPUs must be whole (1000)", p.GPUMilli, p.GPUs)
 		case p.GPUMilli%10 != 0:
 			return fmt.Errorf("gpu_milli: %d is not a multiple of 10 (a share's compute is a whole percent)", p.GPUMilli)

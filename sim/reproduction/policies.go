@@ -1,7 +1,9 @@
-package placement
+package reproduction
 
 import (
 	"math/rand"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // Normalizers of the paper's formulas: a node's CPU and GPU capacity at most.
@@ -17,8 +19,8 @@ type Random struct{ Rand *rand.Rand }
 
 func (*Random) Name() string         { return RandomName }
 func (*Random) Behaviour() Behaviour { return Behaviour{Volatile: true} }
-func (r *Random) Score(n *Node, p *Pod) Choice {
-	c := Choice{Score: r.Rand.Int63()}
+func (r *Random) Score(n *placement.Node, p *placement.Pod) placement.Choice {
+	c := placement.Choice{Score: r.Rand.Int63()}
 	if p.Fractional() {
 		var fit []int
 		for i, g := range n.GPUFree {
@@ -29,7 +31,7 @@ func (r *Random) Score(n *Node, p *Pod) Choice {
 		c.GPUs = []int{fit[r.Rand.Intn(len(fit))]}
 		return c
 	}
-	c.GPUs = DefaultGPUs(n, p)
+	c.GPUs = placement.DefaultGPUs(n, p)
 	return c
 }
 
@@ -38,10 +40,10 @@ func (r *Random) Score(n *Node, p *Pod) Choice {
 type DotProd struct{}
 
 func (DotProd) Name() string { return DotProdName }
-func (DotProd) Score(n *Node, p *Pod) Choice {
+func (DotProd) Score(n *placement.Node, p *placement.Pod) placement.Choice {
 	a0, a1 := float64(n.CPUFree)/cpuScale, float64(n.GPULeft())/gpuScale
 	b0, b1 := float64(p.CPU)/cpuScale, float64(p.Demand())/gpuScale
-	return Choice{Score: int64(maxScore * (1 - (a0*b0+a1*b1)/2)), GPUs: DefaultGPUs(n, p)}
+	return placement.Choice{Score: int64(maxScore * (1 - (a0*b0+a1*b1)/2)), GPUs: placement.DefaultGPUs(n, p)}
 }
 
 // GpuClustering keeps pods of one kind (share-gpu, 1-gpu, 2-gpu, …) together:
@@ -50,10 +52,10 @@ func (DotProd) Score(n *Node, p *Pod) Choice {
 type GpuClustering struct{}
 
 func (GpuClustering) Name() string { return GpuClusteringName }
-func (GpuClustering) Score(n *Node, p *Pod) Choice {
+func (GpuClustering) Score(n *placement.Node, p *placement.Pod) placement.Choice {
 	tag := p.Tag()
 	if tag < 0 {
-		return Choice{}
+		return placement.Choice{}
 	}
 	base := int64(maxScore/4) * (gpuScale - n.GPULeft()) / gpuScale
 	kinds := 0
@@ -71,7 +73,7 @@ func (GpuClustering) Score(n *Node, p *Pod) Choice {
 	case kinds == 0:
 		bonus = maxScore / 4
 	}
-	return Choice{Score: base + bonus, GPUs: DefaultGPUs(n, p)}
+	return placement.Choice{Score: base + bonus, GPUs: placement.DefaultGPUs(n, p)}
 }
 
 // GpuPacking prefers, in this order, GPUs already in use (the fuller the better), free
@@ -80,29 +82,29 @@ func (GpuClustering) Score(n *Node, p *Pod) Choice {
 type GpuPacking struct{}
 
 func (GpuPacking) Name() string { return GpuPackingName }
-func (GpuPacking) Score(n *Node, p *Pod) Choice {
-	gpus := DefaultGPUs(n, p)
+func (GpuPacking) Score(n *placement.Node, p *placement.Pod) placement.Choice {
+	gpus := placement.DefaultGPUs(n, p)
 	if p.GPUs == 0 {
-		return Choice{}
+		return placement.Choice{}
 	}
 	free := n.FreeGPUs()
 	if free == len(n.GPUFree) {
-		return Choice{Score: max(maxScore/3-int64(free), int64(free)), GPUs: gpus}
+		return placement.Choice{Score: max(maxScore/3-int64(free), int64(free)), GPUs: gpus}
 	}
 	// The k fitting GPUs with the least left (index order on ties).
 	use := tightest(n.GPUFree, p.GPUMilli, p.GPUs)
 	u := 0
 	var ratio int64
 	for _, i := range use {
-		if n.GPUFree[i] == MilliPerGPU {
+		if n.GPUFree[i] == placement.MilliPerGPU {
 			u++
 		}
-		ratio += n.GPUFree[i] * 100 / MilliPerGPU
+		ratio += n.GPUFree[i] * 100 / placement.MilliPerGPU
 	}
 	if u > 0 {
-		return Choice{Score: max(maxScore/2-int64(u), maxScore/3), GPUs: gpus}
+		return placement.Choice{Score: max(maxScore/2-int64(u), maxScore/3), GPUs: gpus}
 	}
-	return Choice{Score: max(maxScore-ratio/10, maxScore/2), GPUs: gpus}
+	return placement.Choice{Score: max(maxScore-ratio/10, maxScore/2), GPUs: gpus}
 }
 
 // tightest returns the k GPUs with at least m left and the least left, index order on ties.
@@ -131,9 +133,9 @@ func tightest(free []int64, m int64, k int) []int {
 type BestFit struct{}
 
 func (BestFit) Name() string { return BestFitName }
-func (BestFit) Score(n *Node, p *Pod) Choice {
+func (BestFit) Score(n *placement.Node, p *placement.Pod) placement.Choice {
 	v := (float64(n.CPUFree-p.CPU)/cpuScale)*0.5 + (float64(n.GPULeft()-p.Demand())/gpuScale)*0.5
-	return Choice{Score: int64(maxScore * (1 - v)), GPUs: DefaultGPUs(n, p)}
+	return placement.Choice{Score: int64(maxScore * (1 - v)), GPUs: placement.DefaultGPUs(n, p)}
 }
 
 // LeastAllocated is what kube-scheduler does today for pods whose GPUs come from DRA:
@@ -144,7 +146,7 @@ type LeastAllocated struct{}
 
 func (LeastAllocated) Name() string         { return KubeName }
 func (LeastAllocated) Behaviour() Behaviour { return Behaviour{Kube: true} }
-func (LeastAllocated) Score(n *Node, p *Pod) Choice {
+func (LeastAllocated) Score(n *placement.Node, p *placement.Pod) placement.Choice {
 	least := func(capacity, free, req int64) int64 {
 		if capacity == 0 || free < req {
 			return 0
@@ -152,5 +154,5 @@ func (LeastAllocated) Score(n *Node, p *Pod) Choice {
 		return (free - req) * maxScore / capacity
 	}
 	s := (least(n.CPU, n.CPUFree, p.CPU) + least(n.Memory, n.MemoryFree, p.Memory)) / 2
-	return Choice{Score: s, GPUs: FirstFitGPUs(n, p)}
+	return placement.Choice{Score: s, GPUs: placement.FirstFitGPUs(n, p)}
 }

@@ -1,4 +1,4 @@
-package placement
+package reproduction
 
 import (
 	"fmt"
@@ -7,25 +7,27 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
-func testCluster(gpus int) []NodeSpec {
-	var nodes []NodeSpec
+func testCluster(gpus int) []placement.NodeSpec {
+	var nodes []placement.NodeSpec
 	for k := range gpus / 2 {
-		nodes = append(nodes, NodeSpec{Name: fmt.Sprintf("openb-node-%04d", k), CPU: 64000, Memory: 1 << 18, GPUs: 2, Model: "T4"})
+		nodes = append(nodes, placement.NodeSpec{Name: fmt.Sprintf("openb-node-%04d", k), CPU: 64000, Memory: 1 << 18, GPUs: 2, Model: "T4"})
 	}
 	return nodes
 }
 
-func testPods(n int, milli int64) []Pod {
-	var pods []Pod
+func testPods(n int, milli int64) []placement.Pod {
+	var pods []placement.Pod
 	for k := range n {
-		pods = append(pods, Pod{Name: fmt.Sprintf("openb-pod-%04d", k), CPU: 1000, GPUs: 1, GPUMilli: milli})
+		pods = append(pods, placement.Pod{Name: fmt.Sprintf("openb-pod-%04d", k), CPU: 1000, GPUs: 1, GPUMilli: milli})
 	}
 	return pods
 }
 
-func mustWorkload(t *testing.T, seed int64, pods []Pod, nodes []NodeSpec) Workload {
+func mustWorkload(t *testing.T, seed int64, pods []placement.Pod, nodes []placement.NodeSpec) Workload {
 	t.Helper()
 	w, err := NewWorkload(seed, pods, nodes)
 	if err != nil {
@@ -34,7 +36,7 @@ func mustWorkload(t *testing.T, seed int64, pods []Pod, nodes []NodeSpec) Worklo
 	return w
 }
 
-func demand(pods []Pod) int64 {
+func demand(pods []placement.Pod) int64 {
 	var s int64
 	for k := range pods {
 		s += pods[k].Demand()
@@ -88,18 +90,18 @@ func TestCurveBinsLikeThePaper(t *testing.T) {
 }
 
 func TestWorkloadRefusesWhatCannotReach130Percent(t *testing.T) {
-	big := make([]NodeSpec, MaxNodes)
+	big := make([]placement.NodeSpec, MaxNodes)
 	for k := range big {
-		big[k] = NodeSpec{Name: fmt.Sprintf("openb-node-%04d", k), CPU: 64000, Memory: 1 << 18, GPUs: 32, Model: "T4"}
+		big[k] = placement.NodeSpec{Name: fmt.Sprintf("openb-node-%04d", k), CPU: 64000, Memory: 1 << 18, GPUs: 32, Model: "T4"}
 	}
 	cases := []struct {
 		name  string
-		pods  []Pod
-		nodes []NodeSpec
+		pods  []placement.Pod
+		nodes []placement.NodeSpec
 		want  string
 	}{
 		{"no pods", nil, testCluster(8), "pods: none of the 0 pods asks for GPUs, so no copies of them reach 130 % of the nodes' 8 GPUs"},
-		{"only CPU pods", []Pod{{Name: "a", CPU: 1000}, {Name: "b", CPU: 2000}}, testCluster(8), "pods: none of the 2 pods asks for GPUs"},
+		{"only CPU pods", []placement.Pod{{Name: "a", CPU: 1000}, {Name: "b", CPU: 2000}}, testCluster(8), "pods: none of the 2 pods asks for GPUs"},
 		{"copies past MaxArrivals", testPods(3, 10), big, "takes more than 2000000 pods, the most a workload may have"},
 	}
 	for _, c := range cases {
@@ -112,8 +114,8 @@ func TestWorkloadRefusesWhatCannotReach130Percent(t *testing.T) {
 }
 
 func TestWorkloadWithoutGPUsHasNoCurve(t *testing.T) {
-	nodes := []NodeSpec{{Name: "openb-node-0000", CPU: 64000, Memory: 1 << 18}}
-	w := mustWorkload(t, 42, append(testPods(3, 500), Pod{Name: "cpu", CPU: 1000}), nodes)
+	nodes := []placement.NodeSpec{{Name: "openb-node-0000", CPU: 64000, Memory: 1 << 18}}
+	w := mustWorkload(t, 42, append(testPods(3, 500), placement.Pod{Name: "cpu", CPU: 1000}), nodes)
 	res, err := Replay(nodes, w, BestFit{}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpudra/gpudra/data/traces"
+	"github.com/gpudra/gpudra/sim/reproduction"
 	"github.com/gpudra/gpudra/topology/placement"
 )
 
@@ -14,7 +15,7 @@ import (
 // DotProd figure to the hundredth, and gpudra's policy in DRA mode, where the allocator
 // chooses every GPU, allocates at least FGD's published figure (seed 42).
 func TestDefaultTraceReachesThePublishedFigures(t *testing.T) {
-	published := placement.Published["default"]
+	published := reproduction.Published["default"]
 	run := func(mode Mode, policy string, seeds []int64) float64 {
 		t.Helper()
 		runs, err := Execute(context.Background(), Experiment{Files: traces.AlibabaGPU2023(), Traces: []string{"default"},
@@ -22,19 +23,19 @@ func TestDefaultTraceReachesThePublishedFigures(t *testing.T) {
 		if err != nil || len(runs) != len(seeds) {
 			t.Fatalf("%s %s: %d runs, %v", mode, policy, len(runs), err)
 		}
-		var curves []placement.Curve
+		var curves []reproduction.Curve
 		for _, r := range runs {
 			if r.Refused != 0 {
 				t.Errorf("%s %s seed %d: the allocator refused %d placements the policy found feasible", mode, policy, r.Seed, r.Refused)
 			}
 			curves = append(curves, r.Curve)
 		}
-		return placement.MeanCurve(curves).At130()
+		return reproduction.MeanCurve(curves).At130()
 	}
-	for _, policy := range []string{placement.FGDName, placement.DotProdName} {
-		got, want := run(Reproduction, policy, placement.Seeds), published[policy]
+	for _, policy := range []string{placement.FGDName, reproduction.DotProdName} {
+		got, want := run(Reproduction, policy, reproduction.Seeds), published[policy]
 		if math.IsNaN(got) || math.Abs(got-want) > 0.005 {
-			t.Errorf("reproduction %s, seeds %v: %.2f %% at 130 %%, published %.2f %%", policy, placement.Seeds, got, want)
+			t.Errorf("reproduction %s, seeds %v: %.2f %% at 130 %%, published %.2f %%", policy, reproduction.Seeds, got, want)
 		}
 	}
 	if got, want := run(DRA, placement.GpudraName, []int64{42}), published[placement.FGDName]; !(got >= want) {

@@ -1,4 +1,4 @@
-package placement
+package reproduction
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/topology/placement"
 )
 
 // Protocol constants of the FGD paper's evaluation.
@@ -28,7 +30,7 @@ var Seeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
 // Workload is one seed's experiment: the arrival order and the nodes' tie-break ranks.
 type Workload struct {
 	Seed     int64
-	Arrivals []Pod
+	Arrivals []placement.Pod
 	// Ranks[k] is the tie-break rank of the k-th node of the node list.
 	Ranks []int
 	// Rand is the seed's random stream after the protocol's draws; the Random policy
@@ -41,30 +43,30 @@ type Workload struct {
 // 130 % of GPU capacity (copies drawn from the sorted list) or deflation (removals from
 // the shuffled list); ten Float64; then Perm over the nodes. It fails when inflation is
 // needed and no pod asks for GPUs, or when reaching 130 % takes more than MaxArrivals pods.
-func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) (Workload, error) {
+func NewWorkload(seed int64, pods []placement.Pod, nodes []placement.NodeSpec) (Workload, error) {
 	r := rand.New(rand.NewSource(seed))
 	r.Int()
-	sorted := append([]Pod(nil), pods...)
+	sorted := append([]placement.Pod(nil), pods...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-	arrivals := append([]Pod(nil), sorted...)
+	arrivals := append([]placement.Pod(nil), sorted...)
 	r.Shuffle(len(arrivals), func(i, j int) { arrivals[i], arrivals[j] = arrivals[j], arrivals[i] })
 
 	var capacity int64
 	for _, n := range nodes {
-		capacity += int64(n.GPUs) * MilliPerGPU
+		capacity += int64(n.GPUs) * placement.MilliPerGPU
 	}
 	s := demandOf(pods)
 	target := capacity * InflationPercent / 100
 	switch {
 	case s < target:
-		if !slices.ContainsFunc(pods, func(p Pod) bool { return p.GPUMilli > 0 }) {
+		if !slices.ContainsFunc(pods, func(p placement.Pod) bool { return p.GPUMilli > 0 }) {
 			return Workload{}, fmt.Errorf("pods: none of the %d pods asks for GPUs, so no copies of them reach %d %% of the nodes' %d GPUs",
-				len(pods), InflationPercent, capacity/MilliPerGPU)
+				len(pods), InflationPercent, capacity/placement.MilliPerGPU)
 		}
 		for i := 0; ; i++ {
 			if len(arrivals) >= MaxArrivals {
 				return Workload{}, fmt.Errorf("pods: reaching %d %% of the nodes' %d GPUs with copies of %d pods asking for %d milli-GPU takes more than %d pods, the most a workload may have",
-					InflationPercent, capacity/MilliPerGPU, len(pods), demandOf(pods), MaxArrivals)
+					InflationPercent, capacity/placement.MilliPerGPU, len(pods), demandOf(pods), MaxArrivals)
 			}
 			c := sorted[r.Intn(len(sorted))]
 			if s+c.GPUMilli > target {
@@ -96,7 +98,7 @@ func NewWorkload(seed int64, pods []Pod, nodes []NodeSpec) (Workload, error) {
 	return Workload{Seed: seed, Arrivals: arrivals, Ranks: ranks, Rand: r}, nil
 }
 
-func demandOf(pods []Pod) int64 {
+func demandOf(pods []placement.Pod) int64 {
 	var s int64
 	for k := range pods {
 		s += pods[k].Demand()

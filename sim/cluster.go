@@ -13,6 +13,7 @@ import (
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/sim/reproduction"
 	"github.com/gpudra/gpudra/topology"
 	"github.com/gpudra/gpudra/topology/placement"
 )
@@ -70,7 +71,7 @@ func Slices(n placement.NodeSpec) ([]*resourceapi.ResourceSlice, error) {
 	return pool.ResourceSlices(n.Name, 1), nil
 }
 
-// Allocator is a placement.Binder backed by the real structured allocator, one
+// Allocator is a reproduction.Binder backed by the real structured allocator, one
 // allocation.State per node holding only that node's slices (what kube-scheduler's
 // allocator does for one candidate node, without paying for the other 1212).
 type Allocator struct {
@@ -121,7 +122,7 @@ func (a *Allocator) Bind(n *placement.Node, p *placement.Pod, c placement.Choice
 	}
 	results, err := st.AllocateAndCommit(a.ctx, n.Name, claim)
 	if errors.Is(err, allocation.ErrUnsatisfiable) {
-		return nil, placement.ErrRefused
+		return nil, reproduction.ErrRefused
 	}
 	if err != nil {
 		return nil, err
