@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,9 +61,14 @@ type Reconciler struct {
 	// decideMu makes a decision and its reservation one step for the other workers.
 	decideMu sync.Mutex
 	mu       sync.Mutex
-	// reserved holds allocations of gangs this controller admitted whose pods have not
-	// yet all started, so that two gangs are never placed on the same free devices.
+	// reserved holds allocations of gangs this controller admitted (or rebuilt from the
+	// cluster when it started, recover.go) whose pods have not yet all started, so that two
+	// gangs are never placed on the same free devices.
 	reserved map[types.UID]reservation
+	// rebuilt: the reservations of gangs admitted before this controller started were read
+	// from the cluster; rebuildMu makes the first reconciles wait for that.
+	rebuilt   atomic.Bool
+	rebuildMu sync.Mutex
 }
 
 type reservation struct {
@@ -128,6 +134,9 @@ func waitsForADecision(wl *kueue.Workload) bool {
 // Reconcile decides one Workload's gpudra.dev/topology check.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
+	if err := r.ensureReservations(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
 	var wl kueue.Workload
 	if err := r.Client.Get(ctx, req.NamespacedName, &wl); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -326,10 +335,6 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var nodes corev1.NodeList
-	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, nil, err
-	}
 	var planned corev1.PodList
 	if err := r.Client.List(ctx, &planned, client.HasLabels{api.LabelWorkload}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, nil, err
@@ -361,6 +366,16 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 		}
 	}
 	r.mu.Unlock()
+	net, taints, err := r.network(ctx)
+	return st, net, taints, err
+}
+
+// network is the network the nodes' labels describe, and the nodes' taints.
+func (r *Reconciler) network(ctx context.Context) (*topology.Network, gang.Taints, error) {
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, err
+	}
 	labels := map[string]map[string]string{}
 	taints := gang.Taints{}
 	for _, n := range nodes.Items {
@@ -372,7 +387,7 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 		}
 	}
 	net, err := topology.NetworkFromLabels(labels, r.Labels)
-	return st, net, taints, err
+	return net, taints, err
 }
 
 // liveState is the cluster's DRA state as the scheduler sees it: DeviceClasses,
