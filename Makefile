@@ -18,7 +18,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all build test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build generate test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -26,9 +26,13 @@ build: ## build the binaries into bin/
 	@mkdir -p bin
 	go build -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
-lint: ## gofmt + go vet
+lint: ## gofmt, go vet and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet $(PKGS)
+	hack/update-codegen.sh --verify
+
+generate: ## regenerate the API package's deep copies (deepcopy-gen)
+	hack/update-codegen.sh
 
 unit: ## fast tests: plain go test, without the e2e tag (no lab, no chart tests, no toolchain)
 	go test $(PKGS)
