@@ -22,7 +22,7 @@ const (
 	controllerComponent = "gpudra-controller"
 	controllerNamespace = "gpudra"
 	controllerUser      = "system:serviceaccount:gpudra:gpudra-controller"
-	// WebhookPath is the config webhook's path (as in driver/config/webhook).
+	// WebhookPath is the config webhook's path (as in package webhook).
 	WebhookPath = "/validate-gpudra-config"
 )
 
