@@ -57,6 +57,9 @@ sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedD
 			wantErr: []string{"parameters.limits.enforcement", `"HAMi"`}},
 		{name: "duplicate field", yaml: `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{},"sharing":{}}`,
 			wantErr: []string{"parameters.sharing", "duplicate"}},
+		{name: "a second YAML document is refused, not dropped", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\n---\napiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: Magic}",
+			wantErr: []string{"spec.config[0].opaque.parameters", "2 YAML documents", "one object"}},
+		{name: "a leading separator and trailing comments are one document", yaml: "---\napiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\n---\n# nothing more\n"},
 		{name: "not an object", yaml: `[1,2]`, wantErr: []string{"parameters"}},
 		{name: "empty", yaml: ``, wantErr: []string{"parameters", "Required"}},
 	}
@@ -204,4 +207,20 @@ func FuzzDecode(f *testing.F) {
 		obj.Normalize()
 		_ = obj.Validate()
 	})
+}
+
+func TestDeepCopyLeavesTheOriginalAsWritten(t *testing.T) {
+	obj, err := api.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 30, defaultPinnedDeviceMemoryLimit: 2Gi}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := obj.(*api.GpuConfig)
+	cp := orig.DeepCopyObject().(*api.GpuConfig)
+	*cp.Sharing.MPS.DefaultActiveThreadPercentage = 90
+	cp.Sharing.MPS.DefaultPinnedDeviceMemoryLimit.Set(1)
+	cp.Sharing.Strategy = api.TimeSlicing
+	cp.Normalize()
+	if m := orig.Sharing.MPS; orig.Sharing.Strategy != api.MPS || *m.DefaultActiveThreadPercentage != 30 || m.DefaultPinnedDeviceMemoryLimit.String() != "2Gi" || orig.Limits != nil {
+		t.Errorf("changing the copy changed the original: %+v %+v", orig.Sharing, orig.Limits)
+	}
 }

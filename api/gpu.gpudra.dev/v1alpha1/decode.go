@@ -1,11 +1,16 @@
 package v1alpha1
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
@@ -26,6 +31,11 @@ func decodeAt(raw []byte, path *field.Path) (Config, error) {
 		return nil, field.Required(path, "a "+APIVersion+" object (kind "+strings.Join(Kinds, " or ")+")")
 	}
 	if data[0] != '{' {
+		if n, err := documents(data); err != nil {
+			return nil, field.Invalid(path, "", "not JSON or YAML: "+err.Error())
+		} else if n > 1 {
+			return nil, field.Invalid(path, "", fmt.Sprintf("%d YAML documents; a config is one object, without --- separators", n))
+		}
 		var err error
 		if data, err = yaml.YAMLToJSON(data); err != nil {
 			return nil, field.Invalid(path, "", "not JSON or YAML: "+err.Error())
@@ -79,4 +89,31 @@ func strictError(path *field.Path, kind string, err error) *field.Error {
 		}
 	}
 	return field.Invalid(path, "", fmt.Sprintf("decoding %s: %v", kind, msg))
+}
+
+// documents counts the non-empty YAML documents of data.
+func documents(data []byte) (int, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	n := 0
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if len(bytes.TrimSpace(doc)) > 0 && !onlyComments(doc) {
+			n++
+		}
+	}
+}
+
+func onlyComments(doc []byte) bool {
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if l := bytes.TrimSpace(line); len(l) > 0 && l[0] != '#' && !bytes.Equal(l, []byte("---")) {
+			return false
+		}
+	}
+	return true
 }
