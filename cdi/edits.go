@@ -57,6 +57,22 @@ type Limits struct {
 	ComputePercent int
 	// HAMi selects HAMi-core (libvgpu.so preloaded); false selects MPS limits.
 	HAMi bool
+	// Policy is the share's tier (Fixed, Guaranteed, BestEffort); "" is Fixed.
+	Policy string `json:",omitempty"`
+	// Priority is High, Low or "" (the mechanism's normal priority).
+	Priority string `json:",omitempty"`
+}
+
+// HAMi-core's and MPS's priority values: HAMi-core's CUDA_TASK_PRIORITY is 0 for high
+// and 1 for low; MPS's CUDA_MPS_CLIENT_PRIORITY is 0 for normal and 1 for below normal.
+func priorityValue(p string) (string, bool) {
+	switch p {
+	case "High":
+		return "0", true
+	case "Low":
+		return "1", true
+	}
+	return "", false
 }
 
 // MPS is a per-claim MPS control daemon's directories and client limits.
@@ -73,6 +89,8 @@ type MPS struct {
 	ActiveThreadPercent int
 	// PinnedMemoryMiB caps each client's device memory; 0 means no cap.
 	PinnedMemoryMiB int64
+	// Priority is the clients' priority: High, Low or "" (normal).
+	Priority string `json:",omitempty"`
 }
 
 // Device is one CDI device of a claim.
@@ -219,6 +237,18 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 				"GPUDRA_MEMORY_MIB_"+strconv.Itoa(pos)+"="+mems[pos],
 				"GPUDRA_COMPUTE_PERCENT_"+strconv.Itoa(pos)+"="+computes[pos])
 		}
+		if l := d.Limits; l != nil {
+			policy := l.Policy
+			if policy == "" {
+				policy = "Fixed"
+			}
+			e.Env = append(e.Env,
+				"GPUDRA_SHARE_POLICY_"+strconv.Itoa(first[i])+"="+policy,
+				"GPUDRA_COMPUTE_LIMIT_"+strconv.Itoa(first[i])+"="+strconv.Itoa(l.ComputePercent))
+			if l.Priority != "" {
+				e.Env = append(e.Env, "GPUDRA_SHARE_PRIORITY_"+strconv.Itoa(first[i])+"="+l.Priority)
+			}
+		}
 		if d.TimeSlice != "" {
 			e.Env = append(e.Env, "GPUDRA_TIMESLICE="+d.TimeSlice)
 		}
@@ -249,6 +279,9 @@ func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, pos int) {
 	if l.ComputePercent > 0 {
 		e.Env = append(e.Env, "CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(l.ComputePercent))
 	}
+	if v, ok := priorityValue(l.Priority); ok {
+		e.Env = append(e.Env, "CUDA_TASK_PRIORITY="+v)
+	}
 	if d.CacheDir != "" {
 		e.Env = append(e.Env, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+VGPUCacheDir+"/"+d.Name+".cache")
 		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: d.CacheDir, ContainerPath: VGPUCacheDir, Options: []string{"rbind", "rw"}})
@@ -265,6 +298,9 @@ func mpsEdits(e *cdispec.ContainerEdits, d Device, pos int) {
 	e.Env = append(e.Env, "CUDA_MPS_PIPE_DIRECTORY="+MPSPipeDir, "CUDA_MPS_LOG_DIRECTORY="+MPSLogDir)
 	if m.ActiveThreadPercent > 0 {
 		e.Env = append(e.Env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+strconv.Itoa(m.ActiveThreadPercent))
+	}
+	if v, ok := priorityValue(m.Priority); ok {
+		e.Env = append(e.Env, "CUDA_MPS_CLIENT_PRIORITY="+v)
 	}
 	if m.PinnedMemoryMiB > 0 {
 		var limits []string

@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,57 @@ func claimWith(driver, params string) *resourceapi.ResourceClaim {
 	c.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}}
 	return c
+}
+
+// shareClaim asks for one share with compute percent (none when compute is "") and carries
+// a GpuConfig with the given limits.
+func shareClaim(compute, limits string) *resourceapi.ResourceClaim {
+	c := claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":`+limits+`}`)
+	c.Spec.Devices.Requests[0].Exactly.DeviceClassName = "gpu-share.gpudra.dev"
+	if compute != "" {
+		c.Spec.Devices.Requests[0].Exactly.Capacity = &resourceapi.CapacityRequirements{
+			Requests: map[resourceapi.QualifiedName]resource.Quantity{"compute": resource.MustParse(compute)}}
+	}
+	return c
+}
+
+func TestHandlerChecksShareTiersAgainstTheRequests(t *testing.T) {
+	tests := []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		allowed bool
+		want    []string
+	}{
+		{"a Guaranteed 30 % share bursting to 100 % is admitted", shareClaim("30", `{"policy":"Guaranteed","computeLimit":100}`), true, nil},
+		{"a Guaranteed share without a compute request has no floor", shareClaim("", `{"policy":"Guaranteed"}`), false,
+			[]string{"spec.devices.config[0].opaque.parameters.limits.policy", "floor is its compute request"}},
+		{"a cap below the floor is refused", shareClaim("40", `{"policy":"Guaranteed","computeLimit":20}`), false,
+			[]string{"limits.computeLimit", "below the share's compute request (40"}},
+		{"a BestEffort share that reserves compute is refused", shareClaim("10", `{"policy":"BestEffort"}`), false,
+			[]string{"limits.policy", "reserves no compute"}},
+		{"a BestEffort share capped at 50 % is admitted", shareClaim("", `{"policy":"BestEffort","computeLimit":50}`), true, nil},
+		{"a High priority BestEffort share is refused", shareClaim("", `{"policy":"BestEffort","priority":"High"}`), false,
+			[]string{"limits.priority", "always yields"}},
+		{"an unknown policy names the accepted ones", shareClaim("10", `{"policy":"Burst"}`), false,
+			[]string{"limits.policy", `"Fixed"`, `"Guaranteed"`, `"BestEffort"`}},
+		{"a computeLimit on a Fixed share is refused", shareClaim("10", `{"computeLimit":50}`), false,
+			[]string{"limits.computeLimit", "capped at its compute request"}},
+		{"a tier on a whole GPU is refused", claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"policy":"Guaranteed"}}`), false,
+			[]string{"request \"gpu\" asks for DeviceClass gpu.gpudra.dev", "only to requests of gpu-share.gpudra.dev"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := Handler{}.Handle(context.Background(), request(t, "ResourceClaim", tc.claim))
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v: %s", resp.Allowed, resp.Result.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(resp.Result.Message, w) {
+					t.Errorf("message %q lacks %q", resp.Result.Message, w)
+				}
+			}
+		})
+	}
 }
 
 func TestHandler(t *testing.T) {

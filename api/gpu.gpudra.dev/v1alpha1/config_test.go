@@ -60,6 +60,17 @@ sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedD
 		{name: "a second YAML document is refused, not dropped", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\n---\napiVersion: gpu.gpudra.dev/v1alpha1\nkind: MigConfig\nsharing: {strategy: Magic}",
 			wantErr: []string{"spec.config[0].opaque.parameters", "2 YAML documents", "one object"}},
 		{name: "a leading separator and trailing comments are one document", yaml: "---\napiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\n---\n# nothing more\n"},
+		{name: "a Guaranteed share with a cap", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: Guaranteed, computeLimit: 80, priority: High}"},
+		{name: "an unknown share policy lists the policies", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: Burstable}",
+			wantErr: []string{"parameters.limits.policy", `"Fixed"`, `"Guaranteed"`, `"BestEffort"`}},
+		{name: "a computeLimit past 100 names the range", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: BestEffort, computeLimit: 120}",
+			wantErr: []string{"parameters.limits.computeLimit", "between 1 and 100"}},
+		{name: "a computeLimit on a Fixed share is forbidden", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {computeLimit: 50}",
+			wantErr: []string{"parameters.limits.computeLimit", "Guaranteed or BestEffort"}},
+		{name: "an unknown priority lists the priorities", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {priority: Urgent}",
+			wantErr: []string{"parameters.limits.priority", `"High"`, `"Low"`}},
+		{name: "a BestEffort share cannot be High priority", yaml: "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: BestEffort, priority: High}",
+			wantErr: []string{"parameters.limits.priority", "always yields"}},
 		{name: "not an object", yaml: `[1,2]`, wantErr: []string{"parameters"}},
 		{name: "empty", yaml: ``, wantErr: []string{"parameters", "Required"}},
 	}
@@ -222,5 +233,45 @@ func TestDeepCopyLeavesTheOriginalAsWritten(t *testing.T) {
 	cp.Normalize()
 	if m := orig.Sharing.MPS; orig.Sharing.Strategy != api.MPS || *m.DefaultActiveThreadPercentage != 30 || m.DefaultPinnedDeviceMemoryLimit.String() != "2Gi" || orig.Limits != nil {
 		t.Errorf("changing the copy changed the original: %+v %+v", orig.Sharing, orig.Limits)
+	}
+}
+
+func TestShareTierDefaultsAndCaps(t *testing.T) {
+	decode := func(limits string) *api.ShareLimits {
+		t.Helper()
+		obj, err := api.Decode([]byte("apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: " + limits))
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj.Normalize()
+		return obj.(*api.GpuConfig).Limits
+	}
+	for _, tc := range []struct {
+		limits      string
+		request     int
+		policy      api.SharePolicy
+		priority    api.SharePriority
+		cap         int
+		validForReq bool
+	}{
+		{"{}", 25, api.PolicyFixed, "", 25, true},
+		{"{policy: Guaranteed}", 30, api.PolicyGuaranteed, "", 0, true},
+		{"{policy: Guaranteed, computeLimit: 60}", 30, api.PolicyGuaranteed, "", 60, true},
+		{"{policy: Guaranteed, computeLimit: 20}", 30, api.PolicyGuaranteed, "", 20, false},
+		{"{policy: Guaranteed}", 0, api.PolicyGuaranteed, "", 0, false},
+		{"{policy: BestEffort}", 0, api.PolicyBestEffort, api.PriorityLow, 0, true},
+		{"{policy: BestEffort, computeLimit: 50}", 0, api.PolicyBestEffort, api.PriorityLow, 50, true},
+		{"{policy: BestEffort}", 10, api.PolicyBestEffort, api.PriorityLow, 0, false},
+	} {
+		l := decode(tc.limits)
+		if l.Policy != tc.policy || l.Priority != tc.priority {
+			t.Errorf("%s: normalized to policy %q priority %q, want %q %q", tc.limits, l.Policy, l.Priority, tc.policy, tc.priority)
+		}
+		if got := l.ComputeCap(tc.request); got != tc.cap {
+			t.Errorf("%s with request %d: cap %d, want %d", tc.limits, tc.request, got, tc.cap)
+		}
+		if errs := l.ValidateFor(nil, tc.request); (len(errs) == 0) != tc.validForReq {
+			t.Errorf("%s with request %d: ValidateFor = %v, want valid %v", tc.limits, tc.request, errs, tc.validForReq)
+		}
 	}
 }

@@ -121,9 +121,55 @@ const (
 // Enforcements lists the accepted enforcement modes.
 var Enforcements = []Enforcement{EnforceAuto, EnforceHAMi, EnforceMPS}
 
-// ShareLimits configures the enforcement of a share's consumed capacity.
+// SharePolicy is a share's service tier: what its compute request reserves and what caps it.
+type SharePolicy string
+
+// Share policies.
+const (
+	// PolicyFixed (the default) reserves the share's compute request and caps it there.
+	PolicyFixed SharePolicy = "Fixed"
+	// PolicyGuaranteed reserves the compute request as a floor and caps the share at
+	// computeLimit (default 100), so it bursts into compute the others leave idle.
+	PolicyGuaranteed SharePolicy = "Guaranteed"
+	// PolicyBestEffort reserves no compute, may be capped at computeLimit, and runs at low
+	// priority: it yields to the other shares of the GPU.
+	PolicyBestEffort SharePolicy = "BestEffort"
+)
+
+// SharePolicies lists the accepted share policies.
+var SharePolicies = []SharePolicy{PolicyFixed, PolicyGuaranteed, PolicyBestEffort}
+
+// SharePriority ranks the shares of one GPU: while a High share runs, Low shares are held back.
+type SharePriority string
+
+// Share priorities.
+const (
+	PriorityHigh SharePriority = "High"
+	PriorityLow  SharePriority = "Low"
+)
+
+// SharePriorities lists the accepted share priorities.
+var SharePriorities = []SharePriority{PriorityHigh, PriorityLow}
+
+// ShareLimits configures a share's service tier and how its consumed capacity (memory,
+// compute) is enforced.
+//
+//	limits:
+//	  enforcement: HAMi
+//	  policy: Guaranteed   # the claim's compute request (say 30) is the floor
+//	  computeLimit: 100    # the cap: it bursts into idle compute
+//	  priority: High
 type ShareLimits struct {
 	Enforcement Enforcement `json:"enforcement,omitempty"`
+	// Policy is the share's tier; "" means Fixed.
+	Policy SharePolicy `json:"policy,omitempty"`
+	// ComputeLimit caps a Guaranteed or BestEffort share's compute, in percent of the GPU's
+	// SMs (1..100; a Guaranteed share's at least its request). Fixed shares are capped at
+	// their request and take none.
+	ComputeLimit *int `json:"computeLimit,omitempty"`
+	// Priority is High or Low; BestEffort shares are Low. Unset, a share has the
+	// mechanism's normal priority.
+	Priority SharePriority `json:"priority,omitempty"`
 }
 
 // Kind implements Config.

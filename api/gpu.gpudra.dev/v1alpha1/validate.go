@@ -29,6 +29,12 @@ func (c *GpuConfig) Normalize() {
 	if c.Limits.Enforcement == "" {
 		c.Limits.Enforcement = EnforceAuto
 	}
+	if c.Limits.Policy == "" {
+		c.Limits.Policy = PolicyFixed
+	}
+	if c.Limits.Policy == PolicyBestEffort && c.Limits.Priority == "" {
+		c.Limits.Priority = PriorityLow
+	}
 }
 
 // Normalize fills in defaults: time-slicing with the default interval.
@@ -66,10 +72,76 @@ func (c *MigConfig) Validate() error { return c.validate(nil).ToAggregate() }
 
 func (c *GpuConfig) validate(path *field.Path) field.ErrorList {
 	errs := c.Sharing.validate(path.Child("sharing"))
-	if c.Limits != nil && !slices.Contains(Enforcements, c.Limits.Enforcement) {
-		errs = append(errs, field.NotSupported(path.Child("limits", "enforcement"), c.Limits.Enforcement, Enforcements))
+	return append(errs, c.Limits.validate(path.Child("limits"))...)
+}
+
+func (l *ShareLimits) validate(path *field.Path) field.ErrorList {
+	if l == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if !slices.Contains(Enforcements, l.Enforcement) {
+		errs = append(errs, field.NotSupported(path.Child("enforcement"), l.Enforcement, Enforcements))
+	}
+	if !slices.Contains(SharePolicies, l.Policy) {
+		return append(errs, field.NotSupported(path.Child("policy"), l.Policy, SharePolicies))
+	}
+	if c := l.ComputeLimit; c != nil {
+		switch {
+		case l.Policy == PolicyFixed:
+			errs = append(errs, field.Forbidden(path.Child("computeLimit"),
+				fmt.Sprintf("a %s share is capped at its compute request; computeLimit is for policy %s or %s", PolicyFixed, PolicyGuaranteed, PolicyBestEffort)))
+		case *c < 1 || *c > 100:
+			errs = append(errs, field.Invalid(path.Child("computeLimit"), *c, "must be between 1 and 100 (percent of the GPU's SMs)"))
+		}
+	}
+	if l.Priority != "" && !slices.Contains(SharePriorities, l.Priority) {
+		errs = append(errs, field.NotSupported(path.Child("priority"), l.Priority, SharePriorities))
+	}
+	if l.Policy == PolicyBestEffort && l.Priority == PriorityHigh {
+		errs = append(errs, field.Invalid(path.Child("priority"), l.Priority, fmt.Sprintf("a %s share always yields to the others: leave priority unset or %s", PolicyBestEffort, PriorityLow)))
 	}
 	return errs
+}
+
+// ComputeCap is the compute cap, in percent, of a share whose compute request is request
+// (0: no cap): the request for Fixed, computeLimit for Guaranteed (100 when unset, which is
+// no cap) and BestEffort.
+func (l *ShareLimits) ComputeCap(request int) int {
+	switch {
+	case l == nil || l.Policy == "" || l.Policy == PolicyFixed:
+		return request
+	case l.ComputeLimit == nil || *l.ComputeLimit >= 100:
+		return 0
+	default:
+		return *l.ComputeLimit
+	}
+}
+
+// ValidateFor checks a share's tier against its compute request (percent of the GPU): a
+// Guaranteed share's floor is its request, so it needs one, at most its computeLimit; a
+// BestEffort share reserves nothing, so it has none.
+func (l *ShareLimits) ValidateFor(path *field.Path, computeRequest int) field.ErrorList {
+	if l == nil {
+		return nil
+	}
+	switch l.Policy {
+	case PolicyGuaranteed:
+		if computeRequest <= 0 {
+			return field.ErrorList{field.Invalid(path.Child("policy"), l.Policy,
+				"a Guaranteed share's floor is its compute request: request capacity compute between 1 and 100 on the share")}
+		}
+		if c := l.ComputeLimit; c != nil && *c < computeRequest {
+			return field.ErrorList{field.Invalid(path.Child("computeLimit"), *c,
+				fmt.Sprintf("is below the share's compute request (%d, its floor): the cap must be from the floor to 100", computeRequest))}
+		}
+	case PolicyBestEffort:
+		if computeRequest > 0 {
+			return field.ErrorList{field.Invalid(path.Child("policy"), l.Policy,
+				fmt.Sprintf("a BestEffort share reserves no compute, but it requests %d: request no compute and cap it with computeLimit", computeRequest))}
+		}
+	}
+	return nil
 }
 
 func (c *MigConfig) validate(path *field.Path) field.ErrorList {
