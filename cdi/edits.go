@@ -242,9 +242,13 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 			if policy == "" {
 				policy = "Fixed"
 			}
+			limit := l.ComputePercent
+			if limit == 0 {
+				limit = 100 // no cap
+			}
 			e.Env = append(e.Env,
 				"GPUDRA_SHARE_POLICY_"+strconv.Itoa(first[i])+"="+policy,
-				"GPUDRA_COMPUTE_LIMIT_"+strconv.Itoa(first[i])+"="+strconv.Itoa(l.ComputePercent))
+				"GPUDRA_COMPUTE_LIMIT_"+strconv.Itoa(first[i])+"="+strconv.Itoa(limit))
 			if l.Priority != "" {
 				e.Env = append(e.Env, "GPUDRA_SHARE_PRIORITY_"+strconv.Itoa(first[i])+"="+l.Priority)
 			}

@@ -131,6 +131,9 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	}
 
 	mem := pd.CDI.MemoryBytes
+	if l := conf.GPU.Limits; pd.Type != api.TypeShare && l != nil && (l.Policy != api.PolicyFixed || l.ComputeLimit != nil || l.Priority != "") {
+		return PreparedDevice{}, field.Invalid(field.NewPath("limits"), "", fmt.Sprintf("device %s is of type %s: a share's policy, computeLimit and priority apply only to devices of type %s (DeviceClass %s)", r.Device, pd.Type, api.TypeShare, api.DeviceClassShare))
+	}
 	if pd.Type == api.TypeShare {
 		memQ, compQ := driver.ShareMemoryDefault, driver.ShareComputeMin
 		if q, ok := r.ConsumedCapacity[api.CapMemory]; ok {
@@ -141,7 +144,12 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 		mem = memQ.Value()
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, int(compQ.Value())
-		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: int(compQ.Value())}
+		tier := conf.GPU.Limits
+		if errs := tier.ValidateFor(field.NewPath("limits"), int(compQ.Value())); len(errs) > 0 {
+			return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
+		}
+		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: tier.ComputeCap(int(compQ.Value())),
+			Policy: string(tier.Policy), Priority: string(tier.Priority)}
 		switch conf.GPU.Limits.Enforcement {
 		case api.EnforceHAMi:
 			if p.node.VGPULibrary == "" {
@@ -179,6 +187,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 			if m.PinnedMemoryMiB == 0 || m.PinnedMemoryMiB > l.MemoryMiB {
 				m.PinnedMemoryMiB = l.MemoryMiB
 			}
+			m.Priority = l.Priority
 		}
 		pd.CDI.MPS = m
 	} else if sharing.TimeSlicing != nil {

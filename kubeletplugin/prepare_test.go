@@ -115,6 +115,76 @@ func TestShareClaimCarriesItsLimits(t *testing.T) {
 	}
 }
 
+// Every share tier under both mechanisms: what the container's environment enforces.
+func TestShareTiersBecomeLimits(t *testing.T) {
+	const hami = "/opt/hami/libvgpu.so"
+	cfg := func(limits string) string {
+		return "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: " + limits
+	}
+	tests := []struct {
+		name, vgpu, compute, config string
+		wantEnv                     map[string]string
+		absent                      []string
+	}{
+		{name: "Fixed under HAMi-core caps at the request", vgpu: hami, compute: "25", config: cfg("{policy: Fixed}"),
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "25", "GPUDRA_SHARE_POLICY_0": "Fixed", "GPUDRA_COMPUTE_LIMIT_0": "25", "GPUDRA_COMPUTE_PERCENT_0": "25"},
+			absent:  []string{"CUDA_TASK_PRIORITY"}},
+		{name: "Fixed under MPS caps at the request", compute: "25", config: cfg("{policy: Fixed}"),
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "GPUDRA_SHARE_POLICY_0": "Fixed"},
+			absent:  []string{"CUDA_MPS_CLIENT_PRIORITY"}},
+		{name: "Guaranteed under HAMi-core reserves 30 and bursts uncapped", vgpu: hami, compute: "30", config: cfg("{policy: Guaranteed, priority: High}"),
+			wantEnv: map[string]string{"GPUDRA_COMPUTE_PERCENT_0": "30", "GPUDRA_COMPUTE_LIMIT_0": "100", "GPUDRA_SHARE_POLICY_0": "Guaranteed", "CUDA_TASK_PRIORITY": "0", "GPUDRA_SHARE_PRIORITY_0": "High"},
+			absent:  []string{"CUDA_DEVICE_SM_LIMIT"}},
+		{name: "Guaranteed under HAMi-core with a cap", vgpu: hami, compute: "30", config: cfg("{policy: Guaranteed, computeLimit: 70}"),
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "70", "GPUDRA_COMPUTE_PERCENT_0": "30"}},
+		{name: "Guaranteed under MPS caps the threads at the limit, not the floor", compute: "30", config: cfg("{policy: Guaranteed, computeLimit: 70}"),
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70", "GPUDRA_COMPUTE_PERCENT_0": "30"}},
+		{name: "Guaranteed under MPS without a cap sets no thread limit", compute: "30", config: cfg("{policy: Guaranteed}"),
+			absent: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}},
+		{name: "BestEffort under HAMi-core runs at low priority", vgpu: hami, compute: "0", config: cfg("{policy: BestEffort, computeLimit: 50}"),
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "50", "CUDA_TASK_PRIORITY": "1", "GPUDRA_SHARE_POLICY_0": "BestEffort", "GPUDRA_COMPUTE_PERCENT_0": "0"}},
+		{name: "BestEffort under MPS is a below-normal client", compute: "0", config: cfg("{policy: BestEffort}"),
+			wantEnv: map[string]string{"CUDA_MPS_CLIENT_PRIORITY": "1", "GPUDRA_SHARE_PRIORITY_0": "Low"},
+			absent:  []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}},
+		{name: "a Low priority Fixed share under MPS", compute: "20", config: cfg("{priority: Low}"),
+			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20", "CUDA_MPS_CLIENT_PRIORITY": "1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.VGPULibrary = tc.vgpu })
+			c := n.allocate(shareClaim("10Gi", tc.compute, tc.config))
+			mustPrepare(t, n.newDriver(nil), c)
+			got := env(n.spec(c).Devices[0].ContainerEdits)
+			for k, v := range tc.wantEnv {
+				if got[k] != v {
+					t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
+				}
+			}
+			for _, k := range tc.absent {
+				if v, ok := got[k]; ok {
+					t.Errorf("env has %s=%s", k, v)
+				}
+			}
+		})
+	}
+}
+
+func TestShareTierRefusedAtPrepare(t *testing.T) {
+	for name, tc := range map[string]struct{ claim, want string }{
+		"Guaranteed without a floor":    {shareClaim("1Gi", "0", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: Guaranteed}"), "floor is its compute request"},
+		"BestEffort with a reservation": {shareClaim("1Gi", "10", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: BestEffort}"), "reserves no compute"},
+		"a tier on a whole GPU":         {wholeGPU + withConfig("gpu", "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: {policy: Guaranteed}"), "apply only to devices of type share"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100")
+			_, err := prepare(t, n.newDriver(nil), n.allocate(tc.claim))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("prepare error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestTwoSharesOfOneGPUArePreparedSideBySide(t *testing.T) {
 	n := newNode(t, "l40s-pcie")
 	d := n.newDriver(nil)
