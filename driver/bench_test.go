@@ -80,7 +80,7 @@ func BenchmarkAllocatorVsPlain(b *testing.B) {
 	layouts := []struct {
 		name   string
 		opts   driver.RenderOptions
-		migOn  []int // GPUs whose MIG mode the operator enabled
+		migOn  []int // GPUs the operator partitioned into seven 1g.10gb instances each
 		busy   []int // GPUs already allocated whole, on both sides
 		claims []claimCase
 	}{
@@ -95,10 +95,11 @@ func BenchmarkAllocatorVsPlain(b *testing.B) {
 			devices := 0
 			for n := range nodes {
 				name := fmt.Sprintf("node-%03d", n)
-				inv := simInventory(b, "dgx-h100", name)
+				split := map[int][]string{}
 				for _, g := range layout.migOn {
-					inv.GPUs[g].MIG.Enabled = true
+					split[g] = repeat("1g.10gb", 7)
 				}
+				_, inv := partitioned(b, "dgx-h100", name, split)
 				rs := render(b, inv, name, layout.opts)
 				if n == 0 {
 					for _, s := range rs {

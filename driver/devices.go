@@ -170,35 +170,52 @@ func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Devic
 	}
 }
 
-func migDevices(inv *Inventory, g *GPU, counters counterPlan) []resourceapi.Device {
+// migDevices are GPU g's MIG devices: with static MIG the instances that exist (each GPU
+// instance with a compute instance using all of it), otherwise every profile × placement.
+func migDevices(inv *Inventory, g *GPU, counters counterPlan, strategy MIGStrategy) []resourceapi.Device {
 	var out []resourceapi.Device
+	if strategy == MIGStatic {
+		for _, mi := range g.MIG.Instances {
+			if mi.Full {
+				out = append(out, migDevice(inv, g, counters, mi.Profile, mi.Placement, mi.MemoryBytes, mi.Multiprocessors, mi.UUID))
+			}
+		}
+		return out
+	}
 	for _, p := range g.MIG.Profiles {
 		for _, pl := range p.Placements {
-			a := attrs{}
-			a.str(api.AttrType, api.TypeMIG)
-			a.int(api.AttrParentIndex, g.Index)
-			a.str(api.AttrParentUUID, g.UUID)
-			a.str(api.AttrMIGProfile, p.Name)
-			a.int(api.AttrMIGPlacementStart, pl.Start)
-			a.int(api.AttrMIGPlacementSize, pl.Size)
-			common(a, inv, g)
-			var slices []string
-			for s := pl.Start; s < pl.Start+pl.Size; s++ {
-				slices = append(slices, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
-			}
-			consume, _ := counters.consume(map[int][]string{g.Index: slices})
-			out = append(out, resourceapi.Device{
-				Name:       MIGDeviceName(g.Index, p.Name, pl.Start),
-				Attributes: a,
-				Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-					api.CapMemory:          capacity(bytesQuantity(p.MemoryBytes)),
-					api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(p.Multiprocessors), resource.DecimalSI)),
-				},
-				ConsumesCounters: consume,
-			})
+			out = append(out, migDevice(inv, g, counters, p.Name, pl, p.MemoryBytes, p.Multiprocessors, ""))
 		}
 	}
 	return out
+}
+
+// migDevice is the MIG device of profile at placement pl on GPU g; uuid is set for one
+// that exists.
+func migDevice(inv *Inventory, g *GPU, counters counterPlan, profile string, pl MIGPlacement, memory uint64, multiprocessors int, uuid string) resourceapi.Device {
+	a := attrs{}
+	a.str(api.AttrType, api.TypeMIG)
+	a.int(api.AttrParentIndex, g.Index)
+	a.str(api.AttrParentUUID, g.UUID)
+	a.str(api.AttrUUID, uuid)
+	a.str(api.AttrMIGProfile, profile)
+	a.int(api.AttrMIGPlacementStart, pl.Start)
+	a.int(api.AttrMIGPlacementSize, pl.Size)
+	common(a, inv, g)
+	var slices []string
+	for s := pl.Start; s < pl.Start+pl.Size; s++ {
+		slices = append(slices, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
+	}
+	consume, _ := counters.consume(map[int][]string{g.Index: slices})
+	return resourceapi.Device{
+		Name:       MIGDeviceName(g.Index, profile, pl.Start),
+		Attributes: a,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			api.CapMemory:          capacity(bytesQuantity(memory)),
+			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(multiprocessors), resource.DecimalSI)),
+		},
+		ConsumesCounters: consume,
+	}
 }
 
 // groupDevice renders an NVLink group. ok is false when a member is not usable as a

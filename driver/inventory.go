@@ -56,6 +56,29 @@ type MIGInfo struct {
 	// MemorySlices is the number of memory slices (8 on A100/H100); placements index them.
 	MemorySlices int          `json:"memorySlices"`
 	Profiles     []MIGProfile `json:"profiles"`
+	// Instances are the MIG devices that exist on the GPU (made by NVIDIA's mig-manager,
+	// an admin or the plugin), ordered by placement start, then compute instance id.
+	Instances []MIGInstance `json:"instances,omitempty"`
+}
+
+// MIGInstance is a MIG device that exists: a GPU instance and one of its compute instances.
+type MIGInstance struct {
+	// Profile is the MIG profile's name, e.g. "1g.10gb"; a compute instance smaller than
+	// its GPU instance has the longer name, e.g. "1c.3g.40gb".
+	Profile     string `json:"profile"`
+	GIProfileID int    `json:"giProfileID"`
+	CIProfileID int    `json:"ciProfileID"`
+	// Full says the compute instance uses all of its GPU instance (Profile is then one of
+	// the GPU's Profiles).
+	Full      bool         `json:"full"`
+	Placement MIGPlacement `json:"placement"`
+	// GIID and CIID are NVML's GPU and compute instance ids.
+	GIID int `json:"giID"`
+	CIID int `json:"ciID"`
+	// UUID is the MIG device's UUID ("MIG-..."), as NVIDIA_VISIBLE_DEVICES takes it.
+	UUID            string `json:"uuid"`
+	MemoryBytes     uint64 `json:"memoryBytes"`
+	Multiprocessors int    `json:"multiprocessors"`
 }
 
 // MIGProfile is one GPU-instance profile with a full compute instance, e.g. 1g.10gb.

@@ -29,8 +29,10 @@ func DeviceType(d resourceapi.Device) string {
 type MIGStrategy string
 
 const (
-	// MIGStatic (the default) follows each GPU's MIG mode as the operator set it: MIG
-	// devices on GPUs whose MIG mode is enabled, whole, shared and grouped use on the others.
+	// MIGStatic (the default) follows each GPU's MIG layout as the operator (or NVIDIA's
+	// mig-manager) set it: a GPU whose MIG mode is enabled publishes the MIG instances that
+	// exist on it, and nothing else; the others publish whole, shared and grouped use. The
+	// plugin hands an existing instance to a claim and never creates or destroys one.
 	MIGStatic MIGStrategy = "static"
 	// MIGDynamic publishes whole GPUs and every MIG profile × placement of MIG-capable
 	// GPUs; counters keep them exclusive and the plugin switches MIG mode and creates
@@ -112,7 +114,7 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 			}
 		}
 		if opts.publishesMIG(g) {
-			for _, d := range migDevices(inv, g, counters) {
+			for _, d := range migDevices(inv, g, counters, opts.MIG) {
 				migs = append(migs, opts.tainted(d, g.Index))
 			}
 		}
@@ -261,7 +263,8 @@ func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
 }
 
 // publishesMIG says whether GPU g's MIG devices are published: every MIG-capable GPU
-// with dynamic MIG, those whose MIG mode is enabled with static MIG (the default).
+// with dynamic MIG, those whose MIG mode is enabled with static MIG (the default), which
+// publish their existing instances.
 func (o RenderOptions) publishesMIG(g *GPU) bool {
 	switch o.MIG {
 	case MIGDynamic:

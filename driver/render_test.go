@@ -191,8 +191,17 @@ func TestMIGStrategies(t *testing.T) {
 		t.Errorf("default with MIG mode off everywhere: %v (want 8 whole GPUs, 8 shares, 7 groups, no MIG)", c)
 	}
 	inv.GPUs[0].MIG.Enabled = true // an operator enabled MIG mode on GPU 0 only
-	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[api.TypeGPU] != 7 || c[api.TypeMIG] != 28 || c[api.TypeNVLinkGroup] != 4 {
-		t.Errorf("static: %v (want 7 whole GPUs, GPU 0's 28 MIG devices, groups without GPU 0)", c)
+	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[api.TypeGPU] != 7 || c[api.TypeMIG] != 0 || c[api.TypeNVLinkGroup] != 4 {
+		t.Errorf("static: %v (want 7 whole GPUs, no MIG devices on unpartitioned GPU 0, groups without GPU 0)", c)
+	}
+	if err := nvmlsim.PartitionMIG(b.NVML, 0, "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err = discover.Discover(b); err != nil {
+		t.Fatal(err)
+	}
+	if c := count(driver.RenderOptions{MIG: driver.MIGStatic}); c[api.TypeGPU] != 7 || c[api.TypeMIG] != 4 || c[api.TypeNVLinkGroup] != 4 {
+		t.Errorf("static: %v (want 7 whole GPUs, GPU 0's 4 MIG instances, groups without GPU 0)", c)
 	}
 	if c := count(driver.RenderOptions{MIG: driver.MIGNone}); c[api.TypeMIG] != 0 || c[api.TypeGPU] != 8 {
 		t.Errorf("none: %v", c)

@@ -146,6 +146,11 @@ func discoverGPU(b *Backend, dev nvml.Device, i int) (*driver.GPU, error) {
 	if g.MIG, err = discoverMIG(dev, g.MemoryBytes); err != nil {
 		return nil, err
 	}
+	if g.MIG != nil && g.MIG.Enabled {
+		if g.MIG.Instances, err = migInstances(dev, g); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
 }
 

@@ -155,6 +155,7 @@ func (n *node) wireDevice(d *server.Device, i int, all []*server.Device, switche
 		}
 	}
 	wireMIG(d, mig)
+	wireMIGDevices(d, mig)
 }
 
 // wireMIG makes go-nvml's MIG lifecycle refuse what real NVML refuses: MIG calls on
