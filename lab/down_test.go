@@ -12,7 +12,7 @@ import (
 // state directory; removing the lab detaches it instead of failing (or leaking it).
 func TestRemoveStateUnmountsWhatPluginsLeft(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root; this test runs as root in make test")
+		lacking(t, "mounting a tmpfs needs root (uid %d): run the tests as root, as make test does", os.Geteuid())
 	}
 	dir := t.TempDir()
 	shm := filepath.Join(dir, "nodes", "n1", "plugin", "mps", "claim", "shm")

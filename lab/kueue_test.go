@@ -24,7 +24,7 @@ func kueueConfigDir(t *testing.T) string {
 			return d
 		}
 	}
-	t.Skip("Kueue v0.17.0 manifests are neither in the toolchain cache nor in the Go module cache")
+	lacking(t, "Kueue v0.17.0 manifests are neither in the toolchain cache nor in the Go module cache: run make toolchain (or go mod download sigs.k8s.io/kueue)")
 	return ""
 }
 

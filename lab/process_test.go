@@ -14,7 +14,7 @@ func TestStopProcessesStopsOnlyMatchingCommandLines(t *testing.T) {
 	l := Layout{Root: t.TempDir()}
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skip("no sleep binary")
+		t.Fatalf("no sleep binary: %v", err)
 	}
 	c, err := startProcess(l, "sleeper", []string{sleep, "300"}, nil)
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -28,7 +30,7 @@ import (
 // with the field path and the accepted values; valid configs and other drivers pass.
 func TestConfigWebhookRefusesInvalidConfigs(t *testing.T) {
 	if !state.Kueue {
-		t.Skip("gpudra-controller runs in labs with Kueue")
+		labLacks(t, "Kueue: gpudra-controller runs in labs with Kueue")
 	}
 	ns := namespace(t, "e2e-webhook")
 	bad := `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Forever"}}}`
@@ -118,7 +120,7 @@ spec:
 // as the chart's plugins make them (testMPSDaemonPolicies).
 func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 	if !state.Kueue {
-		t.Skip("the plugin RBAC and policy are installed with gpudra-controller (labs with Kueue)")
+		labLacks(t, "Kueue: the plugin RBAC and policy are installed with gpudra-controller (labs with Kueue)")
 	}
 	nodeA, nodeB := state.Nodes[0].Name, state.Nodes[1].Name
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plugin-identity-" + nodeA, Namespace: "gpudra"},
@@ -177,7 +179,7 @@ func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 // matchAttribute: Kueue v0.17's DRA quota refuses templates with constraints or selectors.)
 func TestGangAdmissionByRack(t *testing.T) {
 	if !state.Kueue {
-		t.Skip("this lab runs without Kueue")
+		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
 	const queue = "e2e-gangs"
 	applyForTest(t, decode(t, clusterQueue(queue, true, 64, 64))...)

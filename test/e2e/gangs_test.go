@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -14,14 +16,14 @@ import (
 // Shared by the tests that run gangs on the e2e lab's training block
 // (deployments/lab/e2e.yaml: 2 racks x 4 HGX H100 4-GPU nodes).
 
-// requireTrainingBlock skips a test when the lab has no Kueue or no training block.
+// requireTrainingBlock ends a test (labLacks) when the lab has no Kueue or no training block.
 func requireTrainingBlock(t *testing.T) {
 	t.Helper()
 	if !state.Kueue {
-		t.Skip("this lab runs without Kueue")
+		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
 	if nodesWithProfile("hgx-h100-4gpu") < 8 {
-		t.Skip("the lab has no training block (deployments/lab/e2e.yaml)")
+		labLacks(t, "the training block of deployments/lab/e2e.yaml (8 hgx-h100-4gpu nodes)")
 	}
 }
 

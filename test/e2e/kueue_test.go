@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -26,7 +28,7 @@ var (
 // suspended, until the first is deleted.
 func TestKueueAdmitsGPUJobsWithinQuota(t *testing.T) {
 	if !state.Kueue {
-		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
+		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
 	const queue = "e2e-gpus"
 	applyForTest(t, decode(t, clusterQueue(queue, false, 8, 2))...)
@@ -162,7 +164,7 @@ func workloadPending(ns, job string) func(context.Context) error {
 // gpudra.dev/gpu quota stays suspended, and its Workload names the missing resource.
 func TestQueueWithoutGPUQuotaSaysSo(t *testing.T) {
 	if !state.Kueue {
-		t.Skip("this lab runs without Kueue (lab file kueue.enabled: false)")
+		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
 	applyForTest(t, decode(t, `apiVersion: kueue.x-k8s.io/v1beta2
 kind: ResourceFlavor

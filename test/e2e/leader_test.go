@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -34,7 +36,7 @@ const (
 // each controller pod as a process and stops it when its pod is deleted.
 func TestControllerLeaderHandover(t *testing.T) {
 	if !state.Kueue || state.Install != lab.InstallChart {
-		t.Skip("the chart's controller, with leader election, runs in labs installed from the chart with Kueue")
+		labLacks(t, "the chart's controller, with leader election, which runs in labs installed from the chart (install: chart) with Kueue")
 	}
 	holder := func(ctx context.Context) (string, error) {
 		l, err := client.CoordinationV1().Leases("gpudra").Get(ctx, controllerLease, metav1.GetOptions{})

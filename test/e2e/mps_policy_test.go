@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -97,7 +99,7 @@ func testMPSDaemonPolicies(t *testing.T, as kubernetes.Interface, nodeA, nodeB s
 		if err := create(pins.daemon("gpudra-mps-e2e-none", nodeA)); err == nil || !strings.Contains(err.Error(), "must run gpudra-kubelet-plugin mps-control-daemon") {
 			t.Errorf("a daemon in a lab where no pool runs daemons in pods: err = %v, want it refused", err)
 		}
-		t.Skip("no chart pool runs MPS daemons in pods here (needs the real node): the field-by-field refusals need one")
+		labLacks(t, "a chart pool that runs MPS daemons in pods (the real node, install: chart): the field-by-field refusals need one")
 	}
 
 	if err := create(pins.daemon("gpudra-mps-e2e-own", nodeA)); err != nil {

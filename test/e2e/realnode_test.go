@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -30,12 +32,14 @@ import (
 // Tests on the lab's real node: a kubelet with containerd and runc that calls
 // gpudra-kubelet-plugin to prepare claims and starts real containers with the CDI devices.
 
-// realNode returns the lab's real node, or skips the test saying what the machine lacks.
+// realNode returns the lab's real node, or ends the test (labLacks) saying why there is none:
+// the lab file has none, or this machine cannot run containers (not root, no cgroups,
+// overlayfs or device files; lab.CheckRealNodeHost).
 func realNode(t *testing.T) string {
 	t.Helper()
 	node, err := state.RealNodeAvailable()
 	if err != nil {
-		t.Skipf("no real node in this lab: %v", err)
+		labLacks(t, "no real node: %v", err)
 	}
 	return node
 }
@@ -388,7 +392,7 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 	node := realNode(t)
 	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {
-		t.Skip("this lab runs the real node's plugin as a process (install: processes); rolling updates are the chart DaemonSet's")
+		labLacks(t, "the lab runs the real node's plugin as a process (install: processes); rolling updates are the chart DaemonSet's")
 	}
 	ns := namespace(t, "real-node-rolling")
 	ctx := t.Context()
@@ -549,7 +553,7 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 	node := realNode(t)
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {
-		t.Skip("this lab runs the real node's plugin as a process (install: processes); its MPS daemons are the plugin's children")
+		labLacks(t, "the lab runs the real node's plugin as a process (install: processes); its MPS daemons are the plugin's children")
 	}
 	ns := namespace(t, "real-node-mps-daemon")
 	ctx := t.Context()
