@@ -93,6 +93,7 @@ func TestControllerRBAC(t *testing.T) {
 		"resource.k8s.io/deviceclasses":          {"list", "watch"},
 		"/nodes":                                 {"list", "watch"},
 		"/pods":                                  {"list", "update", "watch"},
+		"events.k8s.io/events":                   {"create", "patch"},
 		"kueue.x-k8s.io/workloads":               {"get", "list", "watch"},
 		"kueue.x-k8s.io/workloads/status":        {"update"},
 		"kueue.x-k8s.io/admissionchecks":         {"list", "watch"},

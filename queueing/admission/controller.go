@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/tools/events"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -57,6 +59,10 @@ type Reconciler struct {
 	// Workers is how many Workloads are reconciled at once (default 8). Decisions are made
 	// one at a time (each sees the devices of the ones before it); their writes overlap.
 	Workers int
+	// Recorder, when set, records an Event on a Workload for each decision written: Normal
+	// GangPlaced with the planned domain, Warning GangDoesNotFit with what did not fit (the
+	// check's message), Warning GangRejected.
+	Recorder events.EventRecorder
 
 	// decideMu makes a decision and its reservation one step for the other workers.
 	decideMu sync.Mutex
@@ -173,7 +179,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !written && placement != nil {
 		r.release(wl.UID)
 	}
+	if written {
+		r.recordDecision(&wl, decision)
+	}
 	return ctrl.Result{}, err
+}
+
+// Event reasons on Workloads and pods.
+const (
+	ReasonGangPlaced     = "GangPlaced"
+	ReasonGangDoesNotFit = "GangDoesNotFit"
+	ReasonGangRejected   = "GangRejected"
+	ReasonPodPinned      = "PinnedToPlannedNode"
+)
+
+func (r *Reconciler) recordDecision(wl *kueue.Workload, d *kueue.AdmissionCheckState) {
+	if r.Recorder == nil {
+		return
+	}
+	switch d.State {
+	case kueue.CheckStateReady:
+		r.Recorder.Eventf(wl, nil, corev1.EventTypeNormal, ReasonGangPlaced, "Admit", "%s", d.Message)
+	case kueue.CheckStateRetry:
+		r.Recorder.Eventf(wl, nil, corev1.EventTypeWarning, ReasonGangDoesNotFit, "Retry", "%s", d.Message)
+	case kueue.CheckStateRejected:
+		r.Recorder.Eventf(wl, nil, corev1.EventTypeWarning, ReasonGangRejected, "Reject", "%s", d.Message)
+	}
 }
 
 // decideAndReserve makes the decision and reserves the devices it places, as one step for

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/tools/events"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +32,9 @@ const (
 // pod's node selector to its planned node (allowed while a pod is gated) and removes the gate.
 type PodPinner struct {
 	Client client.Client
+	// Recorder, when set, records a Normal Event on each pod pinned: its node and its slot
+	// in the gang's plan.
+	Recorder events.EventRecorder
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
 
@@ -105,6 +110,10 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		p.pinned[pod.UID] = pinnedSlot{owner: pod.OwnerReferences[0].UID, plan: plan, slot: slot, at: p.now()}
 	}
 	podsPinned.Inc()
+	if p.Recorder != nil {
+		p.Recorder.Eventf(&pod, nil, corev1.EventTypeNormal, ReasonPodPinned, "Pin",
+			"pinned to node %s: slot %d of the %d nodes gpudra.dev/topology planned for its gang", nodes[slot], slot, len(nodes))
+	}
 	return ctrl.Result{}, nil
 }
 
