@@ -1,6 +1,7 @@
 package nvmlsim
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -27,8 +28,36 @@ var gpuModels = map[string]gpuModel{
 	"A100_SXM4_80GB":  {gpus.A100_SXM4_80GB, 108},
 	"A30_PCIE_24GB":   {gpus.A30_PCIE_24GB, 56},
 	"H100_SXM5_80GB":  {gpus.H100_SXM5_80GB, 132},
-	"H200_SXM5_141GB": {gpus.H200_SXM5_141GB, 132},
-	"B200_SXM5_180GB": {gpus.B200_SXM5_180GB, 148},
+	"H200_SXM5_141GB": {h200, 132},
+	"B200_SXM5_180GB": {b200, 148},
+}
+
+// go-nvml's H200 and B200 tables give the one-slice profiles (and the H200's three- and
+// four-slice ones) more than their share of the GPU's memory, so NVML's naming, from that
+// share rounded up to eighths, would call them 1g.35gb, 3g.88gb, 4g.88gb and 1g.45gb. With
+// an eighth (a half) of the GPU's memory they are the 1g.18gb, 3g.71gb, 4g.71gb and
+// 1g.23gb those GPUs report.
+var (
+	h200 = withMIGMemory(gpus.H200_SXM5_141GB, map[int]uint64{
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE: 18048, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 18048,
+		nvml.GPU_INSTANCE_PROFILE_3_SLICE: 72192, nvml.GPU_INSTANCE_PROFILE_4_SLICE: 72192,
+	})
+	b200 = withMIGMemory(gpus.B200_SXM5_180GB, map[int]uint64{
+		nvml.GPU_INSTANCE_PROFILE_1_SLICE: 23040, nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 23040,
+	})
+)
+
+// withMIGMemory returns c with the memory, in MiB, of some of its GPU-instance profiles
+// changed; go-nvml's maps are not changed.
+func withMIGMemory(c gpus.Config, memMiB map[int]uint64) gpus.Config {
+	profiles := maps.Clone(c.MIGProfiles.GpuInstanceProfiles)
+	for id, m := range memMiB {
+		p := profiles[id]
+		p.MemorySizeMB = m
+		profiles[id] = p
+	}
+	c.MIGProfiles.GpuInstanceProfiles = profiles
+	return c
 }
 
 // baseServer is a go-nvml mock server package a profile may start from.

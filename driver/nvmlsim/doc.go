@@ -26,7 +26,8 @@
 //	  memoryMiB: 32768
 //	  multiprocessors: 80
 //	  pciDeviceId: 0x1DB510DE
-//	  mig: H100_SXM5_80GB         # MIG profile/placement tables of a gpus.Config, or "none"
+//	  mig: H100_SXM5_80GB         # MIG profile/placement tables of a gpus.Config, or "none"; with MIG
+//	                              # tables memoryMiB must be their GPU's (NVML names MIG profiles from it)
 //	  migEnabled: false           # MIG mode at start
 //	pcie:
 //	  roots:                      # every GPU in exactly one root, directly or behind a switch

@@ -2,10 +2,14 @@ package nvmlsim
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
+	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 
@@ -130,19 +134,29 @@ func (p *Profile) resolveGPU(n *node, errs *fieldErrors) {
 		}
 		n.gpu.PciDeviceId = uint32(id)
 	}
+	// tables names the gpuModels entry the MIG tables come from, from names the field.
+	tables, from := p.Model, "model"
+	if b, ok := baseServers[p.Base]; ok {
+		tables, from = b.model, "base "+p.Base
+	}
 	switch g.MIG {
 	case "":
 	case "none":
 		n.gpu.MIGProfiles = gpus.MIGProfileConfig{}
+		tables = ""
 	default:
 		m, ok := gpuModels[g.MIG]
 		if !ok {
 			errs.add("gpu.mig", "%q is not \"none\" or one of %s", g.MIG, sortedKeys(gpuModels))
 		}
 		n.gpu.MIGProfiles = m.config.MIGProfiles
+		tables, from = g.MIG, "gpu.mig"
 	}
 	if g.MIGEnabled && len(n.gpu.MIGProfiles.GpuInstanceProfiles) == 0 {
 		errs.add("gpu.migEnabled", "the GPU has no MIG tables; set gpu.mig to one of %s", sortedKeys(gpuModels))
+	}
+	if m, ok := gpuModels[tables]; ok && n.gpu.MemoryMB != 0 && len(n.gpu.MIGProfiles.GpuInstanceProfiles) > 0 {
+		checkMIGNames(n.gpu.MemoryMB, g.MemoryMiB != 0, tables, from, m.config, errs)
 	}
 	for _, req := range []struct {
 		path    string
@@ -289,4 +303,102 @@ func parseMatrix(m LinkMatrix, count int, errs *fieldErrors) [][]int {
 		return nil
 	}
 	return counts
+}
+
+// checkMIGNames refuses GPU memory of memMiB with the MIG tables of the gpuModels entry
+// tables (from names the field they come from) unless it is memory of that GPU: memory on
+// which NVML gives the profiles the names that GPU reports. A profile's name gives its
+// memory as a share of the GPU's, rounded up to eighths (go-nvlib's NewMigProfile, which
+// discovery uses), and go-nvml's tables give each profile a fixed size in MiB, so other
+// memory yields names no GPU reports, such as 1g.20gb for the one-slice profile of an
+// H100 with 81559 MiB, or profiles that cover a fraction of the GPU.
+func checkMIGNames(memMiB uint64, memorySet bool, tables, from string, model gpus.Config, errs *fieldErrors) {
+	lo, hi := migMemoryRange(model)
+	if lo <= memMiB && memMiB <= hi {
+		return
+	}
+	want := migNames(model.MIGProfiles, model.MemoryMB)
+	got := migNames(model.MIGProfiles, memMiB)
+	var wrong []string
+	for i := range got {
+		if got[i] != want[i] {
+			wrong = append(wrong, fmt.Sprintf("%s instead of %s", got[i], want[i]))
+		}
+	}
+	why := fmt.Sprintf("they are those of a GPU of %d MiB", model.MemoryMB)
+	if len(wrong) > 0 {
+		why = "NVML would name their profiles " + strings.Join(wrong, ", ") + ", names no GPU reports"
+	}
+	accepted := fmt.Sprintf("%d", lo)
+	if hi > lo {
+		accepted = fmt.Sprintf("%d..%d", lo, hi)
+	}
+	var fit []string
+	for _, k := range slices.Sorted(maps.Keys(gpuModels)) {
+		c := gpuModels[k].config
+		if lo, hi := migMemoryRange(c); len(c.MIGProfiles.GpuInstanceProfiles) > 0 && lo <= memMiB && memMiB <= hi {
+			fit = append(fit, k)
+		}
+	}
+	others := "gpu.mig none"
+	if len(fit) > 0 {
+		others = "gpu.mig " + strings.Join(fit, ", ") + " or none"
+	}
+	field, what := "gpu.memoryMiB", fmt.Sprintf("%d MiB", memMiB)
+	if !memorySet {
+		field, what = "gpu.mig", fmt.Sprintf("the GPU's %d MiB", memMiB)
+	}
+	errs.add(field, "%s do not fit the MIG tables of %s (%s): %s; accepted: gpu.memoryMiB %s with these tables, or with %d MiB %s",
+		what, tables, from, why, accepted, memMiB, others)
+}
+
+// migMemoryRange is the GPU memory, in MiB, that fits model's MIG tables: the range around
+// model's memory on which their profiles have the names they have on model. It lies in the
+// GiB of model's memory, as NVML's names count the GPU memory in whole GiB, rounded up.
+func migMemoryRange(model gpus.Config) (lo, hi uint64) {
+	if model.MemoryMB == 0 {
+		return 0, 0
+	}
+	want := migNames(model.MIGProfiles, model.MemoryMB)
+	fits := func(m uint64) bool { return slices.Equal(migNames(model.MIGProfiles, m), want) }
+	gib := (model.MemoryMB + 1023) / 1024
+	first, last := (gib-1)*1024+1, gib*1024
+	// Within one GiB each profile's share, in eighths rounded up, only falls as the memory
+	// grows, so the memory that fits is one range: search each side of model.MemoryMB.
+	lo = first + uint64(sort.Search(int(model.MemoryMB-first), func(i int) bool { return fits(first + uint64(i)) }))
+	hi = model.MemoryMB + uint64(sort.Search(int(last-model.MemoryMB), func(i int) bool { return !fits(model.MemoryMB + uint64(i) + 1) }))
+	return lo, hi
+}
+
+// migNames are the names NVML gives the GPU-instance profiles of tables, each with the
+// compute instance that uses all of it (as discovery names them), on a GPU of memMiB.
+func migNames(tables gpus.MIGProfileConfig, memMiB uint64) []string {
+	var names []string
+	for _, id := range slices.Sorted(maps.Keys(tables.GpuInstanceProfiles)) {
+		gi := tables.GpuInstanceProfiles[id]
+		ci, ok := fullComputeInstance[gi.SliceCount]
+		if !ok {
+			continue
+		}
+		name, err := migNamer.NewMigProfile(id, ci, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, gi.MemorySizeMB, memMiB<<20)
+		if err != nil {
+			continue
+		}
+		names = append(names, name.String())
+	}
+	return names
+}
+
+var migNamer = nvdev.New(nil)
+
+// fullComputeInstance maps a GPU instance's slice count to the compute-instance profile
+// that uses all of it.
+var fullComputeInstance = map[uint32]int{
+	1: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE,
+	2: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE,
+	3: nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE,
+	4: nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE,
+	6: nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE,
+	7: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE,
+	8: nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE,
 }
