@@ -6,6 +6,18 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -Wno-deprecated-declarations
 
 BINARIES := gpudra gpudra-kubelet-plugin gpudra-controller gpudra-scheduler
+# What the binaries report (--version, gpudra version, the gpudra_build_info metric), set at
+# link time in k8s.io/component-base/version as in Kubernetes' components. A description that
+# does not start from a v-tag becomes v0.0.0-<description> (as internal/buildinfo.Version
+# does for the lab's builds): gpudra-scheduler's Kubernetes libraries parse it as a semantic version.
+GIT_DESCRIBE := $(shell git describe --tags --always --dirty 2>/dev/null)
+VERSION ?= $(if $(GIT_DESCRIBE),$(if $(filter v%,$(GIT_DESCRIBE)),,v0.0.0-)$(GIT_DESCRIBE),v0.0.0-dev)
+GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE_STATE ?= $(if $(GIT_DESCRIBE),$(if $(filter %-dirty,$(GIT_DESCRIBE)),dirty,clean))
+BUILD_DATE ?= $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
+VERSION_PKG := k8s.io/component-base/version
+LDFLAGS := -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
+	-X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) -X $(VERSION_PKG).buildDate=$(BUILD_DATE)
 PKGS := ./...
 # Packages whose goroutines share state (kubelet plugin, controllers): run under -race too.
 RACE_PKGS := ./kubeletplugin/... ./queueing/... ./cmd/gpudra-controller/...
@@ -24,7 +36,7 @@ all: build
 
 build: ## build the binaries into bin/
 	@mkdir -p bin
-	go build -o bin/ $(addprefix ./cmd/,$(BINARIES))
+	go build -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
 lint: ## gofmt, go vet and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

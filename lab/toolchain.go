@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/gpudra/gpudra/internal/buildinfo"
 )
 
 // toolchainScript builds and caches the lab's Kubernetes components (lab/toolchain.sh),
@@ -148,7 +150,10 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, 
 func buildBinary(ctx context.Context, progress io.Writer, repo, out string) error {
 	name := filepath.Base(out)
 	fmt.Fprintf(progress, "Building %s from %s\n", name, repo)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/"+name)
+	// The version and commit the binaries report, as make build sets them, dated at the
+	// commit (not now) so that go build leaves a binary of an unchanged tree in place.
+	ldflags := buildinfo.LinkerFlags(buildinfo.FromGit(ctx, repo))
+	cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", ldflags, "-o", out, "./cmd/"+name)
 	cmd.Dir = repo
 	// go-nvml's C bindings use deprecated NVML declarations (as in the Makefile).
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "GOTOOLCHAIN=local", "CGO_CFLAGS=-Wno-deprecated-declarations")

@@ -20,13 +20,17 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 )
 
 func main() {
-	if err := newCommand().Execute(); err != nil {
+	err := newCommand().Execute()
+	klog.Flush()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpudra-controller:", err)
 		os.Exit(1)
 	}
@@ -40,7 +44,13 @@ func newCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if buildinfo.PrintVersion(cmd.OutOrStdout(), cmd.Flags(), cmd.Name()) {
+				return nil
+			}
 			if err := o.validate(); err != nil {
+				return err
+			}
+			if err := logoptions.ValidateAndApply(o.logging); err != nil {
 				return err
 			}
 			return run(o)
@@ -87,7 +97,8 @@ func run(o options) error {
 	// Every controller below is leader-elected (controller-runtime's default for
 	// controllers): with --leader-elect, only the Lease holder decides admissions and labels
 	// nodes; the other replicas keep their caches warm to take over.
-	check := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: o.labels, Workers: o.admissionWorkers}
+	check := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: o.labels, Workers: o.admissionWorkers,
+		Recorder: mgr.GetEventRecorder("gpudra-controller")}
 	if err := check.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -95,7 +106,7 @@ func run(o options) error {
 	if err := (&admission.CheckActivator{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&admission.PodPinner{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&admission.PodPinner{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	topologyConfigMap, _ := o.topologyConfigMapKey()

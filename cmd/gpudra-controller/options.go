@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"strings"
@@ -12,13 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/klog/v2"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 	configwebhook "github.com/gpudra/gpudra/webhook"
@@ -41,6 +42,7 @@ type options struct {
 	webhookHost, webhookCertDir               string
 	webhookSelfSigned, webhookCertSecret      string
 	webhookCertDNSNames                       []string
+	logging                                   *logsapi.LoggingConfiguration
 }
 
 // addFlags binds o to gpudra-controller's flags, with their defaults.
@@ -68,14 +70,21 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
 	fs.StringVar(&o.labels.Rack, "rack-label", o.labels.Rack, "node label holding the node's rack")
 	fs.StringVar(&o.labels.ToR, "tor-label", o.labels.ToR, "node label holding the node's top-of-rack switch (default: the rack)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	if o.logging == nil {
+		o.logging = logoptions.New()
+	}
+	logoptions.AddFlags(o.logging, fs)
+	buildinfo.AddVersionFlag(fs)
 }
 
 // validate refuses flag values the controller cannot run with, before it reaches for a
 // cluster, naming the flag and what it accepts.
 func (o options) validate() error {
+	if o.logging != nil {
+		if err := logoptions.Validate(o.logging); err != nil {
+			return err
+		}
+	}
 	if err := validateAdmissionCheckWorkers(o.admissionWorkers); err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,19 +18,24 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/cmd/internal/nvmlbackend"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 func main() {
-	if err := newCommand().Execute(); err != nil {
+	err := newCommand().Execute()
+	klog.Flush()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpudra-kubelet-plugin:", err)
 		os.Exit(1)
 	}
@@ -49,16 +53,27 @@ type flags struct {
 	mpsNamespace, mpsPriorityClass    string
 	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
+	logging                           *logsapi.LoggingConfiguration
 }
 
-func newCommand() *cobra.Command {
-	var f flags
+func newCommand() *cobra.Command { return newCommandFor(&flags{logging: logoptions.New()}) }
+
+// newCommandFor is the plugin's command, its flags bound to f.
+func newCommandFor(f *flags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:           "gpudra-kubelet-plugin",
 		Short:         "gpudra's DRA kubelet plugin for NVIDIA GPUs",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if buildinfo.PrintVersion(cmd.OutOrStdout(), cmd.Flags(), cmd.Name()) {
+				return nil
+			}
+			if err := logoptions.ValidateAndApply(f.logging); err != nil {
+				return err
+			}
+			return run(cmd.Context(), *f)
+		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
@@ -85,9 +100,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. 127.0.0.1:9400 (empty: off)")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	logoptions.AddFlags(f.logging, fs)
+	buildinfo.AddVersionFlag(fs)
 	cmd.AddCommand(mpsExecCommand(), mpsDaemonCommand())
 	return cmd
 }

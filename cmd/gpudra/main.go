@@ -7,18 +7,32 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpudra/gpudra/internal/buildinfo"
 )
 
 func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "gpudra:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "gpudra",
 		Short:         "gpudra: NVIDIA GPUs as Kubernetes DRA devices",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `gpudra version` does (--version=raw: every field).
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if buildinfo.PrintVersion(cmd.OutOrStdout(), cmd.Flags(), "gpudra") {
+				return nil
+			}
+			return cmd.Help()
+		},
 	}
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "gpudra:", err)
-		os.Exit(1)
-	}
+	buildinfo.AddVersionFlag(root.Flags())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand(), newVersionCommand())
+	return root
 }

@@ -1,0 +1,51 @@
+// Package buildinfotest checks a server's metrics registry for gpudra_build_info.
+package buildinfotest
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpudra/gpudra/internal/buildinfo"
+)
+
+// CheckMetric fails t unless g (a client_golang registry, or k8s.io/component-base/metrics'
+// KubeRegistry, which gathers the same way) holds one gpudra_build_info gauge of value 1, labelled with
+// this binary's buildinfo.LabelValues.
+func CheckMetric(t *testing.T, g prometheus.Gatherer) {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	want := map[string]string{}
+	for i, name := range buildinfo.LabelNames {
+		want[name] = buildinfo.LabelValues()[i]
+	}
+	for _, f := range families {
+		if f.GetName() != buildinfo.MetricName {
+			continue
+		}
+		if f.GetType().String() != "GAUGE" || len(f.GetMetric()) != 1 {
+			t.Fatalf("%s: type %v with %d series, want one gauge", buildinfo.MetricName, f.GetType(), len(f.GetMetric()))
+		}
+		m := f.GetMetric()[0]
+		if v := m.GetGauge().GetValue(); v != 1 {
+			t.Errorf("%s = %v, want 1", buildinfo.MetricName, v)
+		}
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s labels %v, want %v", buildinfo.MetricName, got, want)
+		}
+		for name, value := range want {
+			if got[name] != value {
+				t.Errorf("%s label %s = %q, want %q", buildinfo.MetricName, name, got[name], value)
+			}
+		}
+		return
+	}
+	t.Fatalf("no %s among the %d metric families gathered", buildinfo.MetricName, len(families))
+}
