@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpudra/gpudra/internal/buildinfo"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -101,6 +103,7 @@ func newMetrics(preparedClaims func() float64) *metrics {
 		}, preparedClaims),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.NewCollector(),
 	)
 	return m
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/internal/buildinfo"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -82,6 +83,7 @@ func TestMetricsShowPreparesAndWhatIsPublished(t *testing.T) {
 		`gpudra_plugin_published_devices{type="share"} 8`,
 		`gpudra_plugin_published_devices{type="nvlink-group"} 7`,
 		`gpudra_plugin_corrupt_checkpoints_recovered_total 0`,
+		`gpudra_build_info{build_date="` + buildinfo.Get().BuildDate + `",git_commit="` + buildinfo.Get().GitCommit + `",go_version="` + buildinfo.Get().GoVersion + `",version="` + buildinfo.Get().GitVersion + `"} 1`,
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("metrics lack %q", want)
