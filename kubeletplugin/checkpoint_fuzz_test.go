@@ -96,9 +96,18 @@ func FuzzCheckpointLoad(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	v2, err := os.ReadFile("testdata/checkpoint-v2.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	v2journal, err := os.ReadFile("testdata/checkpoint-v2.journal")
+	if err != nil {
+		f.Fatal(err)
+	}
 	cp, journal := storeFiles(f)
 	data, lines := payloads(f, cp, journal)
 	f.Add(true, v1, []byte(nil))
+	f.Add(true, v2, v2journal)
 	f.Add(true, cp, journal)
 	f.Add(true, cp, journal[:len(journal)-7]) // a torn last line
 	f.Add(true, cp, []byte("\n"))
