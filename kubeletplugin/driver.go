@@ -71,6 +71,10 @@ type Config struct {
 	// prepared claims run, where they are not in pods; one that has exited is restarted.
 	// 0 means 10 s.
 	MPSCheckInterval time.Duration
+	// MIGLayoutInterval is how often, with static MIG, the plugin re-reads the MIG
+	// instances of GPUs in MIG mode and republishes when someone created or destroyed one.
+	// 0 means 30 s.
+	MIGLayoutInterval time.Duration
 }
 
 // Driver is the running plugin for one node.
@@ -185,6 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	klog.FromContext(ctx).Info("Publishing ResourceSlices", "node", cfg.NodeName, "backend", inv.Backend, "gpus", len(inv.GPUs), "slices", len(d.Pool().Slices))
 	d.startHealth(ctx)
+	d.startMIGLayoutWatch(ctx)
 	return d, nil
 }
 
@@ -211,7 +216,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
-		start, kind := time.Now(), claimType(c, d.types)
+		start, kind := time.Now(), claimType(c, d.deviceTypesNow())
 		// The wait for the claim's MPS control daemon is outside the node's lock: other
 		// claims' prepares go on meanwhile. A daemon that is not ready fails this call,
 		// the claim stays prepared, and the kubelet's retry waits again.

@@ -12,10 +12,15 @@ import (
 // migInstances creates and destroys MIG instances through NVML. Instances are found by
 // GPU, profile and placement, never by remembered ids, so that a plugin that died
 // between creating an instance and recording it still finds the instance.
+//
+// With adopt (static MIG) the GPUs' instances are the operator's: create hands out the
+// existing instance at the device's placement, destroy leaves it, and nothing is ever
+// created or destroyed.
 type migInstances struct {
 	backend *discover.Backend
 	inv     *driver.Inventory
 	hook    Hook
+	adopt   bool
 }
 
 // created is a GPU instance with its compute instance.
@@ -64,8 +69,12 @@ func (m migInstances) setMode(index int, enabled bool) error {
 	return nil
 }
 
-// create makes the GPU instance of mi at its placement and a full compute instance.
+// create makes the GPU instance of mi at its placement and a full compute instance; with
+// adopt it returns the existing one instead.
 func (m migInstances) create(mi *MIGInstance) (created, error) {
+	if m.adopt {
+		return m.existing(mi)
+	}
 	dev, err := m.device(mi.Parent)
 	if err != nil {
 		return created{}, err
@@ -179,6 +188,10 @@ func (m migInstances) list(index int) ([]existing, error) {
 // occupant is a GPU instance on mi's GPU whose placement overlaps mi's, nil when the
 // placement is free.
 func (m migInstances) occupant(mi *MIGInstance) (*existing, error) {
+	if m.adopt { // the instance must be there, and is the claim's to use
+		_, err := m.existing(mi)
+		return nil, err
+	}
 	list, err := m.list(mi.Parent)
 	if err != nil {
 		return nil, err
@@ -191,8 +204,12 @@ func (m migInstances) occupant(mi *MIGInstance) (*existing, error) {
 	return nil, nil
 }
 
-// destroy removes mi's GPU instance (and its compute instances) if it exists.
+// destroy removes mi's GPU instance (and its compute instances) if it exists; with
+// adopt it leaves it.
 func (m migInstances) destroy(mi *MIGInstance) error {
+	if m.adopt {
+		return nil
+	}
 	list, err := m.list(mi.Parent)
 	if err != nil {
 		return err
@@ -224,4 +241,78 @@ func (m migInstances) destroyInstance(index int, e existing) error {
 		return fmt.Errorf("GPU %d: destroying GPU instance at %d: %v", index, e.start, ret)
 	}
 	return nil
+}
+
+// existing finds the GPU instance of mi's profile at mi's placement and its compute
+// instance using all of it, as they exist on the GPU (static MIG).
+func (m migInstances) existing(mi *MIGInstance) (created, error) {
+	where := fmt.Sprintf("GPU %d: MIG %s at %d", mi.Parent, mi.Profile, mi.Start)
+	list, err := m.list(mi.Parent)
+	if err != nil {
+		return created{}, err
+	}
+	for _, e := range list {
+		if e.giProfileID != mi.GIProfileID || e.start != mi.Start {
+			continue
+		}
+		giData, ret := e.gi.GetInfo()
+		if ret != nvml.SUCCESS {
+			return created{}, fmt.Errorf("%s: GpuInstance.GetInfo: %v", where, ret)
+		}
+		ciInfo, ret := e.gi.GetComputeInstanceProfileInfo(mi.CIProfileID, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		if ret != nvml.SUCCESS {
+			return created{}, fmt.Errorf("%s: GetComputeInstanceProfileInfo: %v", where, ret)
+		}
+		cis, ret := e.gi.GetComputeInstances(&ciInfo)
+		if ret != nvml.SUCCESS {
+			return created{}, fmt.Errorf("%s: GetComputeInstances: %v", where, ret)
+		}
+		if len(cis) == 0 {
+			return created{}, fmt.Errorf("%s: the GPU instance has no compute instance using all of it (with --mig=static the plugin creates none)", where)
+		}
+		ciData, ret := cis[0].GetInfo()
+		if ret != nvml.SUCCESS {
+			return created{}, fmt.Errorf("%s: ComputeInstance.GetInfo: %v", where, ret)
+		}
+		c := created{GI: int(giData.Id), CI: int(ciData.Id)}
+		c.UUID = m.existingUUID(mi.Parent, c)
+		return c, nil
+	}
+	return created{}, fmt.Errorf("%s: the MIG instance does not exist any more (destroyed, or the GPU partitioned again, since the node published it); with --mig=static the plugin hands out existing instances and creates none", where)
+}
+
+// existingUUID is an existing MIG device's UUID: as discovery read it, else from NVML's
+// MIG device handles, else the "MIG-<GPU UUID>/<gi>/<ci>" form.
+func (m migInstances) existingUUID(parent int, c created) string {
+	g := m.inv.GPU(parent)
+	if g.MIG != nil {
+		for _, in := range g.MIG.Instances {
+			if in.GIID == c.GI && in.CIID == c.CI {
+				return in.UUID
+			}
+		}
+	}
+	legacy := fmt.Sprintf("MIG-%s/%d/%d", g.UUID, c.GI, c.CI)
+	dev, err := m.device(parent)
+	if err != nil {
+		return legacy
+	}
+	count, ret := dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return legacy
+	}
+	for k := range count {
+		md, ret := dev.GetMigDeviceHandleByIndex(k)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gi, r1 := md.GetGpuInstanceId()
+		ci, r2 := md.GetComputeInstanceId()
+		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS && gi == c.GI && ci == c.CI {
+			if id, ret := md.GetUUID(); ret == nvml.SUCCESS {
+				return id
+			}
+		}
+	}
+	return legacy
 }

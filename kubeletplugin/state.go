@@ -452,7 +452,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		bootID:     bootID,
 		specs:      specs,
 		planner:    newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
-		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook},
+		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook, adopt: strategy != driver.MIGDynamic},
 		dynamic:    strategy == driver.MIGDynamic,
 		mps:        mps,
 		timeSlicer: timeSlicer,
