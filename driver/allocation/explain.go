@@ -7,32 +7,41 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	schedulingcorev1 "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
 )
 
 // NodeDiagnosis says whether a claim fits on one node and, if not, why.
 type NodeDiagnosis struct {
-	Node string
-	Fits bool
+	Node string `json:"node"`
+	Fits bool   `json:"fits"`
+	// RuledOut is why kube-scheduler's node filters keep the claim's pod off the node before
+	// devices are looked at (NodeFilter); such a node never fits.
+	RuledOut string `json:"ruledOut,omitempty"`
 	// Devices are the devices the allocator would give the claim here.
-	Devices  []string
-	Requests []RequestDiagnosis
+	Devices  []string           `json:"devices,omitempty"`
+	Requests []RequestDiagnosis `json:"requests,omitempty"`
 	// Reason is one line a person can act on.
-	Reason string
+	Reason string `json:"reason"`
 	// Closeness is 0..1: the share of each request's devices that are free here, averaged.
-	Closeness float64
+	Closeness float64 `json:"closeness"`
 }
 
 // RequestDiagnosis is one request's view of a node.
 type RequestDiagnosis struct {
-	Name string
-	Want int
+	Name string `json:"name"`
+	Want int    `json:"want"`
 	// Matching devices pass the class's and the request's selectors; Free of them are unused.
-	Matching, Free int
+	Matching int `json:"matching"`
+	Free     int `json:"free"`
 	// HeldBy names the claims ("namespace/name") that use the matching devices that are not free.
-	HeldBy []string
+	HeldBy []string `json:"heldBy,omitempty"`
 }
 
 // Holders maps each allocated device to the claims that hold it; build it with AddHolder.
@@ -78,6 +87,12 @@ func (s *State) Explain(ctx context.Context, claim *resourceapi.ResourceClaim, h
 		d.Reason, d.Closeness = reason(d, claim)
 		out = append(out, d)
 	}
+	sortDiagnoses(out)
+	return out, nil
+}
+
+// sortDiagnoses puts fitting nodes first, then the closest.
+func sortDiagnoses(out []NodeDiagnosis) {
 	sort.Slice(out, func(a, b int) bool {
 		if out[a].Fits != out[b].Fits {
 			return out[a].Fits
@@ -87,6 +102,138 @@ func (s *State) Explain(ctx context.Context, claim *resourceapi.ResourceClaim, h
 		}
 		return out[a].Node < out[b].Node
 	})
+}
+
+// Reasons kube-scheduler's node filters give, in its words.
+const (
+	ReasonUnschedulable    = "node(s) were unschedulable"
+	ReasonNodeName         = "node(s) didn't match the requested node name"
+	ReasonUntoleratedTaint = "node(s) had untolerated taint(s)"
+	ReasonNodeAffinity     = "node(s) didn't match Pod's node affinity/selector"
+	ReasonTooManyPods      = "Too many pods"
+)
+
+// NodeFilter says why kube-scheduler's filters that run before devices keep the pod off the
+// node: NodeUnschedulable, NodeName, TaintToleration, NodeAffinity and NodeResourcesFit, in
+// that order, as the scheduler words them ("" when none does). onNode are the pods bound to
+// the node; finished ones and the pod itself are not counted. Extended resources the node
+// does not list in its allocatable but a DeviceClass of the state names are left to DRA,
+// as the scheduler leaves them.
+func (s *State) NodeFilter(logger klog.Logger, pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) string {
+	if node.Spec.Unschedulable && !schedulingcorev1.TolerationsTolerateTaint(logger, pod.Spec.Tolerations,
+		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, true) {
+		return ReasonUnschedulable
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
+		return ReasonNodeName
+	}
+	if t, bad := schedulingcorev1.FindMatchingUntoleratedTaint(logger, node.Spec.Taints, pod.Spec.Tolerations, doNotSchedule, true); bad {
+		return ReasonUntoleratedTaint + ": " + t.ToString()
+	}
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); err != nil || !ok {
+		return ReasonNodeAffinity
+	}
+	return strings.Join(s.insufficient(pod, node, onNode), ", ")
+}
+
+func doNotSchedule(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+// insufficient is NodeResourcesFit: the pod's requests against the node's allocatable less
+// what the pods on it request.
+func (s *State) insufficient(pod *corev1.Pod, node *corev1.Node, onNode []*corev1.Pod) []string {
+	var out []string
+	used := corev1.ResourceList{}
+	count := 0
+	for _, p := range onNode {
+		if p.UID == pod.UID || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		count++
+		for name, q := range resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{UseStatusResources: true}) {
+			sum := used[name]
+			sum.Add(q)
+			used[name] = sum
+		}
+	}
+	alloc := node.Status.Allocatable
+	if pods := alloc[corev1.ResourcePods]; int64(count+1) > pods.Value() {
+		out = append(out, ReasonTooManyPods)
+	}
+	want := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, string(name))
+	}
+	sort.Slice(names, func(a, b int) bool { return resourceOrder(names[a]) < resourceOrder(names[b]) })
+	for _, n := range names {
+		name := corev1.ResourceName(n)
+		q := want[name]
+		if q.IsZero() || name == corev1.ResourcePods {
+			continue
+		}
+		capacity, listed := alloc[name]
+		if !listed && s.extendedByDRA(name) {
+			continue
+		}
+		free := capacity.DeepCopy()
+		free.Sub(used[name])
+		if q.Cmp(free) > 0 {
+			out = append(out, "Insufficient "+n)
+		}
+	}
+	return out
+}
+
+// resourceOrder puts cpu, memory and ephemeral-storage first, as the scheduler checks them.
+func resourceOrder(name string) string {
+	switch corev1.ResourceName(name) {
+	case corev1.ResourceCPU:
+		return "0"
+	case corev1.ResourceMemory:
+		return "1"
+	case corev1.ResourceEphemeralStorage:
+		return "2"
+	}
+	return "3" + name
+}
+
+// extendedByDRA: a DeviceClass names the extended resource (spec.extendedResourceName, or
+// the implicit deviceclass.resource.kubernetes.io/CLASS).
+func (s *State) extendedByDRA(name corev1.ResourceName) bool {
+	for _, c := range s.classes {
+		if (c.Spec.ExtendedResourceName != nil && *c.Spec.ExtendedResourceName == string(name)) ||
+			string(name) == resourceapi.ResourceDeviceClassPrefix+c.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// ExplainFiltered is Explain for a claim of a pod: the nodes in ruledOut (node name to a
+// NodeFilter reason) do not fit, for that reason, whatever their devices say; what the
+// devices say follows the reason.
+func (s *State) ExplainFiltered(ctx context.Context, claim *resourceapi.ResourceClaim, holders Holders, ruledOut map[string]string) ([]NodeDiagnosis, error) {
+	out, err := s.Explain(ctx, claim, holders)
+	if err != nil {
+		return nil, err
+	}
+	for k := range out {
+		d := &out[k]
+		why, ok := ruledOut[d.Node]
+		if !ok || why == "" {
+			continue
+		}
+		d.RuledOut = why
+		if d.Fits {
+			d.Reason = why + "; its devices would fit: " + strings.Join(d.Devices, ", ")
+		} else {
+			d.Reason = why + "; " + d.Reason
+		}
+		d.Fits, d.Devices = false, nil
+	}
+	sortDiagnoses(out)
 	return out, nil
 }
 
