@@ -124,7 +124,8 @@ func TestKueueConfiguration(t *testing.T) {
 // TestNVLinkGroupsAreChargedInGPUs: every sized NVLink-group DeviceClass is an extended
 // resource that the Kueue configuration transforms into gpudra.dev/gpu, as many as the GPUs
 // its selector asks for (gpuCount == k), replacing the group itself, so a ClusterQueue's
-// gpudra.dev/gpu quota covers it; and every transformation takes a shipped class's resource.
+// gpudra.dev/gpu quota covers it; and every transformation takes a shipped class's resource
+// (the device plugin's names are checked by TestDevicePluginNamesAreCharged).
 func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
@@ -148,6 +149,10 @@ func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 			continue
 		}
 		ext := corev1.ResourceName(*c.Spec.ExtendedResourceName)
+		if deviceType(c) != "nvlink-group" {
+			delete(transforms, ext)
+			continue
+		}
 		var want int64
 		for _, s := range c.Spec.Selectors {
 			if m := gpuCount.FindStringSubmatch(s.CEL.Expression); m != nil {

@@ -120,3 +120,43 @@ const (
 	// AnnotationMPSDaemonSpec is a digest of what an MPS daemon was started with.
 	AnnotationMPSDaemonSpec = "gpu.gpudra.dev/mps-daemon-spec"
 )
+
+// Names NVIDIA's device plugin advertises, which gpudra's DeviceClasses also carry as
+// extendedResourceName (KEP-5004), so that pods written for the device plugin run unchanged:
+// kube-scheduler turns a container's nvidia.com/gpu or nvidia.com/mig-<profile> into a claim
+// on a node whose allocatable does not list that resource (no device plugin there).
+const (
+	// ExtendedResourceNVIDIAGPU is a whole GPU: the extendedResourceName of DeviceClassGPU.
+	// Kueue charges it as ExtendedResourceGPU.
+	ExtendedResourceNVIDIAGPU = "nvidia.com/gpu"
+	// ExtendedResourceMIG is the resource Kueue quotas count MIG devices in, one per device
+	// whatever its profile: claims on DeviceClassMIG and the extended resources
+	// ExtendedResourceNVIDIAMIG(profile).
+	ExtendedResourceMIG = "gpudra.dev/mig"
+)
+
+// MIGProfileName is a MIG profile's name as Kubernetes resource and object names spell it,
+// the way the device plugin's mixed strategy does: "+" becomes "." ("1g.10gb+me" is
+// "1g.10gb.me").
+func MIGProfileName(profile string) string {
+	b := []byte(profile)
+	for i, c := range b {
+		if c == '+' {
+			b[i] = '.'
+		}
+	}
+	return string(b)
+}
+
+// DeviceClassMIGProfile is the DeviceClass of the MIG devices of one profile
+// ("mig-1g.10gb.gpudra.dev" selects migProfile == "1g.10gb").
+func DeviceClassMIGProfile(profile string) string {
+	return "mig-" + MIGProfileName(profile) + ".gpudra.dev"
+}
+
+// ExtendedResourceNVIDIAMIG is the extendedResourceName of DeviceClassMIGProfile(profile),
+// the device plugin's name for that profile: "nvidia.com/mig-1g.10gb",
+// "nvidia.com/mig-1g.10gb.me" for "1g.10gb+me". Kueue charges it as ExtendedResourceMIG.
+func ExtendedResourceNVIDIAMIG(profile string) string {
+	return "nvidia.com/mig-" + MIGProfileName(profile)
+}
