@@ -16,8 +16,11 @@ import (
 // that a DeviceClass names in spec.extendedResourceName (e.g. gpudra.dev/nvlink-group-4: 1)
 // gets a claim for that many devices of the class, made by kube-scheduler
 // (DRAExtendedResource, GA in Kubernetes 1.37). That is how an NVLink group is asked for
-// through Kueue and charged in GPUs (deployments/kueue/config/kueue-config.yaml), so the
-// check plans those devices as it plans the pods' claim templates.
+// through Kueue and charged in GPUs (deployments/kueue/config/kueue-config.yaml), and how
+// pods written for NVIDIA's device plugin ask for devices: nvidia.com/gpu is a whole GPU
+// (gpu.gpudra.dev), nvidia.com/mig-1g.10gb a MIG device of that profile
+// (mig-1g.10gb.gpudra.dev). The check plans those devices as it plans the pods' claim
+// templates.
 
 // extendedResourceClasses resolves DRA-backed extended resources to DeviceClasses the way
 // kube-scheduler does: a class's spec.extendedResourceName (when two classes name the same
@@ -49,8 +52,9 @@ func extendedResourceClasses(classes []resourceapi.DeviceClass) map[corev1.Resou
 // resources: one request per resource for the pod's effective request (the larger of the
 // sum over its containers and its largest init container, as Kueue counts it; a limit
 // without a request counts as the request, as the API server defaults it on the pod). It
-// returns nil when the pod asks for none. Resources a node offers through a device plugin
-// are not DRA-backed on that node; gpudra's are not offered that way.
+// returns nil when the pod asks for none. A resource a node offers through a device plugin
+// (nvidia.com/gpu where NVIDIA's device plugin runs) is not DRA-backed on that node; the
+// check plans gpudra devices for it all the same and pins the pods to the planned nodes.
 func extendedClaim(spec *corev1.PodSpec, classes map[corev1.ResourceName]string) (*resourceapi.ResourceClaimSpec, error) {
 	pod := &corev1.Pod{Spec: *spec.DeepCopy()}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {

@@ -2,6 +2,8 @@ package admission
 
 import (
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,11 +12,20 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
+	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -177,4 +188,202 @@ func allNVLinkQuads(claims [][]string) bool {
 		}
 	}
 	return true
+}
+
+// devicePluginJob is a Workload whose pods ask for resources by the device plugin's names,
+// with no claim templates.
+func devicePluginJob(name string, pods int32, limits corev1.ResourceList) *kueue.Workload {
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name)}}
+	wl.Spec.PodSets = []kueue.PodSet{{Name: "main", Count: pods, Template: corev1.PodTemplateSpec{
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox", Resources: corev1.ResourceRequirements{Limits: limits}}}},
+	}}}
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", LastTransitionTime: metav1.Now()}}
+	wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStatePending}}
+	return wl
+}
+
+func shippedClassItems(t *testing.T) []resourceapi.DeviceClass {
+	t.Helper()
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]resourceapi.DeviceClass, 0, len(classes))
+	for _, c := range classes {
+		out = append(out, *c)
+	}
+	return out
+}
+
+// kueueCharge is what the shipped Kueue configuration charges for a pod's extended
+// resources: each transformed input replaced by its outputs (DRAExtendedResources off, so
+// the container requests are what Kueue counts).
+func kueueCharge(t *testing.T, spec *corev1.PodSpec) map[corev1.ResourceName]int64 {
+	t.Helper()
+	var cfg kueueconfig.Configuration
+	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := map[corev1.ResourceName]int64{}
+	for _, c := range spec.Containers {
+		for name, q := range c.Resources.Limits {
+			tr := slices.IndexFunc(cfg.Resources.Transformations, func(tr kueueconfig.ResourceTransformation) bool { return tr.Input == name })
+			if tr < 0 {
+				out[name] += q.Value()
+				continue
+			}
+			for o, per := range cfg.Resources.Transformations[tr].Outputs {
+				out[o] += per.Value() * q.Value()
+			}
+		}
+	}
+	return out
+}
+
+// TestExtendedClaimOfDevicePluginNames: the check reads nvidia.com/gpu and
+// nvidia.com/mig-<profile> the way kube-scheduler does, with the shipped DeviceClasses, into
+// requests for whole GPUs and for MIG devices of that profile, and Kueue charges those pods
+// what it charges claims for the same devices: a whole GPU as gpudra.dev/gpu, a MIG device
+// as gpudra.dev/mig.
+func TestExtendedClaimOfDevicePluginNames(t *testing.T) {
+	items := shippedClassItems(t)
+	classes := extendedResourceClasses(items)
+	typeOf := map[string]string{}
+	for _, c := range items {
+		typeOf[c.Name] = regexp.MustCompile(`\.type == "([^"]+)"`).FindStringSubmatch(c.Spec.Selectors[0].CEL.Expression)[1]
+	}
+	kueueResource := map[string]corev1.ResourceName{api.TypeGPU: api.ExtendedResourceGPU, api.TypeMIG: api.ExtendedResourceMIG}
+	mig := corev1.ResourceName(api.ExtendedResourceNVIDIAMIG("1g.10gb"))
+	for _, tc := range []struct {
+		name   string
+		limits corev1.ResourceList
+		want   map[string]int64 // class → count
+		charge map[corev1.ResourceName]int64
+	}{
+		{name: "nvidia.com/gpu: 2 is two whole GPUs",
+			limits: corev1.ResourceList{api.ExtendedResourceNVIDIAGPU: resource.MustParse("2"), "cpu": resource.MustParse("1")},
+			want:   map[string]int64{api.DeviceClassGPU: 2},
+			charge: map[corev1.ResourceName]int64{api.ExtendedResourceGPU: 2, "cpu": 1}},
+		{name: "nvidia.com/mig-1g.10gb: 1 is one 1g.10gb MIG device",
+			limits: corev1.ResourceList{mig: resource.MustParse("1")},
+			want:   map[string]int64{api.DeviceClassMIGProfile("1g.10gb"): 1},
+			charge: map[corev1.ResourceName]int64{api.ExtendedResourceMIG: 1}},
+		{name: "both at once, one request each",
+			limits: corev1.ResourceList{api.ExtendedResourceNVIDIAGPU: resource.MustParse("1"), mig: resource.MustParse("3")},
+			want:   map[string]int64{api.DeviceClassGPU: 1, api.DeviceClassMIGProfile("1g.10gb"): 3},
+			charge: map[corev1.ResourceName]int64{api.ExtendedResourceGPU: 1, api.ExtendedResourceMIG: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: tc.limits}}}}
+			claim, err := extendedClaim(spec, classes)
+			if err != nil || claim == nil {
+				t.Fatalf("claim %+v, err %v", claim, err)
+			}
+			got := map[string]int64{}
+			planned := map[corev1.ResourceName]int64{}
+			for _, r := range claim.Devices.Requests {
+				ex := r.Exactly
+				if ex.AllocationMode != resourceapi.DeviceAllocationModeExactCount {
+					t.Errorf("request %s: allocation mode %s", r.Name, ex.AllocationMode)
+				}
+				got[ex.DeviceClassName] += ex.Count
+				planned[kueueResource[typeOf[ex.DeviceClassName]]] += ex.Count
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("requests %v, want %v", got, tc.want)
+			}
+			charge := kueueCharge(t, spec)
+			if !reflect.DeepEqual(charge, tc.charge) {
+				t.Errorf("Kueue charges %v, want %v", charge, tc.charge)
+			}
+			for name, n := range planned {
+				if charge[name] != n {
+					t.Errorf("the check plans %d devices counted as %s, Kueue charges %d", n, name, charge[name])
+				}
+			}
+		})
+	}
+}
+
+// TestCheckPlansDevicePluginRequests: the check plans what kube-scheduler will allocate for
+// the device plugin's names: two whole GPUs per pod of nvidia.com/gpu: 2, until the lab's
+// GPUs run out; and for the GPU Operator's MIG example (five pods of
+// nvidia.com/mig-1g.10gb: 1) five distinct 1g.10gb devices of a dynamic-MIG H100 node.
+func TestCheckPlansDevicePluginRequests(t *testing.T) {
+	gpus := corev1.ResourceList{api.ExtendedResourceNVIDIAGPU: resource.MustParse("2")}
+	t.Run("sixteen pods of two GPUs fill the lab's 32 GPUs", func(t *testing.T) {
+		r := newReconciler(lab(t, devicePluginJob("cuda", 16, gpus)))
+		if got := reconcile(t, r, "cuda"); got.State != kueue.CheckStateReady {
+			t.Fatalf("state %s: %s", got.State, got.Message)
+		}
+		planned := plannedDevices(r, "cuda")
+		if len(planned) != 16 {
+			t.Fatalf("planned %v, want 16 claims", planned)
+		}
+		for _, devs := range planned {
+			if len(devs) != 2 || !wholeGPU.MatchString(devs[0]) || !wholeGPU.MatchString(devs[1]) {
+				t.Errorf("planned %v, want two whole GPUs per pod", devs)
+			}
+		}
+	})
+	t.Run("a seventeenth pod waits", func(t *testing.T) {
+		r := newReconciler(lab(t, devicePluginJob("cuda", 17, gpus)))
+		if got := reconcile(t, r, "cuda"); got.State != kueue.CheckStateRetry {
+			t.Fatalf("state %s (%s), want Retry", got.State, got.Message)
+		}
+	})
+	t.Run("the GPU Operator's MIG example", func(t *testing.T) {
+		wl := devicePluginJob("example-mig", 5, corev1.ResourceList{corev1.ResourceName(api.ExtendedResourceNVIDIAMIG("1g.10gb")): resource.MustParse("1")})
+		c, profileOf := migLab(t, wl)
+		r := newReconciler(c)
+		if got := reconcile(t, r, "example-mig"); got.State != kueue.CheckStateReady {
+			t.Fatalf("state %s: %s", got.State, got.Message)
+		}
+		seen := map[string]bool{}
+		for _, devs := range plannedDevices(r, "example-mig") {
+			if len(devs) != 1 || profileOf[devs[0]] != "1g.10gb" || seen[devs[0]] {
+				t.Fatalf("planned %v (so far %v), want one more 1g.10gb MIG device per pod", devs, seen)
+			}
+			seen[devs[0]] = true
+		}
+		if len(seen) != 5 {
+			t.Errorf("planned %d MIG devices, want 5", len(seen))
+		}
+	})
+}
+
+var wholeGPU = regexp.MustCompile(`^gpu-\d+$`)
+
+// migLab is a fake API server with the shipped DeviceClasses, the AdmissionCheck and one
+// simulated DGX H100 node publishing dynamic MIG; it also returns each MIG device's profile.
+func migLab(t *testing.T, extra ...client.Object) (client.Client, map[string]string) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := []client.Object{
+		&kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mig-1", Labels: map[string]string{api.LabelBlock: "b1", api.LabelRack: "r1", topology.LabelHostname: "mig-1"}}},
+	}
+	for _, c := range shippedClassItems(t) {
+		objs = append(objs, &c)
+	}
+	_, rs, err := simulated.Slices("dgx-h100", "mig-1", driver.RenderOptions{MIG: driver.MIGDynamic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	profileOf := map[string]string{}
+	for _, s := range rs {
+		objs = append(objs, s)
+		for _, d := range s.Spec.Devices {
+			if a := d.Attributes[api.AttrMIGProfile]; a.StringValue != nil {
+				profileOf[d.Name] = *a.StringValue
+			}
+		}
+	}
+	objs = append(objs, extra...)
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&kueue.Workload{}, &kueue.AdmissionCheck{}).Build(), profileOf
 }
