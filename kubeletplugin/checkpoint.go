@@ -52,61 +52,63 @@ const (
 	UnprepareStarted ClaimState = "UnprepareStarted"
 )
 
-// PreparedClaim is the checkpoint's record of one claim.
+// PreparedClaim is one claim as prepared on this node. The checkpoint records it as a
+// claimRecord (checkpoint_record.go).
 type PreparedClaim struct {
-	UID       types.UID `json:"uid"`
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
+	UID       types.UID
+	Namespace string
+	Name      string
 	// PodClaimName is the pod's name for a claim made from its template (the claim's
 	// resource.kubernetes.io/pod-claim-name annotation); "" for other claims.
-	PodClaimName string           `json:"podClaimName,omitempty"`
-	State        ClaimState       `json:"state"`
-	Devices      []PreparedDevice `json:"devices"`
+	PodClaimName string
+	State        ClaimState
+	Devices      []PreparedDevice
 	// MPS is the claim's MPS control daemon once started; nil when it has none.
-	MPS *MPSDaemon `json:"mps,omitempty"`
+	MPS *MPSDaemon
 }
 
 // PreparedDevice is one allocated device of a claim as prepared on this node.
 type PreparedDevice struct {
-	Request string `json:"request"`
-	Pool    string `json:"pool"`
+	Request string
+	Pool    string
 	// Device is the published device name.
-	Device  string `json:"device"`
-	ShareID string `json:"shareID,omitempty"`
+	Device  string
+	ShareID string
 	// Type is the device's type attribute (gpu, share, mig, nvlink-group).
-	Type string `json:"type"`
+	Type string
 	// GPUs are the indices of the physical GPUs it uses (the parent, for MIG).
-	GPUs []int `json:"gpus"`
+	GPUs []int
 	// MIG is set for MIG devices: the instance to create and, once created, its ids.
-	MIG *MIGInstance `json:"mig,omitempty"`
+	MIG *MIGInstance
 	// CDI is what the device's CDI entry is built from.
-	CDI cdi.Device `json:"cdi"`
+	CDI cdi.Device
 }
 
 // MIGInstance is a MIG device's GPU instance at a fixed placement, with a full
 // compute instance.
 type MIGInstance struct {
-	Parent      int    `json:"parent"`
-	Profile     string `json:"profile"`
-	GIProfileID int    `json:"giProfileID"`
-	CIProfileID int    `json:"ciProfileID"`
-	Start       int    `json:"start"`
-	Size        int    `json:"size"`
+	Parent      int
+	Profile     string
+	GIProfileID int
+	CIProfileID int
+	Start       int
+	Size        int
 }
 
-// checkpointData is what the checksum covers.
+// checkpointData is the node's claims as of a checkpoint generation; the checkpoint
+// file holds it as a checkpointRecord, which its checksum covers.
 type checkpointData struct {
-	BootID string `json:"bootID"`
+	BootID string
 	// Generation pairs the checkpoint with its journal: the journal's records apply to
 	// the checkpoint of the same generation only. 0 in a v1 checkpoint.
-	Generation uint64                       `json:"generation,omitempty"`
-	Claims     map[types.UID]*PreparedClaim `json:"claims"`
+	Generation uint64
+	Claims     map[types.UID]*PreparedClaim
 }
 
 type checkpointFile struct {
 	Version  string          `json:"version"`
 	Checksum string          `json:"checksum"`
-	Data     json.RawMessage `json:"data"`
+	Data     json.RawMessage `json:"data"` // a checkpointRecord
 }
 
 // journalHeader is the journal's first record.
@@ -116,11 +118,11 @@ type journalHeader struct {
 	Generation uint64 `json:"generation"`
 }
 
-// journalRecord is one change to the checkpoint's claims: a claim's new record, or the
-// UID of a claim that is gone.
+// journalRecord is one change to the checkpoint's claims: a claim's new record (a
+// claimRecord), or the UID of a claim that is gone.
 type journalRecord struct {
 	Put    json.RawMessage `json:"put,omitempty"`
-	Delete types.UID       `json:"delete,omitempty"`
+	Delete string          `json:"delete,omitempty"`
 }
 
 // ErrCorruptCheckpoint is wrapped by loadCheckpoint for unreadable checkpoints.
@@ -242,12 +244,11 @@ func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
 	if checksum(f.Data) != f.Checksum {
 		return nil, fmt.Errorf("%w %s: checksum mismatch", ErrCorruptCheckpoint, s.path)
 	}
-	d := &checkpointData{}
-	dec := json.NewDecoder(bytes.NewReader(f.Data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(d); err != nil {
+	var rec checkpointRecord
+	if err := strictDecode(f.Data, &rec); err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrCorruptCheckpoint, s.path, err)
 	}
+	d := rec.data()
 	if f.Version == checkpointVersionV1 {
 		d.Generation = 0 // a v1 checkpoint has no journal
 	} else if d.Generation == 0 {
@@ -305,13 +306,13 @@ func (s *checkpointStore) replay(f *os.File, d *checkpointData) (current bool, e
 			}
 			switch {
 			case r.Put != nil:
-				pc := &PreparedClaim{}
-				if err := strictDecode(r.Put, pc); err != nil || pc.UID == "" {
+				pc, err := unmarshalClaim(r.Put, true)
+				if err != nil || pc.UID == "" {
 					return false, corrupt(line, fmt.Sprintf("claim record: %v", err))
 				}
 				d.Claims[pc.UID] = pc
 			case r.Delete != "":
-				delete(d.Claims, r.Delete)
+				delete(d.Claims, types.UID(r.Delete))
 			default:
 				return false, corrupt(line, "empty record")
 			}
@@ -350,14 +351,14 @@ func line(payload []byte) []byte {
 // put records the claim as it is now; torn is the hook point reached with half the line
 // written.
 func (s *checkpointStore) put(d *checkpointData, pc *PreparedClaim, torn string) error {
-	rec, err := json.Marshal(pc)
+	rec, err := marshalClaim(pc)
 	if err != nil {
 		return err
 	}
 	return s.putRecord(d, rec, torn)
 }
 
-// putRecord records a claim already marshaled (rec is a PreparedClaim as JSON).
+// putRecord records a claim already marshaled (rec is a claimRecord as JSON).
 func (s *checkpointStore) putRecord(d *checkpointData, rec []byte, torn string) error {
 	payload := make([]byte, 0, len(rec)+8)
 	payload = append(payload, `{"put":`...)
@@ -368,7 +369,7 @@ func (s *checkpointStore) putRecord(d *checkpointData, rec []byte, torn string) 
 
 // remove records that the claim is gone.
 func (s *checkpointStore) remove(d *checkpointData, uid types.UID, torn string) error {
-	payload, err := json.Marshal(journalRecord{Delete: uid})
+	payload, err := json.Marshal(journalRecord{Delete: string(uid)})
 	if err != nil {
 		return err
 	}
@@ -417,7 +418,7 @@ func (s *checkpointStore) append(d *checkpointData, payload []byte, torn string)
 func (s *checkpointStore) compact(d *checkpointData) error {
 	next := *d
 	next.Generation = d.Generation + 1
-	data, err := json.Marshal(&next)
+	data, err := json.Marshal(checkpointRecordOf(&next))
 	if err != nil {
 		return err
 	}

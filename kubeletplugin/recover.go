@@ -1,7 +1,6 @@
 package kubeletplugin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -103,12 +102,12 @@ func (s *state) rebuild() *checkpointData {
 		return cp
 	}
 	for uid, rec := range onDisk {
-		var pc PreparedClaim
-		if rec == "" || json.Unmarshal([]byte(rec), &pc) != nil || string(pc.UID) != uid || checkClaimUID(pc.UID) != nil {
+		pc, err := unmarshalClaim([]byte(rec), false) // "" (no record) does not decode
+		if err != nil || string(pc.UID) != uid || checkClaimUID(pc.UID) != nil {
 			continue // removed below as a spec no claim accounts for
 		}
 		pc.State = PrepareCompleted
-		cp.Claims[pc.UID] = &pc
+		cp.Claims[pc.UID] = pc
 	}
 	return cp
 }

@@ -3,7 +3,6 @@ package kubeletplugin
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -400,7 +399,7 @@ func (s *state) createMIG(d *PreparedDevice) error {
 func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
 	rec := *pc
 	rec.State = PrepareCompleted
-	raw, err := json.Marshal(&rec)
+	raw, err := marshalClaim(&rec)
 	if err != nil {
 		return nil, err
 	}
