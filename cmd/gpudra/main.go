@@ -33,6 +33,6 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	buildinfo.AddVersionFlag(root.Flags())
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand(), newVersionCommand())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand(), newConvertCommand(), newVersionCommand())
 	return root
 }

@@ -1,0 +1,266 @@
+package convert
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// convertPodSpecs finds the pod specs in an object, at any depth (a Pod's spec, the pod
+// templates of Deployments, Jobs, CronJobs, JobSets, ...), and converts each.
+func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		if isPodSpec(n) {
+			c.convertPodSpec(o, n, p)
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			if p == "" && (k == "apiVersion" || k == "kind" || k == "metadata" || k == "status") {
+				continue
+			}
+			c.convertPodSpecs(o, n.Content[i+1], p.child(k))
+		}
+	case yaml.SequenceNode:
+		for i, it := range n.Content {
+			c.convertPodSpecs(o, it, p.index(i))
+		}
+	}
+}
+
+// isPodSpec: a mapping with containers, a list of named containers.
+func isPodSpec(n *yaml.Node) bool {
+	cs := items(get(n, "containers"))
+	if len(cs) == 0 {
+		return false
+	}
+	for _, ctr := range cs {
+		if !isMap(ctr) || get(ctr, "name") == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// want is one device-plugin resource of a container that becomes a claim request.
+type want struct {
+	ctr      *yaml.Node
+	ctrName  string
+	resource string
+	count    int64
+	profile  string // MIG profile; "" for a whole GPU
+	at       path
+}
+
+func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
+	for i, rc := range items(get(spec, "resourceClaims")) {
+		if cd, ok := c.cdTemplates[o.namespace+"/"+text(rc, "resourceClaimTemplateName")]; ok {
+			c.report(NotConverted, o, p.child("resourceClaims").index(i), "ResourceClaimTemplate %s is ComputeDomain %s's IMEX channel, which gpudra does not offer; it stays for NVIDIA's compute-domain driver", text(rc, "resourceClaimTemplateName"), cd)
+		}
+	}
+	var wants []want
+	for _, list := range []string{"initContainers", "containers"} {
+		for ci, ctr := range items(get(spec, list)) {
+			res := get(ctr, "resources")
+			limits, requests := get(res, "limits"), get(res, "requests")
+			seen := map[string]bool{}
+			for _, field := range []string{"limits", "requests"} {
+				for _, r := range keys(get(res, field)) {
+					if !strings.HasPrefix(r, "nvidia.com/") || seen[r] {
+						continue
+					}
+					seen[r] = true
+					rp := p.child(list).index(ci).child("resources").child(field).child(r)
+					lv, rv := text(limits, r), text(requests, r)
+					if lv != "" && rv != "" && lv != rv {
+						c.report(NotConverted, o, rp, "limits (%s) and requests (%s) differ; a device-plugin resource must have equal ones", lv, rv)
+						continue
+					}
+					val := lv
+					if val == "" {
+						val = rv
+					}
+					w, why := parseWant(r, val)
+					if why != "" {
+						c.report(NotConverted, o, rp, "%s", why)
+						continue
+					}
+					w.ctr, w.ctrName, w.at = ctr, text(ctr, "name"), rp
+					if !c.opts.Claims {
+						if cls, ok := c.ext[r]; ok {
+							c.report(Kept, o, rp, "served by gpudra's DeviceClass %s (its extendedResourceName) on nodes where no device plugin offers %s; --claims writes a ResourceClaimTemplate instead", cls, r)
+						} else {
+							hint := ""
+							if w.profile != "" {
+								hint = " (add MIG profile " + w.profile + " to the chart's deviceClasses.migProfiles)"
+							}
+							c.report(NotConverted, o, rp, "no gpudra DeviceClass has extendedResourceName %s%s; --claims writes a ResourceClaimTemplate instead", r, hint)
+						}
+						continue
+					}
+					wants = append(wants, w)
+				}
+			}
+		}
+	}
+	if len(wants) > 0 {
+		c.claimsFor(o, spec, p, wants)
+	}
+}
+
+// parseWant reads a device-plugin resource and its quantity.
+func parseWant(r, val string) (want, string) {
+	w := want{resource: r}
+	switch {
+	case r == dpGPU:
+	case strings.HasPrefix(r, dpMIGPrefix):
+		prof, ok := migProfileOf(r)
+		if !ok {
+			return w, r + ": not a MIG resource name whose profile can be told (want nvidia.com/mig-<n>g.<m>gb, optionally .me, .me.all, .gfx, -me or -gfx)"
+		}
+		w.profile = prof
+	default:
+		return w, r + ": a device-plugin resource this converter cannot map (renamed or shared resources of the device plugin's config, e.g. nvidia.com/gpu.shared, have no gpudra equivalent)"
+	}
+	q, err := resource.ParseQuantity(val)
+	if err != nil || q.Sign() < 0 || q.MilliValue()%1000 != 0 {
+		return w, fmt.Sprintf("%s: %q: want a whole number of devices", r, val)
+	}
+	w.count = q.Value()
+	return w, ""
+}
+
+// claimsFor writes a ResourceClaimTemplate with one request per wanted resource, gives
+// the pod a claim from it and each container its requests.
+func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) {
+	if o.name == "" {
+		for _, w := range wants {
+			c.report(NotConverted, o, w.at, "the object has no metadata.name to name a ResourceClaimTemplate after")
+		}
+		return
+	}
+	tmpl := c.unique("ResourceClaimTemplate/"+o.namespace+"/", dnsLabel(o.name+"-gpus", 253))
+	c.taken["ResourceClaimTemplate/"+o.namespace+"/"+tmpl] = true
+	podClaims := map[string]bool{}
+	for _, rc := range items(get(spec, "resourceClaims")) {
+		podClaims[text(rc, "name")] = true
+	}
+	claim := "gpus"
+	for k := 2; podClaims[claim]; k++ {
+		claim = "gpus-" + strconv.Itoa(k)
+	}
+
+	reqNames := map[string]bool{}
+	var requests []*yaml.Node
+	for _, w := range wants {
+		removeResource(w.ctr, w.resource)
+		if w.count == 0 {
+			c.report(Converted, o, w.at, "0 devices: removed")
+			continue
+		}
+		suffix := "gpu"
+		if w.profile != "" {
+			suffix = "mig-" + w.profile
+		}
+		name := dnsLabel(w.ctrName+"-"+suffix, 63)
+		for k := 2; reqNames[name]; k++ {
+			name = dnsLabel(w.ctrName+"-"+suffix, 60) + "-" + strconv.Itoa(k)
+		}
+		reqNames[name] = true
+		exact := mapping()
+		class := api.DeviceClassGPU
+		if w.profile != "" {
+			class = api.DeviceClassMIG
+		}
+		set(exact, "deviceClassName", str(class))
+		if w.count > 1 {
+			set(exact, "count", integer(w.count))
+		}
+		what := fmt.Sprintf("%d × %s", w.count, class)
+		if w.profile != "" {
+			expr := fmt.Sprintf(`device.attributes[%q].%s == %q`, api.DriverName, api.AttrMIGProfile, w.profile)
+			set(exact, "selectors", sequence(mapping("cel", mapping("expression", expr))))
+			what += " with migProfile " + w.profile
+		}
+		requests = append(requests, mapping("name", name, "exactly", exact))
+		res := get(w.ctr, "resources")
+		claims := get(res, "claims")
+		if claims == nil {
+			claims = sequence()
+			set(res, "claims", claims)
+		}
+		claims.Content = append(claims.Content, mapping("name", claim, "request", name))
+		c.report(Converted, o, w.at, "%s → request %s (%s) of claim %s from ResourceClaimTemplate %s", w.resource, name, what, claim, tmpl)
+	}
+	if len(requests) == 0 {
+		return
+	}
+	meta := mapping("name", tmpl)
+	if o.namespace != "" {
+		set(meta, "namespace", str(o.namespace))
+	}
+	root := mapping(
+		"apiVersion", "resource.k8s.io/v1",
+		"kind", "ResourceClaimTemplate",
+		"metadata", meta,
+		"spec", mapping("spec", mapping("devices", mapping("requests", sequence(requests...)))),
+	)
+	root.Content[0].HeadComment = fmt.Sprintf("The devices %s %s asked NVIDIA's device plugin for, as gpudra claims.", o.kind, o.name)
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
+	c.before[o.doc] = append(c.before[o.doc], doc)
+
+	rcs := get(spec, "resourceClaims")
+	if rcs == nil {
+		rcs = sequence()
+		set(spec, "resourceClaims", rcs)
+	}
+	rcs.Content = append(rcs.Content, mapping("name", claim, "resourceClaimTemplateName", tmpl))
+	c.report(Converted, o, p.child("resourceClaims"), "claim %s from the new ResourceClaimTemplate %s (written before this object)", claim, tmpl)
+}
+
+// removeResource drops a resource from a container's limits and requests, and the maps
+// that become empty.
+func removeResource(ctr *yaml.Node, r string) {
+	res := get(ctr, "resources")
+	for _, field := range []string{"limits", "requests"} {
+		m := get(res, field)
+		if m == nil {
+			continue
+		}
+		del(m, r)
+		if len(m.Content) == 0 {
+			del(res, field)
+		}
+	}
+}
+
+func (c *converter) unique(prefix, name string) string {
+	n := name
+	for k := 2; c.taken[prefix+n]; k++ {
+		n = name + "-" + strconv.Itoa(k)
+	}
+	return n
+}
+
+// dnsLabel turns s into lower-case letters, digits and '-', at most max long.
+func dnsLabel(s string, max int) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteRune('-')
+		}
+	}
+	out := b.String()
+	if len(out) > max {
+		out = out[:max]
+	}
+	return strings.Trim(out, "-")
+}
