@@ -2,66 +2,390 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/topology"
 )
 
-func newExplainCommand() *cobra.Command {
-	var kubeconfig, namespace string
+// explainKinds are the objects explain accepts, as KIND/NAME.
+var explainKinds = []string{"claim", "pod", "workload", "job"}
+
+// outputFormats are the accepted values of --output ("" is the table).
+var outputFormats = []string{"json", "yaml"}
+
+// clients reach the cluster: kube for the core and DRA APIs, ctrl for Kueue's Workloads
+// (and what the admission check reads).
+type clients struct {
+	kube kubernetes.Interface
+	ctrl client.Reader
+}
+
+// clientFlags are kubectl's client flags (--kubeconfig, --context, --as, --server,
+// --request-timeout, -n and the rest), bound the way kubectl binds them. They are bound with
+// client-go's clientcmd rather than cli-runtime's ConfigFlags: cli-runtime links kustomize,
+// whose use of Go's plugin package makes the binary resolve every symbol at start, and the
+// NVML symbols gpudra inspect resolves when it loads the library would then stop it
+// starting on machines without NVML.
+type clientFlags struct {
+	kubeconfig string
+	overrides  clientcmd.ConfigOverrides
+}
+
+func (f *clientFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests (default: $KUBECONFIG or ~/.kube/config)")
+	clientcmd.BindOverrideFlags(&f.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
+}
+
+// config is the kubeconfig with the flags' overrides applied.
+func (f *clientFlags) config() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &f.overrides)
+}
+
+// connector makes the clients from the command's client flags.
+type connector func(*clientFlags) (*clients, error)
+
+// connect builds clients from kubeconfig, context and overrides the flags give.
+func connect(cf *clientFlags) (*clients, error) {
+	cfg, err := cf.config().ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	ctrl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	return &clients{kube: kube, ctrl: ctrl}, nil
+}
+
+func newExplainCommand() *cobra.Command { return newExplainCommandWith(connect) }
+
+func newExplainCommandWith(connect connector) *cobra.Command {
+	cf := &clientFlags{}
+	var output string
 	var show int
+	labels := topology.DefaultLabelKeys
 	cmd := &cobra.Command{
-		Use:   "explain (claim/NAME | pod/NAME)",
-		Short: "Explain why a ResourceClaim is pending, or where it was allocated",
+		Use:   "explain (claim/NAME | pod/NAME | workload/NAME | job/NAME)",
+		Short: "Explain why a ResourceClaim, pod or Kueue Workload is pending, or where it goes",
 		Long: `Explain asks Kubernetes' real DRA allocator, over the cluster's live ResourceSlices and
 allocated claims, whether the claim fits on each node now; for the nodes that came closest it
-says which request or constraint fails and which claims hold the devices it wanted.`,
+says which request or constraint fails and which claims hold the devices it wanted.
+
+For a pod, the nodes kube-scheduler's filters rule out before devices (taints the pod does not
+tolerate, its nodeSelector and required node affinity, CPU, memory and pod count, unschedulable
+nodes) are reported first, in the scheduler's words, and never fit.
+
+For a Kueue Workload (or job/NAME: the Workload Kueue made for that Job), it says what the
+gpudra.dev/topology admission check sees: each pod set with its count, claim templates and
+required topology, each domain (block, rack or host) at that level with how many of the pod
+set's pods fit there on the devices free now, what the check would answer now, and the check's
+state and message on the Workload.`,
+		Example: `  # Why is this claim pending?
+  gpudra explain claim/nvlink-quad -n gpudra-demo
+
+  # A pod: the scheduler's node filters, then each of its claims
+  gpudra explain pod/trainer-0 -n team-a --nodes 10
+
+  # A Kueue Job's gang, as the topology admission check sees it, as JSON
+  gpudra explain job/train-3d -n team-a -o json`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, name, ok := strings.Cut(args[0], "/")
-			if !ok || (kind != "claim" && kind != "pod") {
-				return fmt.Errorf("%q: want claim/NAME or pod/NAME", args[0])
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-			cfg, err := cc.ClientConfig()
+			kind, prefix, ok := strings.Cut(toComplete, "/")
+			if !ok {
+				var out []string
+				for _, k := range explainKinds {
+					out = append(out, k+"/")
+				}
+				return out, cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveNoFileComp
+			}
+			c, ns, err := connectNamespace(cf, connect)
 			if err != nil {
-				return err
+				return nil, cobra.ShellCompDirectiveError
 			}
-			if namespace == "" {
-				if namespace, _, err = cc.Namespace(); err != nil {
-					return err
+			names, err := objectNames(cmd.Context(), c, ns, kind)
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			var out []string
+			for _, n := range names {
+				if strings.HasPrefix(n, prefix) {
+					out = append(out, kind+"/"+n)
 				}
 			}
-			client, err := kubernetes.NewForConfig(cfg)
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, name, ok := strings.Cut(args[0], "/")
+			if !ok || !slices.Contains(explainKinds, kind) || name == "" {
+				return fmt.Errorf("%q: want KIND/NAME with KIND one of %s", args[0], strings.Join(explainKinds, ", "))
+			}
+			if output != "" && !slices.Contains(outputFormats, output) {
+				return fmt.Errorf("--output %q: accepted values are %s (default: a table)", output, strings.Join(outputFormats, ", "))
+			}
+			if show < 1 {
+				return fmt.Errorf("--nodes %d: must be at least 1", show)
+			}
+			c, ns, err := connectNamespace(cf, connect)
 			if err != nil {
 				return err
 			}
-			return explain(cmd.Context(), cmd.OutOrStdout(), client, namespace, kind, name, show)
+			rep, err := buildReport(cmd.Context(), c, labels, ns, kind, name)
+			if err != nil {
+				return err
+			}
+			return printReport(cmd.OutOrStdout(), rep, output, show)
 		},
 	}
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the claim or pod")
-	cmd.Flags().IntVar(&show, "nodes", 5, "how many of the closest nodes to show")
+	cf.addFlags(cmd.Flags())
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: "+strings.Join(outputFormats, ", ")+" (default: a table)")
+	cmd.Flags().IntVar(&show, "nodes", 5, "how many of the closest nodes to show per claim in the table")
+	cmd.Flags().StringVar(&labels.Block, "block-label", labels.Block, "node label holding the node's block, as the controller's --block-label")
+	cmd.Flags().StringVar(&labels.Rack, "rack-label", labels.Rack, "node label holding the node's rack, as the controller's --rack-label")
+	cmd.Flags().StringVar(&labels.ToR, "tor-label", labels.ToR, "node label holding the node's top-of-rack switch, as the controller's --tor-label")
+	registerCompletions(cmd, cf, connect)
 	return cmd
 }
 
+// connectNamespace connects and resolves the namespace: --namespace, else the context's.
+func connectNamespace(cf *clientFlags, connect connector) (*clients, string, error) {
+	ns, _, err := cf.config().Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := connect(cf)
+	return c, ns, err
+}
+
+func registerCompletions(cmd *cobra.Command, cf *clientFlags, connect connector) {
+	fixed := func(values ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+			return values, cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	_ = cmd.RegisterFlagCompletionFunc("output", fixed(outputFormats...))
+	_ = cmd.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		c, err := connect(cf)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		list, err := c.kube.CoreV1().Namespaces().List(cmd.Context(), metav1.ListOptions{})
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveError
+		}
+		var out []string
+		for _, n := range list.Items {
+			if strings.HasPrefix(n.Name, toComplete) {
+				out = append(out, n.Name)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	})
+	for flag, names := range map[string]func(clientcmdapi.Config) []string{
+		"context": func(c clientcmdapi.Config) []string { return slices.Collect(maps.Keys(c.Contexts)) },
+		"cluster": func(c clientcmdapi.Config) []string { return slices.Collect(maps.Keys(c.Clusters)) },
+		"user":    func(c clientcmdapi.Config) []string { return slices.Collect(maps.Keys(c.AuthInfos)) },
+	} {
+		_ = cmd.RegisterFlagCompletionFunc(flag, func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			raw, err := cf.config().RawConfig()
+			if err != nil {
+				return nil, cobra.ShellCompDirectiveError
+			}
+			out := slices.DeleteFunc(names(raw), func(n string) bool { return !strings.HasPrefix(n, toComplete) })
+			slices.Sort(out)
+			return out, cobra.ShellCompDirectiveNoFileComp
+		})
+	}
+}
+
+// objectNames lists the names of one kind explain accepts, in the namespace.
+func objectNames(ctx context.Context, c *clients, ns, kind string) ([]string, error) {
+	var out []string
+	switch kind {
+	case "claim":
+		list, err := c.kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			out = append(out, o.Name)
+		}
+	case "pod":
+		list, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			out = append(out, o.Name)
+		}
+	case "job":
+		list, err := c.kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			out = append(out, o.Name)
+		}
+	case "workload":
+		var list kueue.WorkloadList
+		if err := c.ctrl.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		for _, o := range list.Items {
+			out = append(out, o.Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Report is what explain says; -o json and -o yaml print it whole (every node, not only
+// the closest).
+type Report struct {
+	// Pod is set for pod/NAME: which nodes the scheduler's node filters rule out.
+	Pod *PodReport `json:"pod,omitempty"`
+	// Claims are the claim (claim/NAME) or the pod's claims.
+	Claims []ClaimReport `json:"claims,omitempty"`
+	// Workload is set for workload/NAME and job/NAME.
+	Workload *admission.Report `json:"workload,omitempty"`
+}
+
+// PodReport lists every node with why kube-scheduler's filters before devices rule it out.
+type PodReport struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Nodes     []PodNode `json:"nodes"`
+}
+
+// PodNode is one node; RuledOut is empty when the filters let the pod onto it.
+type PodNode struct {
+	Node     string `json:"node"`
+	RuledOut string `json:"ruledOut,omitempty"`
+}
+
+// ClaimReport says where an allocated claim is, or where a pending one fits.
+type ClaimReport struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Allocated bool   `json:"allocated"`
+	// NodeSelector and Results are an allocated claim's allocation.
+	NodeSelector string            `json:"nodeSelector,omitempty"`
+	Results      []AllocatedDevice `json:"results,omitempty"`
+	// FitsOn counts the nodes the claim fits on now; Nodes are every node with devices,
+	// fitting nodes first, then the closest.
+	FitsOn int                        `json:"fitsOn"`
+	Nodes  []allocation.NodeDiagnosis `json:"nodes,omitempty"`
+}
+
+// AllocatedDevice is one device of an allocation.
+type AllocatedDevice struct {
+	Request string `json:"request"`
+	Driver  string `json:"driver"`
+	Pool    string `json:"pool"`
+	Device  string `json:"device"`
+}
+
+// explain prints the table for claim/NAME or pod/NAME.
 func explain(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind, name string, show int) error {
+	rep, err := buildReport(ctx, &clients{kube: c}, topology.DefaultLabelKeys, ns, kind, name)
+	if err != nil {
+		return err
+	}
+	return printReport(w, rep, "", show)
+}
+
+func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns, kind, name string) (*Report, error) {
+	switch kind {
+	case "workload", "job":
+		wl, err := findWorkload(ctx, c.ctrl, ns, kind, name)
+		if err != nil {
+			return nil, err
+		}
+		r, err := admission.Explain(ctx, c.ctrl, labels, wl)
+		if err != nil {
+			return nil, err
+		}
+		return &Report{Workload: r}, nil
+	}
+	return claimsReport(ctx, c.kube, ns, kind, name)
+}
+
+// findWorkload gets workload/NAME, or the Workload whose owner is Job NAME.
+func findWorkload(ctx context.Context, c client.Reader, ns, kind, name string) (*kueue.Workload, error) {
+	if kind == "workload" {
+		var wl kueue.Workload
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &wl); err != nil {
+			return nil, err
+		}
+		return &wl, nil
+	}
+	var list kueue.WorkloadList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	var found *kueue.Workload
+	for k := range list.Items {
+		for _, o := range list.Items[k].OwnerReferences {
+			if o.Kind == "Job" && o.Name == name && strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
+				if found == nil || list.Items[k].CreationTimestamp.After(found.CreationTimestamp.Time) {
+					found = &list.Items[k]
+				}
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no Workload in namespace %s is owned by Job %s: Kueue makes one for a Job with label %s", ns, name, "kueue.x-k8s.io/queue-name")
+	}
+	return found, nil
+}
+
+func claimsReport(ctx context.Context, c kubernetes.Interface, ns, kind, name string) (*Report, error) {
+	var pod *corev1.Pod
 	var targets []string
 	if kind == "pod" {
-		pod, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		var err error
+		if pod, err = c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return nil, err
 		}
 		for _, s := range pod.Status.ResourceClaimStatuses {
 			if s.ResourceClaimName != nil {
@@ -73,67 +397,231 @@ func explain(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind,
 				targets = append(targets, *rc.ResourceClaimName)
 			}
 		}
+		if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+			targets = append(targets, ext.ResourceClaimName)
+		}
 		if len(targets) == 0 {
-			return fmt.Errorf("pod %s/%s has no ResourceClaims yet (claims from templates appear once the resourceclaim controller creates them)", ns, name)
+			return nil, fmt.Errorf("pod %s/%s has no ResourceClaims yet (claims from templates appear once the resourceclaim controller creates them)", ns, name)
 		}
 	} else {
 		targets = []string{name}
 	}
-	slices, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	sliceList, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	classes, err := c.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	claims, err := c.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	st, holders := allocation.FromCluster(classes.Items, slices.Items, claims.Items)
+	st, holders := allocation.FromCluster(classes.Items, sliceList.Items, claims.Items)
 	byName := map[string]*resourceapi.ResourceClaim{}
 	for k := range claims.Items {
 		byName[claims.Items[k].Namespace+"/"+claims.Items[k].Name] = &claims.Items[k]
 	}
+	rep := &Report{}
+	var ruledOut map[string]string
+	if pod != nil {
+		if rep.Pod, ruledOut, err = podFilters(ctx, c, st, pod); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[string]bool{}
 	for _, t := range targets {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
 		cl, ok := byName[ns+"/"+t]
 		if !ok {
-			return fmt.Errorf("ResourceClaim %s/%s not found", ns, t)
+			return nil, fmt.Errorf("ResourceClaim %s/%s not found", ns, t)
 		}
+		cr := ClaimReport{Namespace: ns, Name: t}
 		if a := cl.Status.Allocation; a != nil {
-			fmt.Fprintf(w, "claim %s/%s is allocated", ns, t)
+			cr.Allocated = true
 			if a.NodeSelector != nil {
-				fmt.Fprintf(w, " (node selector %s)", a.NodeSelector.String())
+				cr.NodeSelector = a.NodeSelector.String()
+			}
+			for _, d := range a.Devices.Results {
+				cr.Results = append(cr.Results, AllocatedDevice{Request: d.Request, Driver: d.Driver, Pool: d.Pool, Device: d.Device})
+			}
+			rep.Claims = append(rep.Claims, cr)
+			continue
+		}
+		if cr.Nodes, err = st.ExplainFiltered(ctx, cl, holders, ruledOut); err != nil {
+			return nil, err
+		}
+		for _, d := range cr.Nodes {
+			if d.Fits {
+				cr.FitsOn++
+			}
+		}
+		rep.Claims = append(rep.Claims, cr)
+	}
+	return rep, nil
+}
+
+// podFilters runs the scheduler's node filters before devices for the pod on every node.
+func podFilters(ctx context.Context, c kubernetes.Interface, st *allocation.State, pod *corev1.Pod) (*PodReport, map[string]string, error) {
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"})
+	if err != nil {
+		return nil, nil, err
+	}
+	onNode := map[string][]*corev1.Pod{}
+	for k := range pods.Items {
+		if n := pods.Items[k].Spec.NodeName; n != "" {
+			onNode[n] = append(onNode[n], &pods.Items[k])
+		}
+	}
+	logger := klog.FromContext(ctx)
+	rep := &PodReport{Namespace: pod.Namespace, Name: pod.Name}
+	ruledOut := map[string]string{}
+	for k := range nodes.Items {
+		n := &nodes.Items[k]
+		why := st.NodeFilter(logger, pod, n, onNode[n.Name])
+		rep.Nodes = append(rep.Nodes, PodNode{Node: n.Name, RuledOut: why})
+		if why != "" {
+			ruledOut[n.Name] = why
+		}
+	}
+	sort.Slice(rep.Nodes, func(a, b int) bool { return rep.Nodes[a].Node < rep.Nodes[b].Node })
+	return rep, ruledOut, nil
+}
+
+func printReport(w io.Writer, rep *Report, output string, show int) error {
+	switch output {
+	case "json":
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", data)
+		return err
+	case "yaml":
+		data, err := yaml.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	if rep.Workload != nil {
+		return printWorkload(w, rep.Workload)
+	}
+	if p := rep.Pod; p != nil {
+		var out []PodNode
+		for _, n := range p.Nodes {
+			if n.RuledOut != "" {
+				out = append(out, n)
+			}
+		}
+		if len(out) == 0 {
+			fmt.Fprintf(w, "pod %s/%s: the scheduler's node filters rule out none of the %d nodes.\n", p.Namespace, p.Name, len(p.Nodes))
+		} else {
+			fmt.Fprintf(w, "pod %s/%s: the scheduler's node filters rule out %d of %d nodes before devices:\n", p.Namespace, p.Name, len(out), len(p.Nodes))
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "  NODE\tWHY")
+			for _, n := range out {
+				fmt.Fprintf(tw, "  %s\t%s\n", n.Node, n.RuledOut)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, cr := range rep.Claims {
+		if cr.Allocated {
+			fmt.Fprintf(w, "claim %s/%s is allocated", cr.Namespace, cr.Name)
+			if cr.NodeSelector != "" {
+				fmt.Fprintf(w, " (node selector %s)", cr.NodeSelector)
 			}
 			fmt.Fprintln(w, ":")
-			for _, d := range a.Devices.Results {
+			for _, d := range cr.Results {
 				fmt.Fprintf(w, "  request %s: %s/%s/%s\n", d.Request, d.Driver, d.Pool, d.Device)
 			}
 			continue
 		}
-		diag, err := st.Explain(ctx, cl, holders)
-		if err != nil {
-			return err
-		}
-		fits := 0
-		for _, d := range diag {
-			if d.Fits {
-				fits++
-			}
-		}
-		fmt.Fprintf(w, "claim %s/%s is not allocated; it fits on %d of %d nodes with devices now.\n", ns, t, fits, len(diag))
+		fmt.Fprintf(w, "claim %s/%s is not allocated; it fits on %d of %d nodes with devices now.\n", cr.Namespace, cr.Name, cr.FitsOn, len(cr.Nodes))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODE\tFITS\tWHY")
-		for k, d := range diag {
+		for k, d := range cr.Nodes {
 			if k == show {
-				fmt.Fprintf(tw, "(%d more)\t\t\n", len(diag)-show)
+				fmt.Fprintf(tw, "(%d more)\t\t\n", len(cr.Nodes)-show)
 				break
 			}
 			fmt.Fprintf(tw, "%s\t%v\t%s\n", d.Node, d.Fits, d.Reason)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+func printWorkload(w io.Writer, r *admission.Report) error {
+	quota := "quota not reserved"
+	if r.QuotaReserved {
+		quota = "quota reserved"
+	}
+	fmt.Fprintf(w, "workload %s/%s (%s)\n", r.Namespace, r.Name, quota)
+	if c := r.Check; c != nil {
+		fmt.Fprintf(w, "check %s: %s", c.Name, c.State)
+		if c.Message != "" {
+			fmt.Fprintf(w, ": %s", c.Message)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "no admission check of the Workload names controller gpudra.dev/topology")
+	}
+	fmt.Fprintf(w, "now it would answer %s: %s\n", r.Now.State, r.Now.Message)
+	if r.TerminatingPods > 0 {
+		fmt.Fprintf(w, "%d terminating pods still hold devices; the check waits for them before answering Retry\n", r.TerminatingPods)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD SET\tPODS\tCLAIM TEMPLATES\tREQUIRED\tDOMAIN\tNODES\tLEFT OUT\tFITS\tPLANNED")
+	for _, ps := range r.PodSets {
+		required := ps.Required
+		if required == "" {
+			required = "-"
+		}
+		if ps.SliceSize > 0 {
+			required += fmt.Sprintf(" (slices of %d per %s)", ps.SliceSize, ps.SliceRequired)
+		}
+		templates := strings.Join(ps.ClaimTemplates, ",")
+		if templates == "" {
+			templates = "-"
+		}
+		if extra := ps.Claims - len(ps.ClaimTemplates); extra > 0 {
+			templates += fmt.Sprintf(" +%d extended", extra)
+		}
+		for _, d := range ps.Domains {
+			name := d.Name
+			if name == "" {
+				name = "(cluster)"
+			}
+			planned := ""
+			if ps.Planned != nil && ps.Planned.Domain == d.Name {
+				planned = strings.Join(ps.Planned.Nodes, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d of %d\t%s\n", ps.Name, ps.Count, templates, required, name, len(d.Nodes), len(d.LeftOut), d.Fits, ps.Count, planned)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, ps := range r.PodSets {
+		for _, d := range ps.Domains {
+			for _, n := range d.LeftOut {
+				fmt.Fprintf(w, "  %s: %s left out: %s\n", ps.Name, n.Node, n.Reason)
+			}
 		}
 	}
 	return nil

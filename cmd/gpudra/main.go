@@ -34,5 +34,6 @@ func newRootCommand() *cobra.Command {
 	}
 	buildinfo.AddVersionFlag(root.Flags())
 	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand(), newConvertCommand(), newVersionCommand())
+	setDisplayName(root, displayName(os.Args[0]))
 	return root
 }
