@@ -586,7 +586,7 @@ func printWorkload(w io.Writer, r *admission.Report) error {
 		fmt.Fprintf(w, "%d terminating pods still hold devices; the check waits for them before answering Retry\n", r.TerminatingPods)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POD SET\tPODS\tCLAIM TEMPLATES\tREQUIRED\tDOMAIN\tNODES\tLEFT OUT\tFITS\tPLANNED")
+	fmt.Fprintln(tw, "POD SET\tPODS\tCLAIM TEMPLATES\tREQUIRED\tDOMAIN\tNODES\tLEFT OUT\tFITS ALONE\tPLANNED")
 	for _, ps := range r.PodSets {
 		required := ps.Required
 		if required == "" {
