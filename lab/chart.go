@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,9 +37,10 @@ import (
 // records its node and the chart's admission policy applies), and only these flags
 // added, which a container gets from its own filesystem and network namespace: the
 // kubeconfig (in place of the in-cluster one), the node's lab folders in place of host
-// paths, and listen addresses on 127.0.0.1. The webhook is called at its 127.0.0.1 URL
-// (the chart's webhook.url), since the lab has no kube-proxy. Real (kubelet) nodes run
-// their pool's pod themselves, as a container of the gpudra image (see chartValues).
+// paths, and listen addresses on 127.0.0.1. The webhook is called at a URL on 127.0.0.1
+// (the chart's webhook.url), since the lab has no kube-proxy (see controller.go). Real
+// (kubelet) nodes run their pool's pod themselves, as a container of the gpudra image (see
+// chartValues).
 const (
 	chartRelease   = "gpudra"
 	chartNamespace = controllerNamespace
@@ -131,26 +131,19 @@ func (u *upper) chartValues() ([]byte, error) {
 		return nil, fmt.Errorf("API server address %q: %w", u.state.Server, err)
 	}
 	repo, tag, _ := strings.Cut(GpudraImage, ":")
+	controller, webhook := u.chartControllerValues()
 	values := map[string]any{
 		"image":             map[string]any{"repository": repo, "tag": tag},
 		"kubernetesService": map[string]any{"host": apiHost, "port": apiPort},
 		"kubeletPlugin":     map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
-		// One controller, outside the cluster: its webhook certificate is made at start for
-		// 127.0.0.1 (no kubelet mounts a Secret for a process here).
-		"controller": map[string]any{"enabled": u.file.Kueue.Enabled, "replicas": 1},
-		"webhook": map[string]any{
-			"url":            "https://127.0.0.1:" + strconv.Itoa(u.port("controller-webhook")) + webhookPath,
-			"certManagement": "selfSigned",
-			"extraCertNames": []string{"127.0.0.1", "localhost"},
-		},
-		"topology": map[string]any{"labels": map[string]any{"block": api.LabelBlock, "rack": api.LabelRack, "tor": api.LabelToR}},
-		"kueue":    map[string]any{"admissionCheck": u.file.Kueue.Enabled},
+		// The controller's replicas and their webhook (controller.go).
+		"controller": controller,
+		"webhook":    webhook,
+		"topology":   map[string]any{"labels": map[string]any{"block": api.LabelBlock, "rack": api.LabelRack, "tor": api.LabelToR}},
+		"kueue":      map[string]any{"admissionCheck": u.file.Kueue.Enabled},
 	}
 	return yaml.Marshal(values)
 }
-
-// webhookPath is where gpudra-controller serves its config webhook (the chart's path).
-const webhookPath = "/validate-gpudra-config"
 
 // installChart runs helm install of the chart with the lab's values.
 func (u *upper) installChart(ctx context.Context) error {
@@ -355,30 +348,4 @@ func (u *upper) startChartPlugins(ctx context.Context) error {
 		cs = append(cs, c)
 	}
 	return u.waitPoolsPublished(ctx, nodes, cs)
-}
-
-// startChartController runs the chart's controller pod and waits until it is ready and
-// the API server calls its webhook.
-func (u *upper) startChartController(ctx context.Context) error {
-	pod, err := u.chartPod(ctx, "controller", "")
-	if err != nil {
-		return err
-	}
-	health, metrics, webhook := u.port("controller-health"), u.port("controller-metrics"), u.port("controller-webhook")
-	argv, env, err := u.podProcess(ctx, pod, controllerComponent,
-		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
-		"--webhook-host=127.0.0.1", "--webhook-port="+strconv.Itoa(webhook),
-		"--webhook-cert-dir="+filepath.Join(u.layout.ComponentDir(controllerComponent), "certs"))
-	if err != nil {
-		return &ComponentError{Component: controllerComponent, Err: err}
-	}
-	if !slices.ContainsFunc(argv, func(a string) bool { return strings.HasPrefix(a, "--webhook-self-signed=") }) {
-		return &ComponentError{Component: controllerComponent, Err: fmt.Errorf("the chart's controller has no --webhook-self-signed: the lab cannot give its webhook a certificate")}
-	}
-	c, err := u.start(controllerComponent, argv, env, map[string]int{"health": health, "metrics": metrics, "webhook": webhook})
-	if err != nil {
-		return err
-	}
-	return u.waitController(ctx, c, health)
 }

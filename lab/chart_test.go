@@ -58,7 +58,7 @@ func TestChartValuesOnePoolPerProfile(t *testing.T) {
 	if h100.Name != "dgx-h100" || h100.NVML != "sim:dgx-h100" || h100.MIG != "dynamic" || h100.NodeSelector[LabelProfile] != "dgx-h100" {
 		t.Errorf("first pool %+v", h100)
 	}
-	if v.Webhook.URL != "https://127.0.0.1:9443/validate-gpudra-config" {
+	if v.Webhook.URL != "https://localhost:9443/validate-gpudra-config" {
 		t.Errorf("webhook url %q", v.Webhook.URL)
 	}
 

@@ -44,9 +44,26 @@ type File struct {
 	// Install is how gpudra is installed: processes (the default: the lab starts the
 	// plugins and the controller itself, with its own RBAC) or chart (helm install of
 	// deployments/helm/gpudra; see chart.go).
-	Install string  `json:"install,omitempty"`
-	Blocks  []Block `json:"blocks"`
+	Install string `json:"install,omitempty"`
+	// Controller is how the lab runs gpudra-controller (with kueue.enabled).
+	Controller ControllerSpec `json:"controller,omitempty"`
+	Blocks     []Block        `json:"blocks"`
 }
+
+// ControllerSpec shapes the lab's gpudra-controller.
+type ControllerSpec struct {
+	// Replicas of gpudra-controller, MinControllerReplicas to MaxControllerReplicas (0: 1).
+	// They elect a leader, which answers the admission check and labels nodes; every
+	// replica serves the config webhook, with the certificate kept in a Secret.
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// The replicas of gpudra-controller a lab runs: each one is a process with its certificate
+// folder kept in sync, and three are enough to try any failover.
+const (
+	MinControllerReplicas = 1
+	MaxControllerReplicas = 3
+)
 
 // The schedulers a lab can run.
 const (
@@ -189,6 +206,12 @@ func (f *File) validate() field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(field.NewPath("install"), f.Install, []string{InstallProcesses, InstallChart}))
 	}
+	if r := f.Controller.Replicas; r != 0 && (r < MinControllerReplicas || r > MaxControllerReplicas) {
+		errs = append(errs, field.Invalid(field.NewPath("controller", "replicas"), r, fmt.Sprintf("must be %d to %d", MinControllerReplicas, MaxControllerReplicas)))
+	}
+	if f.Controller.Replicas > 1 && !f.Kueue.Enabled {
+		errs = append(errs, field.Invalid(field.NewPath("controller", "replicas"), f.Controller.Replicas, "needs kueue.enabled: true (the lab runs gpudra-controller only with Kueue)"))
+	}
 	if len(f.Blocks) == 0 {
 		errs = append(errs, field.Required(field.NewPath("blocks"), "a lab needs at least one block with one rack and one node"))
 	}
@@ -260,6 +283,14 @@ func (f *File) scheduler() string {
 		return KubeScheduler
 	}
 	return f.Scheduler
+}
+
+// controllerReplicas is how many gpudra-controller replicas the lab runs (with Kueue).
+func (f *File) controllerReplicas() int {
+	if !f.Kueue.Enabled {
+		return 0
+	}
+	return max(f.Controller.Replicas, MinControllerReplicas)
 }
 
 func (f *File) install() string {

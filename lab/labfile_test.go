@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -62,6 +63,9 @@ func TestParseFileRejects(t *testing.T) {
 		{"bad name", head + "blocks: [{name: A_1, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", `blocks[0].name: Invalid value: "A_1"`},
 		{"bad quantity", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p, memory: lots}]}]}]\n", `blocks[0].racks[0].nodes[0].memory: Invalid value: "lots"`},
 		{"wrong type", head + "nodeDefaults: {pods: many}\nblocks: []\n", "pods"},
+		{"too many controller replicas", head + "kueue: {enabled: true}\ncontroller: {replicas: 4}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: 4: must be 1 to 3"},
+		{"negative controller replicas", head + "kueue: {enabled: true}\ncontroller: {replicas: -1}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: -1: must be 1 to 3"},
+		{"controller replicas without Kueue", head + "controller: {replicas: 2}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: 2: needs kueue.enabled: true"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,5 +98,30 @@ blocks:
 		Resources: NodeResources{CPU: "8", Memory: "1Gi", Pods: 110}}
 	if n != want {
 		t.Fatalf("got %+v, want %+v", n, want)
+	}
+}
+
+func TestControllerReplicas(t *testing.T) {
+	def, err := DefaultFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := def.controllerReplicas(); got != 1 {
+		t.Errorf("default lab runs %d controller replicas, want 1", got)
+	}
+	e2e, err := LoadFile(filepath.Join("..", "deployments", "lab", "e2e.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two, as the chart installs it: the end-to-end tests fail the leader over.
+	if got := e2e.controllerReplicas(); got != 2 {
+		t.Errorf("e2e lab runs %d controller replicas, want 2", got)
+	}
+	off, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := off.controllerReplicas(); got != 0 {
+		t.Errorf("a lab without Kueue runs %d controller replicas, want none", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -46,6 +47,8 @@ type State struct {
 	// RealNodesLeftOut says why the lab file's real nodes were left out (this machine cannot
 	// run containers); empty when there were none or they run.
 	RealNodesLeftOut string `json:"realNodesLeftOut,omitempty"`
+	// ControllerReplicas is how many gpudra-controller replicas run (0: none, without Kueue).
+	ControllerReplicas int `json:"controllerReplicas,omitempty"`
 }
 
 // RealNodes are the lab's running real (kubelet) nodes.
@@ -71,6 +74,24 @@ type Component struct {
 
 // PluginComponent is the component name of a node's kubelet plugin.
 func PluginComponent(node string) string { return "plugin-" + node }
+
+// ControllerComponent is the component name of replica i of gpudra-controller when the lab
+// runs replicas of it: gpudra-controller for a single one, else gpudra-controller-<i>.
+func ControllerComponent(i, replicas int) string {
+	if replicas <= 1 {
+		return controllerComponent
+	}
+	return controllerComponent + "-" + strconv.Itoa(i)
+}
+
+// ControllerComponents are the component names of the lab's gpudra-controller replicas.
+func (s *State) ControllerComponents() []string {
+	var out []string
+	for i := range s.ControllerReplicas {
+		out = append(out, ControllerComponent(i, s.ControllerReplicas))
+	}
+	return out
+}
 
 // Component returns the named component, or nil.
 func (s *State) Component(name string) *Component {

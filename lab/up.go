@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -122,7 +123,8 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 		return nil, err
 	}
 	u := &upper{opts: opts, layout: Layout{dir}, file: file, out: opts.Progress,
-		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler(), Install: file.install()}}
+		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler(), Install: file.install(),
+			ControllerReplicas: file.controllerReplicas()}}
 	if len(u.state.RealNodes()) > 0 {
 		if err := CheckRealNodeHost(); err != nil {
 			// The rest of the lab still works; tests of real nodes skip and say why.
@@ -188,7 +190,8 @@ func (u *upper) run(ctx context.Context) error {
 		}
 	}
 	names := []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok",
-		"kueue-health", "kueue-metrics", "kueue-webhook", "controller-health", "controller-metrics", "controller-webhook"}
+		"kueue-health", "kueue-metrics", "kueue-webhook"}
+	names = append(names, controllerPortNames(u.state.ControllerReplicas)...)
 	for _, n := range u.state.Nodes {
 		names = append(names, "metrics-"+n.Name)
 		if n.Real {
@@ -279,8 +282,8 @@ func (u *upper) run(ctx context.Context) error {
 	if u.file.Kueue.Enabled {
 		// gpudra-controller watches Kueue's kinds, so it needs Kueue's CRDs served.
 		if u.chart() {
-			u.step("running the chart's gpudra-controller pod (admission check, config webhook)")
-			if err := u.startChartController(ctx); err != nil {
+			u.step("running the chart's %s (admission check, config webhook)", controllerPods(u.state.ControllerReplicas, "gpudra-controller pods"))
+			if err := u.startChartControllers(ctx); err != nil {
 				return err
 			}
 		} else {
@@ -288,13 +291,21 @@ func (u *upper) run(ctx context.Context) error {
 			if err := u.startKueue(ctx); err != nil {
 				return err
 			}
-			u.step("starting gpudra-controller (admission check, config webhook)")
+			u.step("starting %s (admission check, config webhook)", controllerPods(u.state.ControllerReplicas, "gpudra-controller replicas"))
 			if err := u.startController(ctx, controller); err != nil {
 				return err
 			}
 		}
 	}
 	return u.state.write()
+}
+
+// controllerPods names n gpudra-controller replicas (what: their plural), for progress lines.
+func controllerPods(n int, what string) string {
+	if n == 1 {
+		return strings.TrimSuffix(what, "s")
+	}
+	return fmt.Sprintf("%d %s", n, what)
 }
 
 // chart reports whether the lab installs gpudra from its Helm chart.
