@@ -34,7 +34,7 @@ func ReadCheckpoint(dir string) (map[types.UID]ClaimState, uint64, error) {
 func MountShmWith(d *Driver, mount func(dir string) error) {
 	d.state.mu.Lock()
 	defer d.state.mu.Unlock()
-	d.state.mountShm = mount
+	d.state.mps.mountShm = mount
 }
 
 // SpareMPSDirs is how many spare MPS directory trees (each with its shm tmpfs where the
@@ -46,5 +46,5 @@ const SpareMPSDirs = spareMPSDirs
 func RemakeSpareMPSDirs(d *Driver) error {
 	d.state.mu.Lock()
 	defer d.state.mu.Unlock()
-	return d.state.resetSpareMPSDirs()
+	return d.state.mps.resetSpares()
 }

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +16,8 @@ import (
 )
 
 // MPSDaemon is one claim's MPS control daemon: where it listens, the devices it serves
-// and the limits it gives its clients by default.
+// and the limits it gives its clients by default. As JSON it is a SimulatedMPS daemon's
+// file; the checkpoint records it as an mpsDaemonRecord.
 type MPSDaemon struct {
 	// PipeDir and LogDir are its CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY
 	// (host paths; the claim's containers mount them).
@@ -51,19 +54,58 @@ type MPSControl interface {
 	Running(pipeDir string) (bool, error)
 }
 
-// mpsPipeDir, mpsLogDir and mpsShmDir are the claim's MPS directories (as planned in
-// cdi.MPS).
-func (p *planner) mpsPipeDir(claimUID string) string {
-	return filepath.Join(p.mpsDir(claimUID), "pipe")
+// mpsManager is the MPS side of the node's claims: each claim's MPS control daemon
+// (through an MPSControl), its MPS directory tree (<state dir>/mps/<claim UID>/{pipe,log,
+// shm}, the shm directory a tmpfs where the plugin may mount one) and the spare trees
+// that prepares take (spares.go). The state holds one and calls, under the node's lock:
+//
+//   - prepare, for a claim being prepared: its directories and daemon; waitFor, the
+//     daemon that the prepare waits for (waitReady) once the lock is released;
+//   - restore, for a prepared claim at start-up, in a repair, or when the kubelet asks
+//     again: a daemon or directories that went;
+//   - requestStop or stop, when a claim is unprepared or rolled back (requestStop names
+//     a daemon still stopping, which waitGone waits for without the lock), removeDirs
+//     once its daemon has gone, and makeSpares after an unprepare;
+//   - stopUnknown, resetSpares and checkSearchable at start-up, for what no claim
+//     accounts for;
+//
+// and without it waitReady, waitGone and running (the health check of daemons that are
+// processes, repairs.checkDaemons, which runs when pollsDaemons says). removeSpares runs
+// when the plugin stops, under the state's mutex.
+type mpsManager struct {
+	ctl MPSControl
+	// root is <state dir>/mps, which holds the claims' trees and the spares.
+	root   string
+	hook   Hook
+	logger klog.Logger
+	// spares are the empty MPS directory trees ready for claims (spares.go).
+	spares []string
+	// mountShm mounts a claim's shm tmpfs (mountMPSShm; tests make it fail as without
+	// privilege). shmFallback and shmPropagation log, once, that the plugin may not mount
+	// and that its mounts do not propagate.
+	mountShm                    func(dir string) error
+	shmFallback, shmPropagation sync.Once
 }
 
-func (p *planner) mpsLogDir(claimUID string) string {
-	return filepath.Join(p.mpsDir(claimUID), "log")
+// mpsDirName is the directory of the MPS trees in the plugin's state directory.
+const mpsDirName = "mps"
+
+func newMPSManager(ctl MPSControl, stateDir string, hook Hook, logger klog.Logger) *mpsManager {
+	return &mpsManager{ctl: ctl, root: filepath.Join(stateDir, mpsDirName), hook: hook, logger: logger, mountShm: mountMPSShm}
 }
 
-func (p *planner) mpsShmDir(claimUID string) string {
-	return filepath.Join(p.mpsDir(claimUID), "shm")
+// mpsClaimDir is the claim's MPS directory tree under the plugin's state directory;
+// the planner puts the claim's cdi.MPS directories in it.
+func mpsClaimDir(stateDir, claimUID string) string {
+	return filepath.Join(stateDir, mpsDirName, claimUID)
 }
+
+// claimDir, pipeDir and shmDir are the claim's MPS directories (as planned in cdi.MPS).
+func (m *mpsManager) claimDir(uid types.UID) string { return filepath.Join(m.root, string(uid)) }
+
+func (m *mpsManager) pipeDir(uid types.UID) string { return filepath.Join(m.claimDir(uid), "pipe") }
+
+func (m *mpsManager) shmDir(uid types.UID) string { return filepath.Join(m.claimDir(uid), "shm") }
 
 // mpsDaemon is the daemon the claim needs, nil when none of its devices runs under MPS.
 // MIG devices must have been created (their UUIDs are known only then).
@@ -109,26 +151,44 @@ func hasLimit(mibs []int64) bool {
 	return false
 }
 
-// startMPS starts the claim's MPS control daemon, if it needs one, and records it.
-func (s *state) startMPS(pc *PreparedClaim) error {
+// prepare makes the MPS directories of a claim being prepared (renaming a spare tree
+// into place when there is one) and starts its MPS control daemon, if it needs one;
+// nothing for a claim none of whose devices runs under MPS. MIG devices must have been
+// created.
+func (m *mpsManager) prepare(pc *PreparedClaim) error {
+	if slices.ContainsFunc(pc.Devices, func(d PreparedDevice) bool { return d.CDI.MPS != nil }) {
+		m.takeSpare(pc.UID)
+	}
+	for _, d := range pc.Devices {
+		if c := d.CDI.MPS; c != nil {
+			if _, err := m.makeDirs(c.PipeDir, c.LogDir, c.ShmDir); err != nil {
+				return err
+			}
+		}
+	}
+	return m.start(pc)
+}
+
+// start starts the claim's MPS control daemon, if it needs one, and records it.
+func (m *mpsManager) start(pc *PreparedClaim) error {
 	d := mpsDaemon(pc)
 	if d == nil {
 		return nil
 	}
 	var pid int
 	var err error
-	if deferred, ok := s.mps.(mpsDeferred); ok {
+	if deferred, ok := m.ctl.(mpsDeferred); ok {
 		err = deferred.Create(*d)
 	} else {
-		pid, err = s.mps.Start(*d)
+		pid, err = m.ctl.Start(*d)
 	}
 	if err != nil {
 		return fmt.Errorf("starting the MPS control daemon of claim %s/%s: %w", pc.Namespace, pc.Name, err)
 	}
 	d.PID = pid
 	pc.MPS = d
-	s.logger.V(2).Info("Started the claim's MPS control daemon", "claim", klog.KRef(pc.Namespace, pc.Name), "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir)
-	return s.hook.at(PointMPSStarted)
+	m.logger.V(2).Info("Started the claim's MPS control daemon", "claim", klog.KRef(pc.Namespace, pc.Name), "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir)
+	return m.hook.at(PointMPSStarted)
 }
 
 // mpsDeferred is an MPSControl whose daemons take long to start and to stop (MPSPods: a
@@ -153,51 +213,51 @@ type mpsDeferred interface {
 // tried again later, by the kubelet or the background repair (repairs).
 var errMPSDaemonGoing = errors.New("the MPS control daemon is still stopping")
 
-// mpsToWaitFor is the pipe directory of the claim's daemon that the prepare must wait
-// for once the node's lock is released ("" when none: no daemon, or one started ready).
-func (s *state) mpsToWaitFor(pc *PreparedClaim) string {
-	if _, ok := s.mps.(mpsDeferred); !ok || pc.MPS == nil {
+// waitFor is the pipe directory of the claim's daemon that the prepare must wait for
+// once the node's lock is released ("" when none: no daemon, or one started ready).
+func (m *mpsManager) waitFor(pc *PreparedClaim) string {
+	if _, ok := m.ctl.(mpsDeferred); !ok || pc.MPS == nil {
 		return ""
 	}
 	return pc.MPS.PipeDir
 }
 
-// waitMPS waits for the daemon mpsToWaitFor named.
-func (s *state) waitMPS(ctx context.Context, pipeDir string) error {
+// waitReady waits for the daemon waitFor named.
+func (m *mpsManager) waitReady(ctx context.Context, pipeDir string) error {
 	if pipeDir == "" {
 		return nil
 	}
-	return s.mps.(mpsDeferred).WaitReady(ctx, pipeDir)
+	return m.ctl.(mpsDeferred).WaitReady(ctx, pipeDir)
 }
 
-// requestMPSStop stops the MPS control daemon of the claim with this UID, or, for one
-// that takes long to stop (mpsDeferred), asks it to and returns its pipe directory to
-// wait for, without the node's lock, when it has not gone yet.
-func (s *state) requestMPSStop(uid types.UID) (wait string, err error) {
-	if _, ok := s.mps.(mpsDeferred); !ok {
-		return "", s.stopMPS(uid)
+// requestStop stops the MPS control daemon of the claim with this UID, or, for one that
+// takes long to stop (mpsDeferred), asks it to and returns its pipe directory to wait
+// for, without the node's lock, when it has not gone yet.
+func (m *mpsManager) requestStop(uid types.UID) (wait string, err error) {
+	if _, ok := m.ctl.(mpsDeferred); !ok {
+		return "", m.stop(uid)
 	}
-	err = s.stopMPS(uid)
+	err = m.stop(uid)
 	if errors.Is(err, errMPSDaemonGoing) {
-		return s.planner.mpsPipeDir(string(uid)), nil
+		return m.pipeDir(uid), nil
 	}
 	return "", err
 }
 
-// waitMPSGone waits for the daemon requestMPSStop named.
-func (s *state) waitMPSGone(ctx context.Context, pipeDir string) error {
+// waitGone waits for the daemon requestStop named.
+func (m *mpsManager) waitGone(ctx context.Context, pipeDir string) error {
 	if pipeDir == "" {
 		return nil
 	}
-	return s.mps.(mpsDeferred).WaitGone(ctx, pipeDir)
+	return m.ctl.(mpsDeferred).WaitGone(ctx, pipeDir)
 }
 
-// stopMPS stops the MPS control daemon of the claim with this UID, if one runs. One that
+// stop stops the MPS control daemon of the claim with this UID, if one runs. One that
 // takes long to stop (mpsDeferred) is asked to, and errMPSDaemonGoing says it has not
-// gone yet: stopMPS never waits for it.
-func (s *state) stopMPS(uid types.UID) error {
-	pipe := s.planner.mpsPipeDir(string(uid))
-	if d, ok := s.mps.(mpsDeferred); ok {
+// gone yet: stop never waits for it.
+func (m *mpsManager) stop(uid types.UID) error {
+	pipe := m.pipeDir(uid)
+	if d, ok := m.ctl.(mpsDeferred); ok {
 		gone, err := d.Delete(pipe)
 		if err != nil {
 			return fmt.Errorf("stopping the MPS control daemon in %s: %w", pipe, err)
@@ -207,20 +267,44 @@ func (s *state) stopMPS(uid types.UID) error {
 		}
 		return nil
 	}
-	running, err := s.mps.Running(pipe)
+	running, err := m.ctl.Running(pipe)
 	if err != nil {
 		return fmt.Errorf("MPS control daemon in %s: %w", pipe, err)
 	}
 	if !running {
 		return nil
 	}
-	if err := s.mps.Stop(pipe); err != nil {
+	if err := m.ctl.Stop(pipe); err != nil {
 		return fmt.Errorf("stopping the MPS control daemon in %s: %w", pipe, err)
 	}
 	return nil
 }
 
-// restoreMPS restarts a prepared claim's MPS control daemon that is not running (the
+// running reports whether a daemon listens in pipeDir.
+func (m *mpsManager) running(pipeDir string) (bool, error) { return m.ctl.Running(pipeDir) }
+
+// pollsDaemons reports whether the health check must look for daemons that exited
+// (repairs.checkDaemons): processes, which die apart from the plugin. Daemons in pods
+// are restarted by their Deployments.
+func (m *mpsManager) pollsDaemons() bool {
+	_, pods := m.ctl.(mpsDeferred)
+	return !pods
+}
+
+// removeDirs unmounts the claim's shm tmpfs and removes its MPS directories (its MPS
+// control daemon must have stopped). A tmpfs that cannot be unmounted is an error, and
+// the directories stay for the retry.
+func (m *mpsManager) removeDirs(uid types.UID) error {
+	if err := unmountMPSShm(m.shmDir(uid)); err != nil {
+		return fmt.Errorf("claim %s: %w", uid, err)
+	}
+	if err := os.RemoveAll(m.claimDir(uid)); err != nil {
+		m.logger.Error(err, "Removing a claim's directory", "claimUID", uid, "dir", m.claimDir(uid))
+	}
+	return nil
+}
+
+// restore restarts a prepared claim's MPS control daemon that is not running (the
 // plugin's container, and the daemons it started, may have been restarted), or whose
 // devices changed (a MIG instance re-created), or whose shm directory had to be made
 // again (a running daemon sees the old one). The claim's MPS directories are made again
@@ -228,16 +312,16 @@ func (s *state) stopMPS(uid types.UID) error {
 // does not propagate its mounts goes with that container. A daemon that takes long to
 // stop (a pod) is asked to, and the restart fails with errMPSDaemonGoing until it has
 // gone, for a later try to finish.
-func (s *state) restoreMPS(pc *PreparedClaim, devicesChanged bool) error {
+func (m *mpsManager) restore(pc *PreparedClaim, devicesChanged bool) error {
 	d := mpsDaemon(pc)
 	if d == nil {
 		return nil
 	}
-	shmRemade, err := s.makeMPSDirs(d.PipeDir, d.LogDir, d.ShmDir)
+	shmRemade, err := m.makeDirs(d.PipeDir, d.LogDir, d.ShmDir)
 	if err != nil {
 		return err
 	}
-	running, err := s.mps.Running(d.PipeDir)
+	running, err := m.ctl.Running(d.PipeDir)
 	if err != nil {
 		return err
 	}
@@ -245,19 +329,19 @@ func (s *state) restoreMPS(pc *PreparedClaim, devicesChanged bool) error {
 		return nil
 	}
 	if running {
-		if err := s.stopMPS(pc.UID); err != nil {
+		if err := m.stop(pc.UID); err != nil {
 			return err
 		}
 	}
-	s.logger.Info("Restarting the MPS control daemon of a prepared claim", "claim", klog.KRef(pc.Namespace, pc.Name),
+	m.logger.Info("Restarting the MPS control daemon of a prepared claim", "claim", klog.KRef(pc.Namespace, pc.Name),
 		"wasRunning", running, "devicesChanged", devicesChanged, "shmDirRemade", shmRemade)
-	return s.startMPS(pc)
+	return m.start(pc)
 }
 
-// makeMPSDirs makes a claim's MPS directories, or gives existing ones (a spare tree, an
+// makeDirs makes a claim's MPS directories, or gives existing ones (a spare tree, an
 // earlier plugin's) their modes (mpsPipeMode...), and its shm directory unless shmDir is
 // "" (a claim recorded without one). It reports whether the shm directory was made anew.
-func (s *state) makeMPSDirs(pipeDir, logDir, shmDir string) (bool, error) {
+func (m *mpsManager) makeDirs(pipeDir, logDir, shmDir string) (bool, error) {
 	claimDir := filepath.Dir(pipeDir)
 	for _, dir := range []struct {
 		path string
@@ -270,14 +354,14 @@ func (s *state) makeMPSDirs(pipeDir, logDir, shmDir string) (bool, error) {
 	if shmDir == "" {
 		return false, nil
 	}
-	return s.makeShmDir(shmDir)
+	return m.makeShmDir(shmDir)
 }
 
 // makeShmDir makes a claim's shm directory: a tmpfs (mountMPSShm) mounted on it, or,
 // where the plugin may not mount one, a plain directory of mode 1777, which the log
 // says. It reports whether it made the directory or mounted the tmpfs; nothing is done
 // when a tmpfs is mounted there already.
-func (s *state) makeShmDir(dir string) (bool, error) {
+func (m *mpsManager) makeShmDir(dir string) (bool, error) {
 	mounted, err := isMountPoint(dir)
 	if err != nil {
 		return false, err
@@ -290,19 +374,19 @@ func (s *state) makeShmDir(dir string) (bool, error) {
 	if err := mkdirMode(dir, mpsShmMode); err != nil {
 		return false, fmt.Errorf("creating %s: %w", dir, err)
 	}
-	err = s.mountShm(dir)
+	err = m.mountShm(dir)
 	if err == nil {
-		s.checkShmPropagation(dir)
+		m.checkShmPropagation(dir)
 		return true, nil
 	}
 	if !errors.Is(err, unix.EPERM) {
 		return false, fmt.Errorf("mounting a tmpfs on %s: %w", dir, err)
 	}
-	s.shmFallback.Do(func() {
-		s.logger.Info("No privilege to mount a tmpfs (CAP_SYS_ADMIN): the shm directories of MPS claims are plain directories on the plugin's state directory's filesystem, without a size limit",
+	m.shmFallback.Do(func() {
+		m.logger.Info("No privilege to mount a tmpfs (CAP_SYS_ADMIN): the shm directories of MPS claims are plain directories on the plugin's state directory's filesystem, without a size limit",
 			"example", dir, "err", err)
 	})
-	s.logger.V(2).Info("The claim's shm directory is a plain directory", "shmDir", dir, "err", err)
+	m.logger.V(2).Info("The claim's shm directory is a plain directory", "shmDir", dir, "err", err)
 	return made, nil
 }
 
@@ -311,81 +395,81 @@ func (s *state) makeShmDir(dir string) (bool, error) {
 // mounted with bidirectional propagation mounts it in its own mount namespace only, and
 // the container runtime, which resolves the CDI spec's host path in the node's, gives
 // the claim's containers the empty directory beneath it.
-func (s *state) checkShmPropagation(dir string) {
-	s.shmPropagation.Do(func() {
-		m, err := mountOf(dir)
+func (m *mpsManager) checkShmPropagation(dir string) {
+	m.shmPropagation.Do(func() {
+		mnt, err := mountOf(dir)
 		if err != nil {
-			s.logger.Error(err, "Cannot tell whether the MPS shm tmpfs mounts reach the container runtime")
+			m.logger.Error(err, "Cannot tell whether the MPS shm tmpfs mounts reach the container runtime")
 			return
 		}
-		if !m.shared {
-			s.logger.Info("WARNING: the MPS claims' shm tmpfs mounts do not propagate out of this mount namespace: if the plugin runs in a container, mount its state directory with mountPropagation: Bidirectional, or the claims' containers will not share /dev/shm with their MPS control daemons",
-				"mountPoint", m.mountPoint, "fsType", m.fsType)
+		if !mnt.shared {
+			m.logger.Info("WARNING: the MPS claims' shm tmpfs mounts do not propagate out of this mount namespace: if the plugin runs in a container, mount its state directory with mountPropagation: Bidirectional, or the claims' containers will not share /dev/shm with their MPS control daemons",
+				"mountPoint", mnt.mountPoint, "fsType", mnt.fsType)
 		}
 	})
 }
 
-// checkMPSDirsSearchable warns when users other than root cannot pass through the
+// checkSearchable warns when users other than root cannot pass through the
 // directories above the claims' MPS directories: the MPS control daemon runs the MPS
 // server of a client that runs as another uid with that uid, and the server must reach
 // the pipe directory, in the daemon's view (the plugin's state directory), or the
 // client fails. Only for real daemons.
-func (s *state) checkMPSDirsSearchable() {
-	switch m := s.mps.(type) {
+func (m *mpsManager) checkSearchable() {
+	switch ctl := m.ctl.(type) {
 	case MPSProcess:
 	case MPSPods:
-		if m.Simulated {
+		if ctl.Simulated {
 			return
 		}
 	default:
 		return
 	}
-	if dir, mode := unsearchable(filepath.Join(s.planner.stateDir, "mps")); dir != "" {
-		s.logger.Info("WARNING: MPS clients that run as a non-root user will fail: the MPS control daemon runs their MPS server with their uid, which cannot pass through this directory to the claim's pipe directory (give others search permission, o+x)",
+	if dir, mode := unsearchable(m.root); dir != "" {
+		m.logger.Info("WARNING: MPS clients that run as a non-root user will fail: the MPS control daemon runs their MPS server with their uid, which cannot pass through this directory to the claim's pipe directory (give others search permission, o+x)",
 			"dir", dir, "mode", mode.String())
 	}
 }
 
-// removeUnknownMPS stops the MPS control daemons, and removes the directories, of
-// claims the checkpoint does not know.
-func (s *state) removeUnknownMPS() error {
-	entries, err := os.ReadDir(filepath.Join(s.planner.stateDir, "mps"))
+// stopUnknown stops the MPS control daemons of claims the checkpoint does not know
+// (known reports false), found by their directory trees and, for an MPSControl that
+// lists its daemons (MPSPods), by its list. It returns the claims with a tree whose
+// daemon has gone (their directories can go: removeDirs) and those whose daemon is
+// still stopping (a daemon in a pod: a later repair removes their directories).
+func (m *mpsManager) stopUnknown(known func(types.UID) bool) (gone, going []types.UID, err error) {
+	entries, err := os.ReadDir(m.root)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	var errs []error
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if !e.IsDir() || s.cp.Claims[uid] != nil || isSpare(e.Name()) {
+		if !e.IsDir() || known(uid) || isSpare(e.Name()) {
 			continue
 		}
-		if running, _ := s.mps.Running(s.planner.mpsPipeDir(string(uid))); running {
-			s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid)
+		if running, _ := m.ctl.Running(m.pipeDir(uid)); running {
+			m.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid)
 		}
-		err := s.stopMPS(uid)
-		if errors.Is(err, errMPSDaemonGoing) {
-			// Its directories go once it has (a repair of a claim the checkpoint does not
-			// know removes them).
-			s.repairs.add(uid, klog.ObjectRef{}, partUnprepare)
-			continue
-		}
-		if err != nil {
+		err := m.stop(uid)
+		switch {
+		case errors.Is(err, errMPSDaemonGoing):
+			going = append(going, uid)
+		case err != nil:
 			errs = append(errs, err)
-			continue
+		default:
+			gone = append(gone, uid)
 		}
-		errs = append(errs, s.removeClaimDirs(uid))
 	}
-	return errors.Join(append(errs, s.removeUnlistedMPS())...)
+	return gone, going, errors.Join(append(errs, m.stopUnlisted(known))...)
 }
 
-// removeUnlistedMPS stops the daemons an MPSControl that lists its daemons (MPSPods)
-// runs for claims the checkpoint does not know, whatever became of their directories
-// (a node's state directory wiped, a plugin moved to another one).
-func (s *state) removeUnlistedMPS() error {
-	lister, ok := s.mps.(mpsDaemonLister)
+// stopUnlisted stops the daemons an MPSControl that lists its daemons (MPSPods) runs for
+// claims the checkpoint does not know, whatever became of their directories (a node's
+// state directory wiped, a plugin moved to another one).
+func (m *mpsManager) stopUnlisted(known func(types.UID) bool) error {
+	lister, ok := m.ctl.(mpsDaemonLister)
 	if !ok {
 		return nil
 	}
@@ -400,14 +484,14 @@ func (s *state) removeUnlistedMPS() error {
 			errs = append(errs, err)
 			continue
 		}
-		if s.cp.Claims[types.UID(uid)] != nil {
+		if known(types.UID(uid)) {
 			continue
 		}
-		s.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid, "pipeDir", pipe)
-		if d, ok := s.mps.(mpsDeferred); ok {
+		m.logger.Info("Stopping an MPS control daemon no prepared claim accounts for", "claimUID", uid, "pipeDir", pipe)
+		if d, ok := m.ctl.(mpsDeferred); ok {
 			_, err = d.Delete(pipe) // without waiting: no directory of the claim waits for it
 		} else {
-			err = s.mps.Stop(pipe)
+			err = m.ctl.Stop(pipe)
 		}
 		errs = append(errs, err)
 	}

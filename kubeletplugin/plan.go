@@ -50,7 +50,7 @@ func attrInt(d resourceapi.Device, name string) (int, bool) {
 }
 
 // mpsDir and cacheDir are the claim's host directories for MPS and HAMi-core.
-func (p *planner) mpsDir(claimUID string) string { return filepath.Join(p.stateDir, "mps", claimUID) }
+func (p *planner) mpsDir(claimUID string) string { return mpsClaimDir(p.stateDir, claimUID) }
 func (p *planner) cacheDir(claimUID string) string {
 	return filepath.Join(p.stateDir, "vgpu", claimUID)
 }

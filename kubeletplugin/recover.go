@@ -88,8 +88,8 @@ func (s *state) recover() error {
 			}
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.resetSpareMPSDirs(), s.store.compact(s.cp))
-	s.checkMPSDirsSearchable()
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.mps.resetSpares(), s.store.compact(s.cp))
+	s.mps.checkSearchable()
 	return errors.Join(errs...)
 }
 
@@ -147,7 +147,7 @@ func (s *state) restore(pc *PreparedClaim, rewrite bool) (part string, err error
 	if _, err := s.applyTimeSlices(pc); err != nil {
 		return partTimeSlice, err
 	}
-	if err := s.restoreMPS(pc, migRecreated); err != nil {
+	if err := s.mps.restore(pc, migRecreated); err != nil {
 		return partMPS, err
 	}
 	return "", nil
@@ -164,6 +164,21 @@ func (s *state) removeUnknownSpecs() error {
 			s.logger.Info("Removing a CDI spec no prepared claim accounts for", "claimUID", uid)
 			errs = append(errs, s.specs.Remove(uid))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeUnknownMPS stops the MPS control daemons, and removes the directories, of
+// claims the checkpoint does not know. The directories of a daemon still stopping (a
+// pod) go once it has: a repair of a claim the checkpoint does not know removes them.
+func (s *state) removeUnknownMPS() error {
+	gone, going, err := s.mps.stopUnknown(func(uid types.UID) bool { return s.cp.Claims[uid] != nil })
+	for _, uid := range going {
+		s.repairs.add(uid, klog.ObjectRef{}, partUnprepare)
+	}
+	errs := []error{err}
+	for _, uid := range gone {
+		errs = append(errs, s.removeClaimDirs(uid))
 	}
 	return errors.Join(errs...)
 }

@@ -218,7 +218,7 @@ func (r *repairs) event(ref klog.ObjectRef, uid types.UID, kind, reason, part, n
 func (r *repairs) run(ctx context.Context) {
 	defer close(r.done)
 	var check <-chan time.Time
-	if _, pods := r.s.mps.(mpsDeferred); !pods {
+	if r.s.mps.pollsDaemons() {
 		t := time.NewTicker(r.every)
 		defer t.Stop()
 		check = t.C
@@ -366,7 +366,7 @@ func (s *state) exitedDaemons() []PreparedClaim {
 	s.mu.Unlock()
 	var out []PreparedClaim
 	for _, d := range daemons {
-		if running, err := s.mps.Running(d.pipe); err == nil && !running {
+		if running, err := s.mps.running(d.pipe); err == nil && !running {
 			out = append(out, d.pc)
 		}
 	}

@@ -86,20 +86,20 @@ type state struct {
 	specs      *cdi.Specs
 	planner    *planner
 	mig        migInstances
-	dynamic    bool // MIG strategy dynamic: the plugin owns MIG mode and instances
-	mps        MPSControl
+	dynamic    bool        // MIG strategy dynamic: the plugin owns MIG mode and instances
+	mps        *mpsManager // the claims' MPS control daemons and directories
 	timeSlicer TimeSlicer
 	hook       Hook
 	logger     klog.Logger
 	// Corruptions counts corrupt checkpoints set aside.
 	corruptions int
-	// spares are the empty MPS directory trees ready for claims (spares.go).
-	spares []string
-	// mountShm mounts a claim's shm tmpfs (mountMPSShm; tests make it fail as without
-	// privilege). shmFallback and shmPropagation log, once, that the plugin may not mount
-	// and that its mounts do not propagate.
-	mountShm                    func(dir string) error
-	shmFallback, shmPropagation sync.Once
+}
+
+// removeSpareMPSDirs removes the spare MPS directory trees when the plugin stops.
+func (s *state) removeSpareMPSDirs() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mps.removeSpares()
 }
 
 func (s *state) lock() (func(), error) {
@@ -176,7 +176,7 @@ func (s *state) prepareClaim(ctx context.Context, claim *resourceapi.ResourceCla
 	if err != nil {
 		return nil, err
 	}
-	return devs, s.waitMPS(ctx, waitMPS)
+	return devs, s.mps.waitReady(ctx, waitMPS)
 }
 
 // prepare makes the claim's devices usable and returns them with their CDI ids. It is
@@ -201,7 +201,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 			}
 			// Its MPS control daemon may have died (with an earlier plugin container).
 			before := pc.MPS
-			if err := s.restoreMPS(pc, false); err != nil {
+			if err := s.mps.restore(pc, false); err != nil {
 				return nil, "", err
 			}
 			if pc.MPS != before {
@@ -209,7 +209,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 					return nil, "", err
 				}
 			}
-			return results(pc), s.mpsToWaitFor(pc), nil
+			return results(pc), s.mps.waitFor(pc), nil
 		}
 		if err := s.rollback(pc, nil); err != nil {
 			return nil, "", err
@@ -252,7 +252,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
 		return nil, "", err
 	}
-	return results(pc), s.mpsToWaitFor(pc), nil
+	return results(pc), s.mps.waitFor(pc), nil
 }
 
 // checkExclusive refuses devices that another claim prepared on this node holds.
@@ -350,22 +350,14 @@ func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if slices.ContainsFunc(pc.Devices, func(d PreparedDevice) bool { return d.CDI.MPS != nil }) {
-		s.takeSpareMPSDir(string(pc.UID))
-	}
 	for _, d := range pc.Devices {
-		if m := d.CDI.MPS; m != nil {
-			if _, err := s.makeMPSDirs(m.PipeDir, m.LogDir, m.ShmDir); err != nil {
-				return nil, err
-			}
-		}
 		if dir := d.CDI.CacheDir; dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, fmt.Errorf("creating %s: %w", dir, err)
 			}
 		}
 	}
-	if err := s.startMPS(pc); err != nil {
+	if err := s.mps.prepare(pc); err != nil {
 		return nil, err
 	}
 	rec, err := s.writeSpec(pc)
@@ -453,11 +445,10 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		planner:    newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
 		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook, adopt: strategy != driver.MIGDynamic},
 		dynamic:    strategy == driver.MIGDynamic,
-		mps:        mps,
+		mps:        newMPSManager(mps, cfg.CheckpointDir, cfg.Hook, logger),
 		timeSlicer: timeSlicer,
 		hook:       cfg.Hook,
 		logger:     logger,
-		mountShm:   mountMPSShm,
 	}
 	st.repairs = newRepairs(st, cfg)
 	return st, nil

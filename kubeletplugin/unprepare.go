@@ -30,7 +30,7 @@ func (s *state) unprepare(ctx context.Context, uid types.UID) error {
 	if err != nil {
 		return err
 	}
-	if err := s.waitMPSGone(ctx, wait); err != nil {
+	if err := s.mps.waitGone(ctx, wait); err != nil {
 		return err // the claim stays UnprepareStarted: the kubelet's next try waits again
 	}
 	return s.endUnprepare(uid)
@@ -65,7 +65,7 @@ func (s *state) beginUnprepare(uid types.UID) (wait string, err error) {
 			return "", err
 		}
 	}
-	return s.requestMPSStop(uid)
+	return s.mps.requestStop(uid)
 }
 
 // endUnprepare is unprepare's last step, once the claim's daemon has gone.
@@ -79,7 +79,7 @@ func (s *state) endUnprepare(uid types.UID) error {
 		return err
 	}
 	pc := s.cp.Claims[uid]
-	if err := s.stopMPS(uid); err != nil {
+	if err := s.mps.stop(uid); err != nil {
 		return err
 	}
 	if pc == nil {
@@ -95,7 +95,7 @@ func (s *state) endUnprepare(uid types.UID) error {
 	if err := s.forget(uid); err != nil {
 		return err
 	}
-	if err := s.makeSpareMPSDirs(); err != nil {
+	if err := s.mps.makeSpares(); err != nil {
 		s.logger.Error(err, "Creating spare MPS directories")
 	}
 	return s.hook.at(PointUnprepareCompleted)
@@ -146,7 +146,7 @@ func (s *state) teardown(pc *PreparedClaim, m *made) error {
 	if err := s.hook.at(PointCDIRemoved); err != nil {
 		return err
 	}
-	if err := s.stopMPS(pc.UID); err != nil {
+	if err := s.mps.stop(pc.UID); err != nil {
 		return err
 	}
 	return s.release(pc, m)
@@ -180,13 +180,12 @@ func (s *state) release(pc *PreparedClaim, m *made) error {
 // unmounted first (its MPS control daemon must have stopped). A tmpfs that cannot be
 // unmounted is an error, and its directories stay for the retry.
 func (s *state) removeClaimDirs(uid types.UID) error {
-	if err := unmountMPSShm(s.planner.mpsShmDir(string(uid))); err != nil {
-		return fmt.Errorf("claim %s: %w", uid, err)
+	if err := s.mps.removeDirs(uid); err != nil {
+		return err
 	}
-	for _, dir := range []string{s.planner.mpsDir(string(uid)), s.planner.cacheDir(string(uid))} {
-		if err := os.RemoveAll(dir); err != nil {
-			s.logger.Error(err, "Removing a claim's directory", "claimUID", uid, "dir", dir)
-		}
+	dir := s.planner.cacheDir(string(uid))
+	if err := os.RemoveAll(dir); err != nil {
+		s.logger.Error(err, "Removing a claim's directory", "claimUID", uid, "dir", dir)
 	}
 	return nil
 }
