@@ -160,3 +160,21 @@ func DeviceClassMIGProfile(profile string) string {
 func ExtendedResourceNVIDIAMIG(profile string) string {
 	return "nvidia.com/mig-" + MIGProfileName(profile)
 }
+
+// Declarative MIG layouts (static MIG): a node label names a layout of the file the chart
+// installs (the plugin's --mig-layouts), and the plugin reports on the node how applying
+// it goes.
+const (
+	// LabelMIGConfig names the node's MIG layout.
+	LabelMIGConfig = "gpu.gpudra.dev/mig-config"
+	// LabelMIGConfigState is MIGConfigPending, MIGConfigSuccess or MIGConfigFailed; the
+	// plugin sets it, and it is the only thing the plugin may change on its Node.
+	LabelMIGConfigState = "gpu.gpudra.dev/mig-config.state"
+	// LabelNVIDIAMIGConfig is NVIDIA mig-manager's layout label: a node carrying it has
+	// its layout from mig-manager, and gpudra applies none.
+	LabelNVIDIAMIGConfig = "nvidia.com/mig.config"
+
+	MIGConfigPending = "pending"
+	MIGConfigSuccess = "success"
+	MIGConfigFailed  = "failed"
+)
