@@ -121,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := newMetrics(st.preparedClaims)
+	m := newMetrics(st)
 	st.repairs.metrics = m
 	err = st.recover()
 	m.checkpointsRecover.Add(float64(st.corruptions))

@@ -38,12 +38,14 @@ type metrics struct {
 	checkpointsRecover prometheus.Counter
 	repairFailures     *prometheus.CounterVec
 	unrepairedClaims   prometheus.Gauge
+	// collectors are what registry holds.
+	collectors []prometheus.Collector
 }
 
 // latencyBuckets span a CDI spec write (under a millisecond) to a MIG mode switch.
 var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
-func newMetrics(preparedClaims func() float64) *metrics {
+func newMetrics(st *state) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		publishedDevices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -93,18 +95,20 @@ func newMetrics(preparedClaims func() float64) *metrics {
 			Help: "Claims with a repair pending in the background: a part that could not be restored, an MPS control daemon that exited, a rollback or unprepare not finished.",
 		}),
 	}
-	m.registry.MustRegister(
+	m.collectors = []prometheus.Collector{
 		m.publishedDevices, m.unhealthyGPUs, m.unreadableGPUs, m.prepareSeconds, m.prepareErrors,
 		m.unprepareSeconds, m.unprepareErrors, m.healthEvents, m.checkpointsRecover,
 		m.repairFailures, m.unrepairedClaims,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gpudra_plugin_prepared_claims",
 			Help: "Claims prepared on this node (checkpoint entries).",
-		}, preparedClaims),
+		}, st.preparedClaims),
+		gpuCollector{state: st},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.NewCollector(),
-	)
+	}
+	m.registry.MustRegister(m.collectors...)
 	return m
 }
 
