@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -137,7 +138,11 @@ func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device 
 	}
 }
 
-func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
+// shareDevice is GPU g's shareable device. Its memory capacity is the card's memory times
+// oversubscriptionPPM/1000000 (in whole MiB when oversubscribed); one share asks for at
+// most the card's memory. Every share device says whether and how far its node
+// oversubscribes memory, so that a selector can keep away from such nodes.
+func shareDevice(inv *Inventory, g *GPU, counters counterPlan, oversubscriptionPPM uint64) resourceapi.Device {
 	a := attrs{}
 	a.str(api.AttrType, api.TypeShare)
 	a.int(api.AttrIndex, g.Index)
@@ -146,13 +151,22 @@ func shareDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Devic
 	common(a, inv, g)
 	topologyAttrs(a, inv, g.Index)
 	mem := bytesQuantity(g.MemoryBytes)
+	total := mem
+	oversubscribed := oversubscriptionPPM > 1_000_000
+	if oversubscribed {
+		hi, lo := bits.Mul64(g.MemoryBytes, oversubscriptionPPM)
+		b, _ := bits.Div64(hi, lo, 1_000_000) // hi < 1000000: the factor is at most 4
+		total = bytesQuantity(b >> 20 << 20)
+	}
+	a.bool(api.AttrMemoryOversubscribed, oversubscribed)
+	a.int(api.AttrMemoryOversubscriptionPercent, int((oversubscriptionPPM+5_000)/10_000))
 	return resourceapi.Device{
 		Name:                     ShareDeviceName(g.Index),
 		Attributes:               a,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			api.CapMemory: {
-				Value: mem,
+				Value: total,
 				RequestPolicy: &resourceapi.CapacityRequestPolicy{
 					Default:    ptr.To(ShareMemoryDefault),
 					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(ShareMemoryMin), Max: ptr.To(mem), Step: ptr.To(ShareMemoryStep)},

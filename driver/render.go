@@ -3,6 +3,7 @@ package driver
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -59,15 +60,37 @@ type RenderOptions struct {
 	// most resourceapi.DeviceTaintsMaxLength distinct taints). The plugin takes an
 	// unhealthy GPU out of scheduling this way.
 	Taints map[int][]resourceapi.DeviceTaint
+	// MemoryOversubscription, from 1 to MaxMemoryOversubscription, multiplies the memory
+	// capacity of each GPU's share, so the shares of one GPU may together ask for more
+	// memory than the card has (the kubelet plugin prepares such shares under HAMi-core
+	// only). 0 and 1 leave it at the card's memory. Whole GPUs, MIG devices and NVLink
+	// groups keep theirs.
+	MemoryOversubscription float64
 }
+
+// MaxMemoryOversubscription is the largest accepted RenderOptions.MemoryOversubscription.
+const MaxMemoryOversubscription = 4.0
 
 // Validate checks the options, naming the accepted values.
 func (o RenderOptions) Validate() error {
 	switch o.MIG {
 	case "", MIGDynamic, MIGStatic, MIGNone:
-		return nil
+	default:
+		return fmt.Errorf("mig strategy %q: accepted values are %s, %s, %s", o.MIG, MIGStatic, MIGDynamic, MIGNone)
 	}
-	return fmt.Errorf("mig strategy %q: accepted values are %s, %s, %s", o.MIG, MIGStatic, MIGDynamic, MIGNone)
+	if f := o.MemoryOversubscription; f != 0 && !(f >= 1 && f <= MaxMemoryOversubscription) {
+		return fmt.Errorf("memory oversubscription %v: accepted range is 1 to %v (1: off)", f, MaxMemoryOversubscription)
+	}
+	return nil
+}
+
+// memoryOversubscriptionPPM is the memory oversubscription factor in millionths (1000000:
+// none), so that capacities come out exact for factors such as 1.1.
+func (o RenderOptions) memoryOversubscriptionPPM() uint64 {
+	if o.MemoryOversubscription <= 1 {
+		return 1_000_000
+	}
+	return uint64(math.Round(o.MemoryOversubscription * 1_000_000))
 }
 
 // Share request policy: memory in MiB steps from 256 MiB, compute in whole percent.
@@ -110,7 +133,7 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 			usable[g.Index] = true
 			whole = append(whole, opts.tainted(gpuDevice(inv, g, counters), g.Index))
 			if !opts.NoShares {
-				shares = append(shares, opts.tainted(shareDevice(inv, g, counters), g.Index))
+				shares = append(shares, opts.tainted(shareDevice(inv, g, counters, opts.memoryOversubscriptionPPM()), g.Index))
 			}
 		}
 		if opts.publishesMIG(g) {

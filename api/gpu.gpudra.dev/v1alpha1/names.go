@@ -161,6 +161,17 @@ func ExtendedResourceNVIDIAMIG(profile string) string {
 	return "nvidia.com/mig-" + MIGProfileName(profile)
 }
 
+// Attributes of share devices on the node's memory oversubscription (the kubelet plugin's
+// --memory-oversubscription): every share device carries both.
+const (
+	// AttrMemoryOversubscribed is true when the share device's memory capacity is more than
+	// the card's memory (shares may together ask for more than the card has).
+	AttrMemoryOversubscribed = "memoryOversubscribed"
+	// AttrMemoryOversubscriptionPercent is the share device's memory capacity in percent
+	// of the card's memory: 100 when not oversubscribed, 150 for a factor of 1.5.
+	AttrMemoryOversubscriptionPercent = "memoryOversubscriptionPercent"
+)
+
 // Declarative MIG layouts (static MIG): a node label names a layout of the file the chart
 // installs (the plugin's --mig-layouts), and the plugin reports on the node how applying
 // it goes.
