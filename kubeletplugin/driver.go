@@ -75,6 +75,10 @@ type Config struct {
 	// instances of GPUs in MIG mode and republishes when someone created or destroyed one.
 	// 0 means 30 s.
 	MIGLayoutInterval time.Duration
+	// MIGLayoutsFile is the file of named MIG layouts (driver/miglayout) of which the
+	// Node's gpu.gpudra.dev/mig-config label chooses one, with static MIG; it is read
+	// again every MIGLayoutInterval. "" applies none.
+	MIGLayoutsFile string
 }
 
 // Driver is the running plugin for one node.
@@ -190,6 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	klog.FromContext(ctx).Info("Publishing ResourceSlices", "node", cfg.NodeName, "backend", inv.Backend, "gpus", len(inv.GPUs), "slices", len(d.Pool().Slices))
 	d.startHealth(ctx)
 	d.startMIGLayoutWatch(ctx)
+	d.startMIGLayouts(ctx)
 	return d, nil
 }
 

@@ -90,15 +90,43 @@ func (d *Driver) refreshMIGLayout(ctx context.Context) (changed bool, err error)
 		unlock()
 		return false, nil
 	}
-	d.mu.Lock()
+	views := map[int]migView{}
 	for k := range inv.GPUs {
 		g := &inv.GPUs[k]
 		if list, ok := now[g.Index]; ok {
 			logger.Info("MIG instances changed outside the plugin: publishing the ones that exist", "gpu", g.Index,
 				"before", instanceNames(g.MIG.Instances), "now", instanceNames(list))
+			views[g.Index] = migView{enabled: true, instances: list}
+		}
+	}
+	if err := d.publishMIGViews(ctx, unlock, views); err != nil {
+		return true, fmt.Errorf("republishing the node's devices after its MIG instances changed: %w", err)
+	}
+	return true, nil
+}
+
+// migView is a MIG-capable GPU's MIG mode and the MIG instances that exist on it.
+type migView struct {
+	enabled   bool
+	instances []driver.MIGInstance
+}
+
+// publishMIGViews makes the GPUs' MIG modes and instances those of views, renders the
+// node's devices again and republishes them; a prepared claim whose instance is gone is
+// reported (reportGoneMIG). The state is locked; publishMIGViews unlocks it.
+func (d *Driver) publishMIGViews(ctx context.Context, unlock func(), views map[int]migView) error {
+	s := d.state
+	inv := s.planner.inv
+	now := map[int][]driver.MIGInstance{}
+	d.mu.Lock()
+	for k := range inv.GPUs {
+		g := &inv.GPUs[k]
+		if v, ok := views[g.Index]; ok && g.MIG != nil {
 			mig := *g.MIG
-			mig.Instances = list
+			mig.Enabled = v.enabled
+			mig.Instances = v.instances
 			g.MIG = &mig
+			now[g.Index] = v.instances
 		}
 	}
 	d.mu.Unlock()
@@ -116,13 +144,13 @@ func (d *Driver) refreshMIGLayout(ctx context.Context) (changed bool, err error)
 	s.reportGoneMIG(now)
 	unlock()
 	if err != nil {
-		return true, err
+		return err
 	}
 	if err := d.republish(ctx); err != nil {
-		return true, fmt.Errorf("republishing the node's devices after its MIG instances changed: %w", err)
+		return err
 	}
 	d.health.notify()
-	return true, nil
+	return nil
 }
 
 // reportGoneMIG logs, and records an Event on the claim, for each prepared claim whose
