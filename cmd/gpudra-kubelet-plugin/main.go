@@ -53,6 +53,7 @@ type flags struct {
 	mpsNamespace, mpsPriorityClass    string
 	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
+	migLayouts                        string
 	logging                           *logsapi.LoggingConfiguration
 }
 
@@ -79,6 +80,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
 	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
 	fs.StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
+	fs.StringVar(&f.migLayouts, "mig-layouts", "", `file of named MIG layouts in mig-parted's format (version: v1, mig-configs: ...); with --mig=static the plugin partitions the node's free GPUs as the layout its Node's label `+api.LabelMIGConfig+` names, and reports progress in the label `+api.LabelMIGConfigState+` (the chart mounts its ConfigMap at /etc/gpudra/mig-layouts.yaml; empty: no layouts)`)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, api.DriverName), "directory for the plugin's DRA socket")
 	fs.StringVar(&f.registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "kubelet plugin registry directory")
@@ -217,6 +219,7 @@ func run(ctx context.Context, f flags) error {
 		MPS:                 mps,
 		TimeSlicer:          timeSlicer,
 		HealthInjectionFile: f.healthInjectionFile,
+		MIGLayoutsFile:      f.migLayouts,
 		Hook:                pause,
 	})
 	if err != nil {
