@@ -30,13 +30,16 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all build generate test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
 build: ## build the binaries into bin/
 	@mkdir -p bin
 	go build -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(BINARIES))
+
+build-nocgo: ## build gpudra-controller and gpudra-scheduler with CGO_ENABLED=0 (they link no NVML code), into a scratch folder
+	@out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; CGO_ENABLED=0 go build -ldflags "$(LDFLAGS)" -o "$$out/" ./cmd/gpudra-controller ./cmd/gpudra-scheduler && echo "gpudra-controller and gpudra-scheduler build with CGO_ENABLED=0"
 
 lint: ## gofmt, go vet and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
