@@ -61,6 +61,10 @@ type Limits struct {
 	Policy string `json:",omitempty"`
 	// Priority is High, Low or "" (the mechanism's normal priority).
 	Priority string `json:",omitempty"`
+	// Oversubscribed: the node oversubscribes GPU memory, so the shares of a GPU may
+	// together hold more than the card has. HAMi-core then gets CUDA_OVERSUBSCRIBE=true,
+	// its virtual device memory; MPS cannot enforce such a share.
+	Oversubscribed bool `json:",omitempty"`
 }
 
 // HAMi-core's and MPS's priority values: HAMi-core's CUDA_TASK_PRIORITY is 0 for high
@@ -280,6 +284,9 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, pos int) {
 	l := d.Limits
 	e.Env = append(e.Env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", pos, l.MemoryMiB))
+	if l.Oversubscribed {
+		e.Env = append(e.Env, "CUDA_OVERSUBSCRIBE=true")
+	}
 	if l.ComputePercent > 0 {
 		e.Env = append(e.Env, "CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(l.ComputePercent))
 	}

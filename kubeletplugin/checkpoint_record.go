@@ -107,6 +107,7 @@ type cdiLimitsRecord struct {
 	HAMi           bool   `json:"HAMi"`
 	Policy         string `json:"Policy,omitempty"`
 	Priority       string `json:"Priority,omitempty"`
+	Oversubscribed bool   `json:"Oversubscribed,omitempty"`
 }
 
 // cdiMPSRecord is a cdi.MPS. ShmDir is absent from v1 files (read as "").
@@ -217,7 +218,7 @@ func cdiDeviceRecordOf(d cdi.Device) cdiDeviceRecord {
 		r.MIG = &cdiMIGRecord{Parent: cdiGPURecordOf(m.Parent), GI: m.GI, CI: m.CI, UUID: m.UUID, GICapMinor: m.GICapMinor, CICapMinor: m.CICapMinor}
 	}
 	if l := d.Limits; l != nil {
-		r.Limits = &cdiLimitsRecord{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority}
+		r.Limits = &cdiLimitsRecord{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority, Oversubscribed: l.Oversubscribed}
 	}
 	if m := d.MPS; m != nil {
 		r.MPS = &cdiMPSRecord{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercent: m.ActiveThreadPercent,
@@ -233,7 +234,7 @@ func (r cdiDeviceRecord) device() cdi.Device {
 		d.MIG = &cdi.MIG{Parent: m.Parent.gpu(), GI: m.GI, CI: m.CI, UUID: m.UUID, GICapMinor: m.GICapMinor, CICapMinor: m.CICapMinor}
 	}
 	if l := r.Limits; l != nil {
-		d.Limits = &cdi.Limits{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority}
+		d.Limits = &cdi.Limits{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority, Oversubscribed: l.Oversubscribed}
 	}
 	if m := r.MPS; m != nil {
 		d.MPS = &cdi.MPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercent: m.ActiveThreadPercent,

@@ -160,6 +160,12 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		case api.EnforceAuto:
 			limits.HAMi = p.node.VGPULibrary != ""
 		}
+		if factor, over := memoryOversubscription(pub); over {
+			if err := oversubscribable(conf.GPU.Limits.Enforcement, sharing.Strategy, limits.HAMi, factor); err != nil {
+				return PreparedDevice{}, err
+			}
+			limits.Oversubscribed = true
+		}
 		pd.CDI.Limits = limits
 		if limits.HAMi {
 			pd.CDI.CacheDir = p.cacheDir(claimUID)
@@ -194,6 +200,35 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		pd.CDI.TimeSlice = string(sharing.TimeSlicing.Interval)
 	}
 	return pd, nil
+}
+
+// memoryOversubscription is the factor by which a published share device's memory capacity
+// exceeds its card's (its memoryOversubscriptionPercent), and whether it does.
+func memoryOversubscription(share resourceapi.Device) (string, bool) {
+	a := share.Attributes[resourceapi.QualifiedName(api.AttrMemoryOversubscribed)]
+	if a.BoolValue == nil || !*a.BoolValue {
+		return "", false
+	}
+	percent, _ := attrInt(share, api.AttrMemoryOversubscriptionPercent)
+	return strconv.FormatFloat(float64(percent)/100, 'f', -1, 64), true
+}
+
+// oversubscribable refuses a share on a node that oversubscribes GPU memory unless
+// HAMi-core enforces it alone: MPS cannot spill a client's memory to the host.
+func oversubscribable(enforcement api.Enforcement, strategy api.SharingStrategy, hami bool, factor string) error {
+	elsewhere := "a node without memory oversubscription (select !device.attributes[\"gpu.gpudra.dev\"].memoryOversubscribed)"
+	switch {
+	case !hami && enforcement == api.EnforceAuto:
+		return field.Invalid(field.NewPath("limits", "enforcement"), enforcement, fmt.Sprintf(
+			"this node oversubscribes GPU memory by %s (--memory-oversubscription) and has no HAMi-core libvgpu.so (--vgpu-library), so Auto would enforce the share by MPS, which cannot spill to host memory; run the share on a node with libvgpu.so or on %s", factor, elsewhere))
+	case !hami:
+		return field.Invalid(field.NewPath("limits", "enforcement"), enforcement, fmt.Sprintf(
+			"this node oversubscribes GPU memory by %s (--memory-oversubscription) and MPS cannot spill a share to host memory; use HAMi or Auto on a node with HAMi-core's libvgpu.so (--vgpu-library), or run the share on %s", factor, elsewhere))
+	case strategy == api.MPS:
+		return field.Invalid(field.NewPath("sharing", "strategy"), strategy, fmt.Sprintf(
+			"this node oversubscribes GPU memory by %s (--memory-oversubscription) and MPS cannot spill a share to host memory; use TimeSlicing, or run the share on %s", factor, elsewhere))
+	}
+	return nil
 }
 
 func (p *planner) migInstance(pub resourceapi.Device) (*MIGInstance, error) {

@@ -54,6 +54,7 @@ type flags struct {
 	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
 	migLayouts                        string
+	memoryOversubscription            float64
 	logging                           *logsapi.LoggingConfiguration
 }
 
@@ -88,6 +89,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.checkpointDir, "checkpoint-dir", "", "directory for the prepare checkpoint (default: --plugin-data-dir)")
 	fs.StringVar(&f.driverRoot, "driver-root", "/", "host directory holding the NVIDIA driver (/dev/nvidia*, libnvidia-ml.so.<version> and the other libraries and binaries), which nvcdi reads (at --container-driver-root when set) for the GPU parts of the CDI specs; a fake root prepared by the lab with --nvml=sim:<profile>")
 	fs.StringVar(&f.containerDriverRoot, "container-driver-root", "", "where this plugin's container mounts --driver-root (the chart: /driver-root), read for the driver's files and tools; the CDI specs name them under --driver-root, the host path (default: --driver-root itself, for a plugin running on the host)")
+	fs.Float64Var(&f.memoryOversubscription, "memory-oversubscription", 1, "factor from 1 to 4 by which each GPU's share device (gpu-share.gpudra.dev) multiplies its memory capacity, so shares may together ask for more memory than the card has; such shares run under HAMi-core (--vgpu-library) with its virtual device memory (CUDA_OVERSUBSCRIBE=true), shares under MPS are refused at prepare. Whole GPUs, MIG devices and NVLink groups are not oversubscribed (1: off)")
 	fs.StringVar(&f.vgpuLibrary, "vgpu-library", "", "host path of HAMi-core's libvgpu.so; when set, GPU shares are enforced by preloading it (else by MPS limits)")
 	fs.StringVar(&f.mpsControl, "mps-control-daemon", "", "path of nvidia-cuda-mps-control, started once per prepared MPS claim (default: <container-driver-root or driver-root>/usr/bin/nvidia-cuda-mps-control; with --nvml=sim:... daemons are simulated unless this is set)")
 	fs.StringVar(&f.mpsDaemons, "mps-control-daemons", mpsInProcess, `where each MPS claim's control daemon runs: "process" (a child of this plugin: it stops when the plugin's container does) or "pod" (a Deployment of one pod per claim on this node, in --mps-daemon-namespace, running --mps-daemon-image: it outlives plugin restarts and rolling updates; needs RBAC on deployments and pods there)`)
@@ -106,6 +108,18 @@ func newCommandFor(f *flags) *cobra.Command {
 	buildinfo.AddVersionFlag(fs)
 	cmd.AddCommand(mpsExecCommand(), mpsDaemonCommand())
 	return cmd
+}
+
+// renderOptions are what the node publishes, from --mig and --memory-oversubscription.
+func renderOptions(f flags) (driver.RenderOptions, error) {
+	if o := f.memoryOversubscription; !(o >= 1 && o <= driver.MaxMemoryOversubscription) {
+		return driver.RenderOptions{}, fmt.Errorf("--memory-oversubscription=%v: accepted range is 1 to %v (1: off)", o, driver.MaxMemoryOversubscription)
+	}
+	render := driver.RenderOptions{MIG: driver.MIGStrategy(f.mig), MemoryOversubscription: f.memoryOversubscription}
+	if err := render.Validate(); err != nil {
+		return driver.RenderOptions{}, fmt.Errorf("--mig: %w", err)
+	}
+	return render, nil
 }
 
 // mpsExecCommand is how the plugin runs nvidia-cuda-mps-control for a claim under MPS:
@@ -133,12 +147,11 @@ func run(ctx context.Context, f flags) error {
 	if f.checkpointDir == "" {
 		f.checkpointDir = f.pluginDataDir
 	}
-	render := driver.RenderOptions{MIG: driver.MIGStrategy(f.mig)}
-	if err := render.Validate(); err != nil {
-		return fmt.Errorf("--mig: %w", err)
+	render, err := renderOptions(f)
+	if err != nil {
+		return err
 	}
 	var cfg *rest.Config
-	var err error
 	if f.kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	} else {
