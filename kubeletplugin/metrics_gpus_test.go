@@ -2,6 +2,8 @@ package kubeletplugin_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,12 +35,30 @@ func TestMetricsPerGPUShowPreparedClaims(t *testing.T) {
 	n := newNode(t, "dgx-h100")
 	d := n.newDriver(nil)
 	url := serveMetrics(t, d)
+	// Scrapes meanwhile read the prepared claims as the prepares change them.
+	stop, scraped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(scraped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if resp, err := http.Get(url); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
 	whole := n.allocate(wholeGPU) // GPU 2
 	mustPrepare(t, d, whole)
 	share := n.allocate(shareClaim("1Gi", "10", ""))
 	mustPrepare(t, d, share)
 	mig := n.allocate(migClaim)
 	mustPrepare(t, d, mig)
+	close(stop)
+	<-scraped
 	sg, mg := gpuOf(t, share), gpuOf(t, mig)
 	if sg == "2" || mg == "2" || sg == mg {
 		t.Fatalf("the share is on GPU %s and the MIG device on GPU %s; want two GPUs other than 2", sg, mg)
