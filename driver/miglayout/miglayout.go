@@ -28,6 +28,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpudra/gpudra/internal/yamldoc"
+
 	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"sigs.k8s.io/yaml"
 )
@@ -168,6 +170,9 @@ func (f *File) Layout(name string) ([]Entry, error) {
 
 // Parse reads a layout file (YAML or JSON).
 func Parse(data []byte) (*File, error) {
+	if err := yamldoc.One(data, "a layouts file"); err != nil {
+		return nil, err
+	}
 	raw, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("not YAML: %w", err)

@@ -184,3 +184,10 @@ func TestParseErrorsNameTheFieldAndAcceptedValues(t *testing.T) {
 		})
 	}
 }
+
+func TestASecondDocumentIsRefused(t *testing.T) {
+	_, err := miglayout.Parse([]byte("version: v1\nmig-configs:\n  all-disabled:\n  - {devices: all, mig-enabled: false}\n---\nversion: v1\nmig-configs: {}\n"))
+	if err == nil || !strings.Contains(err.Error(), "2 YAML documents") {
+		t.Fatalf("Parse of two documents = %v, want an error counting them", err)
+	}
+}

@@ -5,20 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
 
-	goyaml "go.yaml.in/yaml/v2"
+	"github.com/gpudra/gpudra/internal/yamldoc"
+
 	"sigs.k8s.io/yaml"
 )
 
 // Parse decodes and validates a profile. source names the input in errors (a file
 // name); each problem is reported as "source: field.path: what is wrong".
 func Parse(data []byte, source string) (*Profile, error) {
-	if err := oneDocument(data); err != nil {
+	if err := yamldoc.One(data, "a profile"); err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	jsonData, err := yaml.YAMLToJSONStrict(data)
@@ -51,28 +51,6 @@ func Parse(data []byte, source string) (*Profile, error) {
 	}
 	p.node = n
 	return p, nil
-}
-
-// oneDocument refuses a stream of several YAML documents, of which the YAML decoder
-// would keep the first without a word. Empty documents (a trailing ---) do not count.
-func oneDocument(data []byte) error {
-	dec := goyaml.NewDecoder(bytes.NewReader(data))
-	for docs := 0; ; {
-		var v any
-		err := dec.Decode(&v)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("not valid YAML: %w", err)
-		}
-		if v != nil {
-			docs++
-		}
-		if docs > 1 {
-			return errors.New("a second YAML document follows a --- separator; a profile is one YAML document")
-		}
-	}
 }
 
 // fieldErrors collects "path: message" problems of one source.

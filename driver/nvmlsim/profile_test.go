@@ -270,7 +270,7 @@ func TestParseNamesTheLimit(t *testing.T) {
 		new  string
 		want string
 	}{
-		{"a second document", "count: 2\n", "count: 2\n---\nname: other\n", "dgx-v100.yaml: a second YAML document follows a --- separator; a profile is one YAML document"},
+		{"a second document", "count: 2\n", "count: 2\n---\nname: other\n", "dgx-v100.yaml: 2 YAML documents: a second one follows a --- separator, and a profile is one YAML document"},
 		{"NUMA node out of range", "numaNode: 0", "numaNode: 4096", "dgx-v100.yaml: pcie.roots[0].numaNode: must be 0..1023, got 4096"},
 		{"buses past 0xff", "pci0000:00", "pci0000:fd", "dgx-v100.yaml: pcie.roots[0].name: its switches and GPUs need buses 0xfd..0x101, but bus numbers end at 0xff"},
 	}

@@ -1,14 +1,12 @@
 package network
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 
-	goyaml "go.yaml.in/yaml/v2"
+	"github.com/gpudra/gpudra/internal/yamldoc"
+
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
@@ -48,7 +46,7 @@ func ParseFile(data []byte) (*File, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("topology file (%s): %d bytes, over the %d-byte (1 MiB) limit", FileKey, len(data), MaxFileBytes)
 	}
-	if err := oneDocument(data); err != nil {
+	if err := yamldoc.One(data, "the topology file"); err != nil {
 		return nil, fmt.Errorf("topology file (%s): %w", FileKey, err)
 	}
 	var f File
@@ -108,28 +106,6 @@ func ParseFile(data []byte) (*File, error) {
 		return nil, fmt.Errorf("topology file (%s): %s", FileKey, strings.Join(errs, "; "))
 	}
 	return &f, nil
-}
-
-// oneDocument refuses a stream of several YAML documents, of which the YAML decoder
-// would keep the first without a word. Empty documents (a trailing ---) do not count.
-func oneDocument(data []byte) error {
-	dec := goyaml.NewDecoder(bytes.NewReader(data))
-	for docs := 0; ; {
-		var v any
-		err := dec.Decode(&v)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("not valid YAML: %w", err)
-		}
-		if v != nil {
-			docs++
-		}
-		if docs > 1 {
-			return errors.New("a second YAML document follows a --- separator; the topology file is one YAML document")
-		}
-	}
 }
 
 // Labels returns, per node, the labels the file gives it.

@@ -10,7 +10,7 @@ func TestParseFileRefuses(t *testing.T) {
 		name, data, want string
 	}{
 		{"a second document", file + "---\nblocks: []\n",
-			"topology file (topology.yaml): a second YAML document follows a --- separator; the topology file is one YAML document"},
+			"topology file (topology.yaml): 2 YAML documents: a second one follows a --- separator, and the topology file is one YAML document"},
 		{"a file over the limit", file + "#" + strings.Repeat(" ", MaxFileBytes) + "\n",
 			"over the 1048576-byte (1 MiB) limit"},
 		{"a block listed twice", "blocks:\n- name: b1\n- name: b1\n",
