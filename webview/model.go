@@ -1,0 +1,573 @@
+package webview
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// GPU states, as the pages colour them.
+const (
+	stateFree      = "free"
+	stateWhole     = "whole"
+	stateShared    = "shared"
+	stateMIG       = "mig"
+	stateNVLink    = "nvlink"
+	stateUnhealthy = "unhealthy"
+)
+
+// Ref names a namespaced object.
+type Ref struct{ Namespace, Name string }
+
+func (r Ref) String() string { return r.Namespace + "/" + r.Name }
+
+// Holder is a claim holding a device and the pods it is reserved for.
+type Holder struct {
+	Claim Ref
+	Pods  []Ref
+}
+
+// ShareUse is one allocation of a GPU's share device.
+type ShareUse struct {
+	Holder
+	Memory, MemoryCapacity   string
+	Compute, ComputeCapacity string
+	MemoryPercent            int
+	ComputePercent           int
+}
+
+// DeviceUse is an allocated MIG device or NVLink group using a GPU.
+type DeviceUse struct {
+	Holder
+	Device string
+	// Detail is the MIG profile or the group's members.
+	Detail string
+}
+
+// GPU is one physical GPU of a node and everything allocated on it.
+type GPU struct {
+	Node, Pool     string
+	Index          int
+	Device         string
+	Model          string
+	Memory         string
+	UUID           string
+	Clique, Domain string
+	Taints         []resourceapi.DeviceTaint
+	Unhealthy      bool
+	Whole          *Holder
+	Shares         []ShareUse
+	MIG            []DeviceUse
+	Groups         []DeviceUse
+	// MIGDevices counts the MIG devices published on this GPU.
+	MIGDevices int
+}
+
+// State is the GPU's main use: whole, nvlink, mig, shared, free; unhealthy when free but
+// tainted unhealthy.
+func (g *GPU) State() string {
+	switch {
+	case g.Whole != nil:
+		return stateWhole
+	case len(g.Groups) > 0:
+		return stateNVLink
+	case len(g.MIG) > 0:
+		return stateMIG
+	case len(g.Shares) > 0:
+		return stateShared
+	case g.Unhealthy:
+		return stateUnhealthy
+	}
+	return stateFree
+}
+
+// Free is a GPU no device is allocated on and that is healthy.
+func (g *GPU) Free() bool { return g.State() == stateFree }
+
+// Node is a node with gpudra devices.
+type Node struct {
+	Name   string
+	Models []string
+	GPUs   []*GPU
+	Taints []corev1.Taint
+	Labels map[string]string
+	Ready  bool
+	// Known is false for a pool whose node object is missing.
+	Known bool
+}
+
+// Free counts the node's free GPUs.
+func (n *Node) Free() int {
+	c := 0
+	for _, g := range n.GPUs {
+		if g.Free() {
+			c++
+		}
+	}
+	return c
+}
+
+// Model is the node's GPU models joined.
+func (n *Node) Model() string { return strings.Join(n.Models, ", ") }
+
+// Unhealthy counts the node's unhealthy GPUs.
+func (n *Node) Unhealthy() int {
+	c := 0
+	for _, g := range n.GPUs {
+		if g.Unhealthy {
+			c++
+		}
+	}
+	return c
+}
+
+// TaintedDevice is a published device with the unhealthy taint.
+type TaintedDevice struct {
+	Node, Device, Type string
+	Taint              resourceapi.DeviceTaint
+}
+
+// deviceInfo is one published device.
+type deviceInfo struct {
+	node, pool string
+	dev        *resourceapi.Device
+	typ        string
+	gpus       []int
+}
+
+// Cluster is what the informers hold, joined up.
+type Cluster struct {
+	Nodes   []*Node
+	byName  map[string]*Node
+	devices map[string]*deviceInfo // pool/device
+	Tainted []TaintedDevice
+	Claims  []*resourceapi.ResourceClaim
+	Pods    []*corev1.Pod
+}
+
+// Node returns the node by name, nil when it has no gpudra devices.
+func (c *Cluster) Node(name string) *Node { return c.byName[name] }
+
+func attr(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
+	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
+		return a, true
+	}
+	a, ok := d.Attributes[resourceapi.QualifiedName(api.DriverName+"/"+name)]
+	return a, ok
+}
+
+func attrString(d *resourceapi.Device, name string) string {
+	a, ok := attr(d, name)
+	switch {
+	case !ok:
+		return ""
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	case a.IntValue != nil:
+		return strconv.FormatInt(*a.IntValue, 10)
+	case a.BoolValue != nil:
+		return strconv.FormatBool(*a.BoolValue)
+	}
+	return ""
+}
+
+func attrInt(d *resourceapi.Device, name string) (int, bool) {
+	a, ok := attr(d, name)
+	if !ok || a.IntValue == nil {
+		return 0, false
+	}
+	return int(*a.IntValue), true
+}
+
+func capacity(d *resourceapi.Device, name string) (resource.Quantity, bool) {
+	c, ok := d.Capacity[resourceapi.QualifiedName(name)]
+	if !ok {
+		c, ok = d.Capacity[resourceapi.QualifiedName(api.DriverName+"/"+name)]
+	}
+	return c.Value, ok
+}
+
+// parseMembers reads a members or clique list: "0-1-2-3", optionally prefixed "nvlink-".
+func parseMembers(s string) []int {
+	s = strings.TrimPrefix(s, "nvlink-")
+	var out []int
+	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == ',' }) {
+		if n, err := strconv.Atoi(p); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// snapshot joins the informers' objects.
+func (s *Server) snapshot() (*Cluster, error) {
+	nodes, err := s.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	sl, err := s.slices.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	claims, err := s.claims.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	pods, err := s.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	return buildCluster(nodes, sl, claims, pods), nil
+}
+
+func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, pods []*corev1.Pod) *Cluster {
+	c := &Cluster{byName: map[string]*Node{}, devices: map[string]*deviceInfo{}, Claims: claims, Pods: pods}
+	nodeObj := map[string]*corev1.Node{}
+	for _, n := range nodes {
+		nodeObj[n.Name] = n
+	}
+	// Only the newest generation of each pool counts.
+	gen := map[string]int64{}
+	for _, s := range sl {
+		if s.Spec.Driver == api.DriverName {
+			gen[s.Spec.Pool.Name] = max(gen[s.Spec.Pool.Name], s.Spec.Pool.Generation)
+		}
+	}
+	gpus := map[string]*GPU{} // node/index
+	gpuOf := func(node, pool string, index int) *GPU {
+		key := node + "/" + strconv.Itoa(index)
+		g, ok := gpus[key]
+		if !ok {
+			g = &GPU{Node: node, Pool: pool, Index: index, Device: fmt.Sprintf("gpu-%d", index)}
+			gpus[key] = g
+			n := c.byName[node]
+			if n == nil {
+				n = &Node{Name: node}
+				if o := nodeObj[node]; o != nil {
+					n.Known, n.Taints, n.Labels = true, o.Spec.Taints, o.Labels
+					for _, cond := range o.Status.Conditions {
+						if cond.Type == corev1.NodeReady {
+							n.Ready = cond.Status == corev1.ConditionTrue
+						}
+					}
+				}
+				c.byName[node] = n
+				c.Nodes = append(c.Nodes, n)
+			}
+			n.GPUs = append(n.GPUs, g)
+		}
+		return g
+	}
+	for _, s := range sl {
+		if s.Spec.Driver != api.DriverName || s.Spec.Pool.Generation < gen[s.Spec.Pool.Name] {
+			continue
+		}
+		node := s.Spec.Pool.Name
+		if s.Spec.NodeName != nil {
+			node = *s.Spec.NodeName
+		}
+		for k := range s.Spec.Devices {
+			d := &s.Spec.Devices[k]
+			info := &deviceInfo{node: node, pool: s.Spec.Pool.Name, dev: d, typ: attrString(d, api.AttrType)}
+			switch info.typ {
+			case api.TypeGPU, api.TypeShare:
+				if i, ok := attrInt(d, api.AttrIndex); ok {
+					info.gpus = []int{i}
+				}
+			case api.TypeMIG:
+				if i, ok := attrInt(d, api.AttrParentIndex); ok {
+					info.gpus = []int{i}
+				}
+			case api.TypeNVLinkGroup:
+				info.gpus = parseMembers(attrString(d, api.AttrMembers))
+			}
+			c.devices[s.Spec.Pool.Name+"/"+d.Name] = info
+			for _, i := range info.gpus {
+				g := gpuOf(node, s.Spec.Pool.Name, i)
+				switch info.typ {
+				case api.TypeGPU:
+					g.Device = d.Name
+					g.Model = attrString(d, api.AttrProductName)
+					g.UUID = attrString(d, api.AttrUUID)
+					g.Clique = attrString(d, api.AttrNVLinkClique)
+					g.Domain = attrString(d, api.AttrNVLinkDomain)
+					if m, ok := capacity(d, api.CapMemory); ok {
+						g.Memory = m.String()
+					}
+					g.Taints = append(g.Taints, d.Taints...)
+				case api.TypeMIG:
+					g.MIGDevices++
+				}
+			}
+			for _, t := range d.Taints {
+				if t.Key == api.TaintUnhealthy {
+					c.Tainted = append(c.Tainted, TaintedDevice{Node: node, Device: d.Name, Type: info.typ, Taint: t})
+					// A group is tainted for each of its GPUs that is: only single-GPU
+					// devices say which GPU it is.
+					if len(info.gpus) == 1 {
+						gpuOf(node, s.Spec.Pool.Name, info.gpus[0]).Unhealthy = true
+					}
+				}
+			}
+		}
+	}
+	for _, cl := range claims {
+		a := cl.Status.Allocation
+		if a == nil {
+			continue
+		}
+		h := Holder{Claim: Ref{cl.Namespace, cl.Name}}
+		for _, r := range cl.Status.ReservedFor {
+			if r.Resource == "pods" {
+				h.Pods = append(h.Pods, Ref{cl.Namespace, r.Name})
+			}
+		}
+		for _, r := range a.Devices.Results {
+			if r.Driver != api.DriverName {
+				continue
+			}
+			info := c.devices[r.Pool+"/"+r.Device]
+			if info == nil {
+				continue
+			}
+			for _, i := range info.gpus {
+				g := gpuOf(info.node, info.pool, i)
+				switch info.typ {
+				case api.TypeGPU:
+					g.Whole = &Holder{Claim: h.Claim, Pods: h.Pods}
+				case api.TypeShare:
+					g.Shares = append(g.Shares, shareUse(h, info.dev, r.ConsumedCapacity))
+				case api.TypeMIG:
+					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: attrString(info.dev, api.AttrMIGProfile)})
+				case api.TypeNVLinkGroup:
+					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: attrString(info.dev, api.AttrMembers)})
+				}
+			}
+		}
+	}
+	for _, n := range c.Nodes {
+		slices.SortFunc(n.GPUs, func(a, b *GPU) int { return cmp.Compare(a.Index, b.Index) })
+		for _, g := range n.GPUs {
+			if g.Model != "" && !slices.Contains(n.Models, g.Model) {
+				n.Models = append(n.Models, g.Model)
+			}
+		}
+	}
+	slices.SortFunc(c.Nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.Tainted, func(a, b TaintedDevice) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Device, b.Device))
+	})
+	return c
+}
+
+func shareUse(h Holder, dev *resourceapi.Device, consumed map[resourceapi.QualifiedName]resource.Quantity) ShareUse {
+	u := ShareUse{Holder: h}
+	get := func(name string) (resource.Quantity, bool) {
+		q, ok := consumed[resourceapi.QualifiedName(name)]
+		if !ok {
+			q, ok = consumed[resourceapi.QualifiedName(api.DriverName+"/"+name)]
+		}
+		return q, ok
+	}
+	pct := func(used, total resource.Quantity) int {
+		if total.IsZero() {
+			return 0
+		}
+		return int(min(100, used.AsApproximateFloat64()*100/total.AsApproximateFloat64()+0.5))
+	}
+	memCap, _ := capacity(dev, api.CapMemory)
+	compCap, _ := capacity(dev, api.CapCompute)
+	u.MemoryCapacity, u.ComputeCapacity = memCap.String(), compCap.String()
+	if m, ok := get(api.CapMemory); ok {
+		u.Memory, u.MemoryPercent = m.String(), pct(m, memCap)
+	}
+	if m, ok := get(api.CapCompute); ok {
+		u.Compute, u.ComputePercent = m.String(), pct(m, compCap)
+	}
+	return u
+}
+
+// ModelSummary counts one GPU model's GPUs by use.
+type ModelSummary struct {
+	Model                                         string
+	Nodes, GPUs, Whole, Shared, MIG, NVLink, Free int
+	Unhealthy                                     int
+}
+
+// Summary is the cluster page's totals.
+type Summary struct {
+	Nodes, GPUs, Free, FreeNodes, Unhealthy int
+	Models                                  []ModelSummary
+}
+
+func (c *Cluster) summary() Summary {
+	var s Summary
+	by := map[string]*ModelSummary{}
+	for _, n := range c.Nodes {
+		s.Nodes++
+		if len(n.GPUs) > 0 && n.Free() == len(n.GPUs) {
+			s.FreeNodes++
+		}
+		seen := map[string]bool{}
+		for _, g := range n.GPUs {
+			model := cmp.Or(g.Model, "(unknown)")
+			m := by[model]
+			if m == nil {
+				m = &ModelSummary{Model: model}
+				by[model] = m
+			}
+			if !seen[model] {
+				seen[model] = true
+				m.Nodes++
+			}
+			s.GPUs++
+			m.GPUs++
+			switch g.State() {
+			case stateWhole:
+				m.Whole++
+			case stateNVLink:
+				m.NVLink++
+			case stateMIG:
+				m.MIG++
+			case stateShared:
+				m.Shared++
+			case stateFree:
+				m.Free++
+				s.Free++
+			}
+			if g.Unhealthy {
+				m.Unhealthy++
+				s.Unhealthy++
+			}
+		}
+	}
+	for _, m := range by {
+		s.Models = append(s.Models, *m)
+	}
+	slices.SortFunc(s.Models, func(a, b ModelSummary) int { return cmp.Compare(a.Model, b.Model) })
+	return s
+}
+
+// Gang is a set of pods with claims under one owner (a Job, a JobSet's Job, a
+// LeaderWorkerSet), or one pod alone.
+type Gang struct {
+	Namespace, Owner string
+	Pods             []GangPod
+	Running          int
+}
+
+// GangPod is one pod of a gang, where it runs and what its claims hold there.
+type GangPod struct {
+	Name, Node, Phase string
+	Claims            []string
+	Devices           []string
+}
+
+// gangs groups the pods that have resource claims by controlling owner.
+func (c *Cluster) gangs() []Gang {
+	claimDevices := map[string][]string{}
+	for _, cl := range c.Claims {
+		if a := cl.Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				claimDevices[cl.Namespace+"/"+cl.Name] = append(claimDevices[cl.Namespace+"/"+cl.Name], r.Device)
+			}
+		}
+	}
+	by := map[string]*Gang{}
+	var keys []string
+	for _, p := range c.Pods {
+		names := podClaimNames(p)
+		if len(names) == 0 {
+			continue
+		}
+		owner := "pod/" + p.Name
+		for _, o := range p.OwnerReferences {
+			if o.Controller != nil && *o.Controller {
+				owner = strings.ToLower(o.Kind) + "/" + o.Name
+			}
+		}
+		key := p.Namespace + "/" + owner
+		g := by[key]
+		if g == nil {
+			g = &Gang{Namespace: p.Namespace, Owner: owner}
+			by[key] = g
+			keys = append(keys, key)
+		}
+		gp := GangPod{Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), Claims: names}
+		for _, n := range names {
+			gp.Devices = append(gp.Devices, claimDevices[p.Namespace+"/"+n]...)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			g.Running++
+		}
+		g.Pods = append(g.Pods, gp)
+	}
+	slices.Sort(keys)
+	out := make([]Gang, 0, len(keys))
+	for _, k := range keys {
+		g := by[k]
+		slices.SortFunc(g.Pods, func(a, b GangPod) int { return cmp.Compare(a.Name, b.Name) })
+		out = append(out, *g)
+	}
+	return out
+}
+
+// podClaimNames are the names of the pod's ResourceClaims, as gpudra explain finds them.
+func podClaimNames(p *corev1.Pod) []string {
+	var out []string
+	add := func(n string) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			add(*s.ResourceClaimName)
+		}
+	}
+	for _, rc := range p.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			add(*rc.ResourceClaimName)
+		}
+	}
+	if ext := p.Status.ExtendedResourceClaimStatus; ext != nil {
+		add(ext.ResourceClaimName)
+	}
+	return out
+}
+
+// NVLinkCell is one pair of GPUs of the NVLink matrix.
+type NVLinkCell struct {
+	// Link is "self", "clique" (same NVLink clique), "domain" (same NVLink domain) or "".
+	Link string
+}
+
+// nvlinkMatrix says for each pair of the node's GPUs whether they share a clique or domain.
+func (n *Node) nvlinkMatrix() [][]NVLinkCell {
+	out := make([][]NVLinkCell, len(n.GPUs))
+	for i, a := range n.GPUs {
+		out[i] = make([]NVLinkCell, len(n.GPUs))
+		for j, b := range n.GPUs {
+			switch {
+			case i == j:
+				out[i][j].Link = "self"
+			case a.Clique != "" && a.Clique == b.Clique:
+				out[i][j].Link = "clique"
+			case a.Domain != "" && a.Domain == b.Domain:
+				out[i][j].Link = "domain"
+			}
+		}
+	}
+	return out
+}

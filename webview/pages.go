@@ -1,0 +1,169 @@
+package webview
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// pageNames are the templates under templates/, each with the layout.
+var pageNames = []string{"cluster", "node", "queues", "explain"}
+
+type pageTemplate struct{ *template.Template }
+
+// page is what every template gets: Base for links, the page's title and data.
+type page struct {
+	Base, Title, Nav string
+	Generated        string
+	Data             any
+}
+
+var funcs = template.FuncMap{
+	"join": strings.Join,
+	"dict": func(kv ...any) (map[string]any, error) {
+		if len(kv)%2 != 0 {
+			return nil, fmt.Errorf("dict: odd number of arguments")
+		}
+		m := make(map[string]any, len(kv)/2)
+		for k := 0; k < len(kv); k += 2 {
+			key, ok := kv[k].(string)
+			if !ok {
+				return nil, fmt.Errorf("dict: key %v is not a string", kv[k])
+			}
+			m[key] = kv[k+1]
+		}
+		return m, nil
+	},
+	"pct": func(n, total int) int {
+		if total == 0 {
+			return 0
+		}
+		return n * 100 / total
+	},
+	"labelBlock": func(l map[string]string) string { return l[api.LabelBlock] },
+	"labelRack":  func(l map[string]string) string { return l[api.LabelRack] },
+	"shortUUID": func(s string) string {
+		if len(s) > 12 {
+			return s[:12] + "…"
+		}
+		return s
+	},
+}
+
+func parsePages() (map[string]*pageTemplate, error) {
+	out := map[string]*pageTemplate{}
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("webview: template %s: %w", name, err)
+		}
+		out[name] = &pageTemplate{t}
+	}
+	return out, nil
+}
+
+// page renders a page; with ?fragment=1 only its content, which the script swaps in.
+func (s *Server) page(name string, build func(*http.Request) (title, nav string, data any, status int)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready() {
+			http.Error(w, "the dashboard's caches are still filling; try again in a moment", http.StatusServiceUnavailable)
+			return
+		}
+		title, nav, data, status := build(r)
+		p := page{Base: s.base, Title: title, Nav: nav, Data: data, Generated: time.Now().UTC().Format("15:04:05")}
+		tmpl := "layout"
+		if r.URL.Query().Get("fragment") != "" {
+			tmpl = "content"
+		}
+		var buf bytes.Buffer
+		if err := s.pages[name].ExecuteTemplate(&buf, tmpl, p); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		_, _ = w.Write(buf.Bytes())
+	}
+}
+
+// ClusterPage is the cluster page's data.
+type ClusterPage struct {
+	Summary Summary
+	Nodes   []*Node
+	Tainted []TaintedDevice
+	Gangs   []Gang
+	Error   string
+}
+
+func (s *Server) clusterPage(*http.Request) (string, string, any, int) {
+	c, err := s.snapshot()
+	if err != nil {
+		return "Cluster", "cluster", ClusterPage{Error: err.Error()}, http.StatusInternalServerError
+	}
+	return "Cluster", "cluster", ClusterPage{Summary: c.summary(), Nodes: c.Nodes, Tainted: c.Tainted, Gangs: c.gangs()}, http.StatusOK
+}
+
+// NodePage is the node page's data.
+type NodePage struct {
+	Name   string
+	Node   *Node
+	Matrix [][]NVLinkCell
+	Gangs  []Gang
+	Error  string
+}
+
+func (s *Server) nodePage(r *http.Request) (string, string, any, int) {
+	name := r.PathValue("name")
+	c, err := s.snapshot()
+	if err != nil {
+		return name, "cluster", NodePage{Name: name, Error: err.Error()}, http.StatusInternalServerError
+	}
+	n := c.Node(name)
+	if n == nil {
+		return name, "cluster", NodePage{Name: name, Error: "no node " + name + " publishes gpudra devices"}, http.StatusNotFound
+	}
+	var gangs []Gang
+	for _, g := range c.gangs() {
+		var pods []GangPod
+		for _, p := range g.Pods {
+			if p.Node == name {
+				pods = append(pods, p)
+			}
+		}
+		if len(pods) > 0 {
+			g.Pods = pods
+			gangs = append(gangs, g)
+		}
+	}
+	return "Node " + name, "cluster", NodePage{Name: name, Node: n, Matrix: n.nvlinkMatrix(), Gangs: gangs}, http.StatusOK
+}
+
+func (s *Server) queuesPage(*http.Request) (string, string, any, int) {
+	return "Queues", "queues", s.queues(), http.StatusOK
+}
+
+func (s *Server) claimPage(r *http.Request) (string, string, any, int) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	e := s.explainClaim(r.Context(), ns, name)
+	status := http.StatusOK
+	if len(e.Claims) == 1 && !e.Claims[0].Found {
+		status = http.StatusNotFound
+	}
+	return "Claim " + ns + "/" + name, "", e, status
+}
+
+func (s *Server) podPage(r *http.Request) (string, string, any, int) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	e := s.explainPod(r.Context(), ns, name)
+	status := http.StatusOK
+	if e.Pod == nil {
+		status = http.StatusNotFound
+	}
+	return "Pod " + ns + "/" + name, "", e, status
+}

@@ -1,0 +1,209 @@
+package webview
+
+import (
+	"cmp"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// QueueView is one ClusterQueue's quota and usage in gpudra.dev/gpu.
+type QueueView struct {
+	Name, Cohort                        string
+	Nominal, Borrowing, Usage, Borrowed string
+	UsagePercent                        int
+	Pending, Reserving, Admitted        int32
+	Resources                           []string
+	nominal, usage                      resource.Quantity
+}
+
+// CohortView is a cohort with its parent and ClusterQueues.
+type CohortView struct {
+	Name, Parent string
+	Queues       []string
+	Nominal      string
+	Usage        string
+}
+
+// PendingWorkload is a Workload without quota or admission, with what gpudra's check says.
+type PendingWorkload struct {
+	Namespace, Name, Queue, ClusterQueue string
+	Priority                             int32
+	Created                              string
+	QuotaReserved                        bool
+	Reason                               string
+	Check, CheckState, CheckMessage      string
+	// Job is the owning Job, for links to its pods.
+	Job string
+}
+
+// Queues is the queues page.
+type Queues struct {
+	Served  bool
+	Cohorts []CohortView
+	Queues  []QueueView
+	Pending []PendingWorkload
+}
+
+func list[T any](s *Server, gvr schema.GroupVersionResource) []T {
+	l := s.kueueList[gvr]
+	if l == nil {
+		return nil
+	}
+	objs, err := l.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	out := make([]T, 0, len(objs))
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var v T
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (s *Server) queues() Queues {
+	q := Queues{Served: s.kueue}
+	if !s.kueue {
+		return q
+	}
+	gpu := api.ExtendedResourceGPU
+	cohorts := map[string]*CohortView{}
+	cohortOf := func(name string) *CohortView {
+		c := cohorts[name]
+		if c == nil {
+			c = &CohortView{Name: name}
+			cohorts[name] = c
+		}
+		return c
+	}
+	for _, c := range list[kueue.Cohort](s, cohortsGVR) {
+		cohortOf(c.Name).Parent = string(c.Spec.ParentName)
+	}
+	cohortNominal := map[string]*resource.Quantity{}
+	cohortUsage := map[string]*resource.Quantity{}
+	for _, cq := range list[kueue.ClusterQueue](s, clusterQueuesGVR) {
+		v := QueueView{Name: cq.Name, Cohort: string(cq.Spec.CohortName),
+			Pending: cq.Status.PendingWorkloads, Reserving: cq.Status.ReservingWorkloads, Admitted: cq.Status.AdmittedWorkloads}
+		var borrowing resource.Quantity
+		hasBorrowing := false
+		for _, rg := range cq.Spec.ResourceGroups {
+			for _, r := range rg.CoveredResources {
+				if !slices.Contains(v.Resources, string(r)) {
+					v.Resources = append(v.Resources, string(r))
+				}
+			}
+			for _, f := range rg.Flavors {
+				for _, r := range f.Resources {
+					if string(r.Name) != gpu {
+						continue
+					}
+					v.nominal.Add(r.NominalQuota)
+					if r.BorrowingLimit != nil {
+						hasBorrowing = true
+						borrowing.Add(*r.BorrowingLimit)
+					}
+				}
+			}
+		}
+		var borrowed resource.Quantity
+		for _, f := range cq.Status.FlavorsUsage {
+			for _, r := range f.Resources {
+				if string(r.Name) == gpu {
+					v.usage.Add(r.Total)
+					borrowed.Add(r.Borrowed)
+				}
+			}
+		}
+		v.Nominal, v.Usage, v.Borrowed = v.nominal.String(), v.usage.String(), borrowed.String()
+		v.Borrowing = "-"
+		if hasBorrowing {
+			v.Borrowing = borrowing.String()
+		} else if v.Cohort != "" {
+			v.Borrowing = "unlimited"
+		}
+		if !v.nominal.IsZero() {
+			v.UsagePercent = int(min(100, v.usage.AsApproximateFloat64()*100/v.nominal.AsApproximateFloat64()+0.5))
+		}
+		if v.Cohort != "" {
+			c := cohortOf(v.Cohort)
+			c.Queues = append(c.Queues, cq.Name)
+			if cohortNominal[v.Cohort] == nil {
+				cohortNominal[v.Cohort], cohortUsage[v.Cohort] = &resource.Quantity{}, &resource.Quantity{}
+			}
+			cohortNominal[v.Cohort].Add(v.nominal)
+			cohortUsage[v.Cohort].Add(v.usage)
+		}
+		q.Queues = append(q.Queues, v)
+	}
+	for name, c := range cohorts {
+		if n := cohortNominal[name]; n != nil {
+			c.Nominal, c.Usage = n.String(), cohortUsage[name].String()
+		}
+		slices.Sort(c.Queues)
+		q.Cohorts = append(q.Cohorts, *c)
+	}
+	slices.SortFunc(q.Cohorts, func(a, b CohortView) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(q.Queues, func(a, b QueueView) int { return cmp.Compare(a.Name, b.Name) })
+
+	ours := map[string]bool{}
+	for _, ac := range list[kueue.AdmissionCheck](s, admissionChecksGVR) {
+		if ac.Spec.ControllerName == api.AdmissionCheckController {
+			ours[ac.Name] = true
+		}
+	}
+	localQueues := map[string]string{}
+	for _, lq := range list[kueue.LocalQueue](s, localQueuesGVR) {
+		localQueues[lq.Namespace+"/"+lq.Name] = string(lq.Spec.ClusterQueue)
+	}
+	for _, wl := range list[kueue.Workload](s, workloadsGVR) {
+		if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) ||
+			meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+			continue
+		}
+		p := PendingWorkload{Namespace: wl.Namespace, Name: wl.Name, Queue: string(wl.Spec.QueueName),
+			Created: wl.CreationTimestamp.UTC().Format("2006-01-02 15:04:05")}
+		p.ClusterQueue = localQueues[wl.Namespace+"/"+p.Queue]
+		if wl.Status.Admission != nil {
+			p.ClusterQueue = string(wl.Status.Admission.ClusterQueue)
+		}
+		if wl.Spec.Priority != nil {
+			p.Priority = *wl.Spec.Priority
+		}
+		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil {
+			p.QuotaReserved = c.Status == "True"
+			if !p.QuotaReserved {
+				p.Reason = c.Message
+			}
+		}
+		for _, ac := range wl.Status.AdmissionChecks {
+			if ours[string(ac.Name)] {
+				p.Check, p.CheckState, p.CheckMessage = string(ac.Name), string(ac.State), ac.Message
+			}
+		}
+		for _, o := range wl.OwnerReferences {
+			if o.Kind == "Job" {
+				p.Job = o.Name
+			}
+		}
+		q.Pending = append(q.Pending, p)
+	}
+	slices.SortFunc(q.Pending, func(a, b PendingWorkload) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Created, b.Created), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+	})
+	return q
+}

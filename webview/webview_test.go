@@ -1,0 +1,265 @@
+package webview
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func get(t *testing.T, url string, want int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: status %d, want %d:\n%s", url, resp.StatusCode, want, body)
+	}
+	return string(body)
+}
+
+func contains(t *testing.T, page string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(page, w) {
+			t.Errorf("page lacks %q:\n%s", w, page)
+		}
+	}
+}
+
+// card reads one of the cluster page's totals by its id.
+func card(t *testing.T, page, id string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<b id="` + id + `">([^<]*)</b>`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no card %s in:\n%s", id, page)
+	}
+	return m[1]
+}
+
+func TestClusterPage(t *testing.T) {
+	f := newFixture(t)
+	page := get(t, f.http.URL+"/", http.StatusOK)
+	// 16 GPUs: one whole and one shared on node a, one unhealthy on node b.
+	for id, want := range map[string]string{"sum-nodes": "2", "sum-gpus": "16", "sum-free": "13", "sum-free-nodes": "0", "sum-unhealthy": "1"} {
+		if got := card(t, page, id); got != want {
+			t.Errorf("card %s = %s, want %s", id, got, want)
+		}
+	}
+	contains(t, page,
+		"<td>NVIDIA H100 80GB HBM3</td><td>2</td><td>16</td><td>1</td><td>1</td><td>0</td><td>0</td><td>13</td><td>1</td>",
+		`href="/nodes/gpu-node-a"`, `href="/nodes/gpu-node-b"`,
+		`<span class="gpu whole" title="gpu-0: whole">`, `<span class="gpu shared" title="gpu-1: shared">`,
+		`<span class="gpu unhealthy" title="gpu-7: unhealthy">`,
+		"gpu-7-share", "gpu.gpudra.dev/unhealthy=XidCritical:NoSchedule",
+		"team-a/job/infer", "team-a/job/train", `href="/pods/team-a/infer-1"`, `href="/claims/team-a/infer-0-share"`,
+		`src="/static/app.js"`, `data-events="/events"`)
+	if strings.Count(page, `class="gpu free"`) != 13+1 { // and one in the legend
+		t.Errorf("want 13 free GPUs in the strips:\n%s", page)
+	}
+}
+
+func TestNodePage(t *testing.T) {
+	f := newFixture(t)
+	page := get(t, f.http.URL+"/nodes/"+nodeA, http.StatusOK)
+	contains(t, page, "Node gpu-node-a", "rack rack-1", "6 of 8 GPUs free",
+		`<tr data-gpu="0" class="whole">`, `<tr data-gpu="1" class="shared">`, `<tr data-gpu="2" class="free">`,
+		`whole: <a class="claim" href="/claims/team-a/train-0-gpu">team-a/train-0-gpu</a> <a class="pod" href="/pods/team-a/train-0">pod/train-0</a>`,
+		`href="/claims/team-a/infer-0-share"`, `href="/claims/team-a/infer-1-share"`,
+		"memory 20Gi of ", "memory 40Gi of ", "compute 30 of 100", "compute 50 of 100",
+		`<td class="clique" title="clique">●</td>`, "clique nvlink-0-1-2-3-4-5-6-7")
+	// The two shares' bars: 30% and 50% compute.
+	contains(t, page, `class="fill compute" style="width: 30%"`, `class="fill compute" style="width: 50%"`)
+
+	page = get(t, f.http.URL+"/nodes/"+nodeB, http.StatusOK)
+	contains(t, page, `<tr data-gpu="7" class="unhealthy">`, `<span class="badge bad">gpu.gpudra.dev/unhealthy=XidCritical:NoSchedule</span>`)
+
+	get(t, f.http.URL+"/nodes/no-such-node", http.StatusNotFound)
+}
+
+func TestQueuesPage(t *testing.T) {
+	f := newFixture(t)
+	page := get(t, f.http.URL+"/queues", http.StatusOK)
+	contains(t, page, `<tr data-queue="team-a">`, `<tr data-queue="team-b">`, "<td>research</td>", "team-a, team-b",
+		"6 of 8", "unlimited",
+		"team-a/job-big-train-1a2b3", "(job/big-train)", "default → team-a", `<span class="badge ok">reserved</span>`,
+		`<span class="badge check Pending">Pending</span>`, "pod set main: 16 pods need one rack; the best rack fits 7 now")
+}
+
+func TestQueuesPageWithoutKueue(t *testing.T) {
+	kube := fake.NewClientset()
+	srv, err := New(Options{Kube: kube})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	contains(t, get(t, hs.URL+"/queues", http.StatusOK), "does not serve Kueue")
+	contains(t, get(t, hs.URL+"/", http.StatusOK), "No ResourceSlices of gpu.gpudra.dev yet.", "No pod has a ResourceClaim.")
+}
+
+func TestClaimPage(t *testing.T) {
+	f := newFixture(t)
+	page := get(t, f.http.URL+"/claims/team-a/infer-1-share", http.StatusOK)
+	contains(t, page, "Claim team-a/infer-1-share", `<span class="badge ok">allocated</span>`,
+		"gpu.gpudra.dev/gpu-node-a/gpu-1-share", `<a href="/nodes/gpu-node-a">gpu-node-a</a>`, "compute=50, memory=40Gi",
+		`href="/pods/team-a/infer-1"`, "gpu-share.gpudra.dev")
+	get(t, f.http.URL+"/claims/team-a/nope", http.StatusNotFound)
+}
+
+func TestPodPageExplainsPending(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	big := wholeClaim("big-0-gpus")
+	big.Spec.Devices.Requests[0].Exactly.Count = 8
+	one := wholeClaim("big-0-one")
+	if _, err := f.kube.ResourceV1().ResourceClaims(testNS).Create(ctx, big, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.kube.ResourceV1().ResourceClaims(testNS).Create(ctx, one, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.kube.CoreV1().Pods(testNS).Create(ctx, gpuPod("big-0", "big", "", big.Name, one.Name), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var page string
+	eventually(t, func() bool {
+		page = get(t, f.http.URL+"/pods/team-a/big-0", http.StatusOK)
+		return strings.Contains(page, "big-0-one")
+	})
+	// Node a has 6 GPUs free, node b 7 healthy ones: 8 fit nowhere, 1 fits on both.
+	contains(t, page, "Pod team-a/big-0", "not scheduled", "rule out none of the 2 nodes",
+		`data-claim="team-a/big-0-gpus"`, "It fits on 0 of 2 nodes with devices now.",
+		"It fits on 2 of 2 nodes with devices now.", "team-a/train-0-gpu")
+	get(t, f.http.URL+"/pods/team-a/nope", http.StatusNotFound)
+}
+
+func eventually(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sse reads events from the stream, sending each event's name.
+func sse(t *testing.T, url string) <-chan string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	out := make(chan string, 16)
+	go func() {
+		defer resp.Body.Close()
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if name, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				out <- name
+			}
+		}
+	}()
+	return out
+}
+
+func nextEvent(t *testing.T, events <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended before event %q", want)
+			}
+			if e == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no event %q within 10s", want)
+		}
+	}
+}
+
+func TestLiveUpdate(t *testing.T) {
+	f := newFixture(t)
+	events := sse(t, f.http.URL+"/events")
+	nextEvent(t, events, "hello")
+
+	frag := get(t, f.http.URL+"/?fragment=1", http.StatusOK)
+	if strings.Contains(frag, "<html") || !strings.Contains(frag, "<h1>Cluster</h1>") {
+		t.Fatalf("the fragment is not the page's content alone:\n%s", frag)
+	}
+	if got := card(t, frag, "sum-free"); got != "13" {
+		t.Fatalf("free = %s before, want 13", got)
+	}
+
+	claim := wholeClaim("serve-0-gpu")
+	f.allocate(t, claim, nodeB, "")
+	if _, err := f.kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nextEvent(t, events, "changed")
+	frag = get(t, f.http.URL+"/?fragment=1", http.StatusOK)
+	if got := card(t, frag, "sum-free"); got != "12" {
+		t.Fatalf("free = %s after a claim took a GPU of node b, want 12", got)
+	}
+	contains(t, get(t, f.http.URL+"/nodes/"+nodeB, http.StatusOK), `href="/claims/team-a/serve-0-gpu"`)
+}
+
+func TestBasePathAndAssets(t *testing.T) {
+	f := newFixture(t)
+	srv, err := New(Options{Kube: f.kube, Base: "/dashboard/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	page := get(t, hs.URL+"/dashboard/", http.StatusOK)
+	contains(t, page, `href="/dashboard/nodes/gpu-node-a"`, `src="/dashboard/static/app.js"`, `data-events="/dashboard/events"`)
+	contains(t, get(t, hs.URL+"/dashboard/static/app.js", http.StatusOK), "EventSource")
+	contains(t, get(t, hs.URL+"/dashboard/static/style.css", http.StatusOK), ".gpu.whole")
+	get(t, hs.URL+"/dashboard/healthz", http.StatusOK)
+	get(t, hs.URL+"/elsewhere", http.StatusNotFound)
+}
+
+func TestNotReadyBeforeStart(t *testing.T) {
+	srv, err := New(Options{Kube: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	get(t, hs.URL+"/", http.StatusServiceUnavailable)
+	get(t, hs.URL+"/healthz", http.StatusServiceUnavailable)
+}
