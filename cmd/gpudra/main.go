@@ -33,7 +33,7 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	buildinfo.AddVersionFlag(root.Flags())
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newSimCommand(), newConvertCommand(), newVersionCommand())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newDashboardCommand(), newSimCommand(), newConvertCommand(), newVersionCommand())
 	setDisplayName(root, displayName(os.Args[0]))
 	return root
 }
