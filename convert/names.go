@@ -113,7 +113,7 @@ var (
 			stdDomain:      {"pciBusID", "pcieRoot", "numaNode"},
 		},
 		kindShare: {
-			api.DriverName: concat([]string{api.AttrType, api.AttrIndex, api.AttrUUID}, gpudraIdentity, gpudraTopology),
+			api.DriverName: concat([]string{api.AttrType, api.AttrIndex, api.AttrUUID, api.AttrMemoryOversubscribed, api.AttrMemoryOversubscriptionPercent}, gpudraIdentity, gpudraTopology),
 			stdDomain:      {"pciBusID", "pcieRoot", "numaNode"},
 		},
 		kindMIG: {
