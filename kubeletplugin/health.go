@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -234,6 +235,8 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev healthEvent) {
 	if tainted {
 		logger.Info("GPU is unhealthy: tainting its devices", "gpu", ev.GPU, "taint", taintString(*taint), "xid", ev.XID)
 		d.health.events.unhealthy(ev.GPU, *taint, ev.XID)
+		d.state.repairs.claimsEvent(ev.GPU, corev1.EventTypeWarning, ReasonGPUUnhealthy, "Taint",
+			"GPU %d, which this claim uses, is unhealthy: its devices are published with the taint %s", ev.GPU, taintString(*taint))
 	}
 	if !changed {
 		return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,15 +198,20 @@ func (r *repairs) changed() {
 // event records an Event on the claim, when there is a client and a claim name; r.mu is
 // held.
 func (r *repairs) event(ref klog.ObjectRef, uid types.UID, kind, reason, part, note string, args ...any) {
-	if r.events == nil || ref.Name == "" {
-		return
-	}
 	action := "Restore"
 	switch part {
 	case partRollback:
 		action = "Rollback"
 	case partUnprepare:
 		action = "Unprepare"
+	}
+	r.eventAction(ref, uid, kind, reason, action, note, args...)
+}
+
+// eventAction records an Event on a claim with the given action; r.mu is held.
+func (r *repairs) eventAction(ref klog.ObjectRef, uid types.UID, kind, reason, action, note string, args ...any) {
+	if r.events == nil || ref.Name == "" {
+		return
 	}
 	claim := &corev1.ObjectReference{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim", Namespace: ref.Namespace, Name: ref.Name, UID: uid}
 	msg := fmt.Sprintf(note, args...)
@@ -371,4 +377,35 @@ func (s *state) exitedDaemons() []PreparedClaim {
 		}
 	}
 	return out
+}
+
+// claimsEvent records an Event on each prepared claim that uses GPU gpu (a MIG device's
+// parent, each GPU of a group), so that `kubectl describe resourceclaim` shows what happened
+// to the GPU under it.
+func (r *repairs) claimsEvent(gpu int, kind, reason, action, note string, args ...any) {
+	type target struct {
+		ref klog.ObjectRef
+		uid types.UID
+	}
+	var targets []target
+	r.s.mu.Lock()
+	if r.s.cp != nil {
+		for uid, c := range r.s.cp.Claims {
+			if c.State != PrepareCompleted {
+				continue
+			}
+			for _, d := range c.Devices {
+				if slices.Contains(d.GPUs, gpu) {
+					targets = append(targets, target{klog.KRef(c.Namespace, c.Name), uid})
+					break
+				}
+			}
+		}
+	}
+	r.s.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range targets {
+		r.eventAction(t.ref, t.uid, kind, reason, action, note, args...)
+	}
 }
