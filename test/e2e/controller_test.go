@@ -228,6 +228,8 @@ spec:
 	}
 	apply(t, gangJob("same-rack", "rack"))
 	eventually(t, 2*time.Minute, "the rack-bound gang is refused with a reason", workloadSays(ns, "same-rack", "does not fit in any single rack"))
+	eventually(t, time.Minute, "kubectl describe shows the refusal as a Warning on the Workload",
+		hasEvent(ns, "Workload", "same-rack", "Warning", "GangDoesNotFit", "does not fit in any single rack"))
 	if pods, _ := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "job-name=same-rack"}); len(pods.Items) != 0 {
 		t.Errorf("%d pods of the unplaceable gang exist", len(pods.Items))
 	}
@@ -252,6 +254,36 @@ spec:
 	}
 	if len(nodes) != 3 || len(blocks) != 1 {
 		t.Errorf("workers on nodes %v in blocks %v, want three nodes of one block", nodes, blocks)
+	}
+	eventually(t, time.Minute, "the Workload has a GangPlaced Event", hasEvent(ns, "Workload", "same-block", "Normal", "GangPlaced", ""))
+	for _, p := range pods.Items {
+		eventually(t, time.Minute, "pod "+p.Name+" has an Event naming its node",
+			hasEvent(ns, "Pod", p.Name, "Normal", "PinnedToPlannedNode", "pinned to node "+p.Spec.NodeName))
+	}
+}
+
+// hasEvent: an events.k8s.io Event of the type and reason, whose note contains note, is about
+// the object. For a Workload, name is its Job's (the Workload's name is generated).
+func hasEvent(ns, kind, name, eventType, reason, note string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		evs, err := client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind != kind {
+				continue
+			}
+			if kind == "Workload" && !strings.HasPrefix(e.Regarding.Name, "job-"+name+"-") || kind != "Workload" && e.Regarding.Name != name {
+				continue
+			}
+			seen = append(seen, e.Type+" "+e.Reason+": "+e.Note)
+			if e.Type == eventType && e.Reason == reason && strings.Contains(e.Note, note) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s %s Event about %s %s/%s saying %q (has %q)", eventType, reason, kind, ns, name, note, seen)
 	}
 }
 
