@@ -114,6 +114,11 @@ func run(o options) error {
 	if err := net.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if o.dashboardAddr != "" {
+		if err := mgr.Add(dashboard{addr: o.dashboardAddr, certDir: o.dashboardCertDir, cfg: cfg, httpClient: mgr.GetHTTPClient()}); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}

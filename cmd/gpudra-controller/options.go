@@ -42,6 +42,7 @@ type options struct {
 	webhookHost, webhookCertDir               string
 	webhookSelfSigned, webhookCertSecret      string
 	webhookCertDNSNames                       []string
+	dashboardAddr, dashboardCertDir           string
 	logging                                   *logsapi.LoggingConfiguration
 }
 
@@ -67,6 +68,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.webhookSelfSigned, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir at start and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (one replica: each start makes a new CA)")
 	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+"; --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
 	fs.StringSliceVar(&o.webhookCertDNSNames, "webhook-cert-dns-names", nil, "DNS names of the serving certificate kept in --webhook-cert-secret, comma-separated (the first is the one checked for renewal)")
+	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
+	fs.StringVar(&o.dashboardCertDir, "dashboard-cert-dir", "", "directory with the dashboard's tls.crt and tls.key, for --dashboard-bind-address (empty: a self-signed certificate made at start)")
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
 	fs.StringVar(&o.labels.Rack, "rack-label", o.labels.Rack, "node label holding the node's rack")
 	fs.StringVar(&o.labels.ToR, "tor-label", o.labels.ToR, "node label holding the node's top-of-rack switch (default: the rack)")
@@ -96,6 +99,9 @@ func (o options) validate() error {
 	}
 	if o.metricsCertDir != "" && !o.metricsSecure {
 		return fmt.Errorf("--metrics-cert-dir=%s: only with --metrics-secure (plain HTTP metrics use no certificate)", o.metricsCertDir)
+	}
+	if o.dashboardCertDir != "" && o.dashboardAddr == "" {
+		return fmt.Errorf("--dashboard-cert-dir=%s: only with --dashboard-bind-address (the dashboard is off)", o.dashboardCertDir)
 	}
 	if o.webhookSelfSigned != "" && o.webhookCertSecret != "" {
 		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret: set at most one (a certificate made at each start, or one kept and renewed in a Secret)")

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+
+	"github.com/gpudra/gpudra/webview"
+)
+
+// dashboardPath is where the controller serves the web view; callers need get on the
+// non-resource URLs /dashboard and /dashboard/* (a SubjectAccessReview per request path).
+const dashboardPath = "/dashboard"
+
+// dashboard serves the web view over HTTPS at --dashboard-bind-address, to callers the API
+// server authenticates (TokenReview) and authorizes (SubjectAccessReview), on every
+// replica.
+type dashboard struct {
+	addr, certDir string
+	cfg           *rest.Config
+	httpClient    *http.Client
+}
+
+// NeedLeaderElection is false: every replica serves the dashboard.
+func (dashboard) NeedLeaderElection() bool { return false }
+
+// authorized wraps h in controller-runtime's authentication and authorization filter, the
+// one the secure metrics use.
+func authorized(cfg *rest.Config, httpClient *http.Client, h http.Handler) (http.Handler, error) {
+	filter, err := filters.WithAuthenticationAndAuthorization(cfg, httpClient)
+	if err != nil {
+		return nil, err
+	}
+	return filter(klog.NewKlogr().WithName("dashboard"), h)
+}
+
+func (d dashboard) Start(ctx context.Context) error {
+	kube, err := kubernetes.NewForConfigAndClient(d.cfg, d.httpClient)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(d.cfg, d.httpClient)
+	if err != nil {
+		return err
+	}
+	view, err := webview.New(webview.Options{Kube: kube, Dynamic: dyn, Base: dashboardPath})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(dashboardPath+"/", view)
+	mux.Handle(dashboardPath, http.RedirectHandler(dashboardPath+"/", http.StatusFound))
+	h, err := authorized(d.cfg, d.httpClient, mux)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := d.tlsConfig(ctx)
+	if err != nil {
+		return err
+	}
+	ln, err := tls.Listen("tcp", d.addr, tlsConfig)
+	if err != nil {
+		return fmt.Errorf("--dashboard-bind-address=%s: %w", d.addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() {
+		if err := view.Start(ctx); err != nil && ctx.Err() == nil {
+			klog.FromContext(ctx).Error(err, "dashboard caches")
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	klog.FromContext(ctx).Info("Serving the dashboard", "address", ln.Addr().String(), "path", dashboardPath+"/")
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// tlsConfig serves tls.crt and tls.key from --dashboard-cert-dir, reloaded when they
+// change, or a self-signed certificate made at start.
+func (d dashboard) tlsConfig(ctx context.Context) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if d.certDir != "" {
+		w, err := certwatcher.New(filepath.Join(d.certDir, "tls.crt"), filepath.Join(d.certDir, "tls.key"))
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = w.Start(ctx) }()
+		cfg.GetCertificate = w.GetCertificate
+		return cfg, nil
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("gpudra-controller", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return cfg, nil
+}
