@@ -30,7 +30,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler demo lab-up lab-down lab-status toolchain clean
+.PHONY: all build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -92,6 +92,9 @@ clean:
 
 bench-admission: build ## Kueue admission throughput with and without the gpudra check on 640 simulated nodes (starts its own lab)
 	go run ./test/bench/admission
+
+bench-tiers: ## shares that fit with memory oversubscription (real allocator), and a model of the share tiers on one GPU
+	go run ./test/bench/tiers
 
 bench-scheduler: build ## pods/s of kube-scheduler and gpudra-scheduler on gpudra's and on plain 8-GPU slices, 4 × 100 simulated nodes (starts its own lab)
 	go run ./test/bench/scheduler
