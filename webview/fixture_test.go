@@ -153,6 +153,18 @@ func kueueObjects(t *testing.T) []runtime.Object {
 	}
 }
 
+// newDynamic is a fake dynamic client holding kueueObjects.
+func newDynamic(t *testing.T) *dynamicfake.FakeDynamicClient {
+	listKinds := map[schema.GroupVersionResource]string{}
+	for _, gvr := range KueueResources {
+		listKinds[gvr] = map[string]string{
+			"clusterqueues": "ClusterQueueList", "cohorts": "CohortList", "localqueues": "LocalQueueList",
+			"workloads": "WorkloadList", "admissionchecks": "AdmissionCheckList",
+		}[gvr.Resource]
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, kueueObjects(t)...)
+}
+
 func readyNode(name, rack string) *corev1.Node {
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, api.LabelRack: rack}},
@@ -203,14 +215,7 @@ func newFixture(t *testing.T) *fixture {
 		GroupVersion: KueueGroupVersion.String(),
 		APIResources: []metav1.APIResource{{Name: "clusterqueues", Kind: "ClusterQueue"}, {Name: "workloads", Namespaced: true, Kind: "Workload"}},
 	}}
-	listKinds := map[schema.GroupVersionResource]string{}
-	for _, gvr := range KueueResources {
-		listKinds[gvr] = map[string]string{
-			"clusterqueues": "ClusterQueueList", "cohorts": "CohortList", "localqueues": "LocalQueueList",
-			"workloads": "WorkloadList", "admissionchecks": "AdmissionCheckList",
-		}[gvr.Resource]
-	}
-	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, kueueObjects(t)...)
+	f.dyn = newDynamic(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

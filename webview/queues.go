@@ -47,7 +47,9 @@ type PendingWorkload struct {
 
 // Queues is the queues page.
 type Queues struct {
-	Served  bool
+	Served bool
+	// Unread are the Kueue resources not read (yet): not served, or not allowed.
+	Unread  []string
 	Cohorts []CohortView
 	Queues  []QueueView
 	Pending []PendingWorkload
@@ -80,6 +82,11 @@ func (s *Server) queues() Queues {
 	q := Queues{Served: s.kueue}
 	if !s.kueue {
 		return q
+	}
+	for _, gvr := range KueueResources {
+		if inf := s.kueueInf[gvr]; inf != nil && !inf.HasSynced() {
+			q.Unread = append(q.Unread, gvr.Resource)
+		}
 	}
 	gpu := api.ExtendedResourceGPU
 	cohorts := map[string]*CohortView{}

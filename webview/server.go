@@ -42,6 +42,10 @@ var (
 // KueueResources are the Kueue resources the queues page watches.
 var KueueResources = []schema.GroupVersionResource{clusterQueuesGVR, cohortsGVR, localQueuesGVR, workloadsGVR, admissionChecksGVR}
 
+// KueueSyncTimeout is how long Start waits for Kueue's objects before it serves without
+// those it could not read (a user without list on cohorts, say).
+var KueueSyncTimeout = 10 * time.Second
+
 // Options configure a Server.
 type Options struct {
 	// Kube reads nodes, pods and the DRA API.
@@ -72,6 +76,7 @@ type Server struct {
 	claims    resourcelisters.ResourceClaimLister
 	classes   resourcelisters.DeviceClassLister
 	kueueList map[schema.GroupVersionResource]cache.GenericLister
+	kueueInf  map[schema.GroupVersionResource]cache.SharedIndexInformer
 
 	mu      sync.Mutex
 	synced  bool
@@ -132,12 +137,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.kueue {
 		s.dyn = dynamicinformer.NewDynamicSharedInformerFactory(s.opts.Dynamic, 0)
 		s.kueueList = map[schema.GroupVersionResource]cache.GenericLister{}
+		s.kueueInf = map[schema.GroupVersionResource]cache.SharedIndexInformer{}
 		for _, gvr := range KueueResources {
 			inf := s.dyn.ForResource(gvr)
 			if _, err := inf.Informer().AddEventHandler(handler); err != nil {
 				return err
 			}
 			s.kueueList[gvr] = inf.Lister()
+			s.kueueInf[gvr] = inf.Informer()
 		}
 	}
 	s.kube.Start(ctx.Done())
@@ -150,11 +157,15 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	if s.dyn != nil {
-		for gvr, ok := range s.dyn.WaitForCacheSync(ctx.Done()) {
+		// Kueue's objects are not required: a cluster or a user that cannot list some of
+		// them still gets the other pages; the queues page names those not read yet.
+		wait, cancel := context.WithTimeout(ctx, KueueSyncTimeout)
+		for gvr, ok := range s.dyn.WaitForCacheSync(wait.Done()) {
 			if !ok {
-				return fmt.Errorf("webview: the %s cache did not fill", gvr.Resource)
+				logger.Info("Kueue objects not read yet; the queues page goes without them until they are", "resource", gvr.Resource)
 			}
 		}
+		cancel()
 	}
 	s.mu.Lock()
 	s.synced = true

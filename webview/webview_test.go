@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 func get(t *testing.T, url string, want int) string {
@@ -98,6 +102,27 @@ func TestQueuesPage(t *testing.T) {
 		"6 of 8", "unlimited",
 		"team-a/job-big-train-1a2b3", "(job/big-train)", "default → team-a", `<span class="badge ok">reserved</span>`,
 		`<span class="badge check Pending">Pending</span>`, "pod set main: 16 pods need one rack; the best rack fits 7 now")
+}
+
+func TestQueuesPageWithoutCohortAccess(t *testing.T) {
+	f := newFixture(t)
+	dyn := newDynamic(t)
+	dyn.PrependReactor("list", "cohorts", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: KueueGroupVersion.Group, Resource: "cohorts"}, "", nil)
+	})
+	defer func(d time.Duration) { KueueSyncTimeout = d }(KueueSyncTimeout)
+	KueueSyncTimeout = 300 * time.Millisecond
+	srv, err := New(Options{Kube: f.kube, Dynamic: dyn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	contains(t, get(t, hs.URL+"/queues", http.StatusOK), "Not read yet (check that these can be listed and watched): cohorts", `<tr data-queue="team-a">`)
+	contains(t, get(t, hs.URL+"/", http.StatusOK), "sum-free")
 }
 
 func TestQueuesPageWithoutKueue(t *testing.T) {
