@@ -54,6 +54,7 @@ func (p *Profile) NewServer(seed string) (nvml.Interface, fs.ReadLinkFS, error) 
 		n.wireDevice(d, i, devices, switches)
 	}
 	wireEvents(s, devices)
+	wireProcesses(s, devices)
 	s.DeviceGetHandleByPciBusIdFunc = func(busID string) (nvml.Device, nvml.Return) {
 		for i, d := range devices {
 			if sameBusID(busID, n.gpus[i].addr) {
