@@ -167,7 +167,8 @@ func TestPodPageExplainsPending(t *testing.T) {
 	var page string
 	eventually(t, func() bool {
 		page = get(t, f.http.URL+"/pods/team-a/big-0", http.StatusOK)
-		return strings.Contains(page, "big-0-one")
+		// The pod and its claims reach their informers in any order.
+		return strings.Contains(page, "big-0-one") && !strings.Contains(page, "not found")
 	})
 	// Node a has 6 GPUs free, node b 7 healthy ones: 8 fit nowhere, 1 fits on both.
 	contains(t, page, "Pod team-a/big-0", "not scheduled", "rule out none of the 2 nodes",
