@@ -3,6 +3,7 @@
 package helm_test
 
 import (
+	"slices"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +25,7 @@ func TestViewerRole(t *testing.T) {
 		"kueue.x-k8s.io/workloads":               read,
 		"kueue.x-k8s.io/clusterqueues":           read,
 		"kueue.x-k8s.io/localqueues":             read,
+		"kueue.x-k8s.io/cohorts":                 read,
 		"kueue.x-k8s.io/admissionchecks":         read,
 		"kueue.x-k8s.io/resourceflavors":         read,
 	}
@@ -33,6 +35,18 @@ func TestViewerRole(t *testing.T) {
 	}
 	if got := verbsByResource(role); !apiequality.Semantic.DeepEqual(got, want) {
 		t.Errorf("viewer permissions:\n%s", diff.Diff(want, got))
+	}
+	var urls []string
+	for _, r := range role.Rules {
+		if len(r.NonResourceURLs) > 0 {
+			if len(r.Verbs) != 1 || r.Verbs[0] != "get" {
+				t.Errorf("non-resource URLs %v with verbs %v, want get only", r.NonResourceURLs, r.Verbs)
+			}
+			urls = append(urls, r.NonResourceURLs...)
+		}
+	}
+	if !slices.Equal(urls, []string{"/dashboard", "/dashboard/*"}) {
+		t.Errorf("non-resource URLs %v, want the web view's /dashboard and /dashboard/*", urls)
 	}
 	if render(t, "rbac.create=false").get("ClusterRole", "gpudra-viewer") != nil {
 		t.Error("rbac.create=false still renders the viewer role")
