@@ -30,7 +30,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
+.PHONY: all browser build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -52,7 +52,7 @@ generate: ## regenerate the API package's deep copies (deepcopy-gen)
 unit: ## fast tests: plain go test, without the e2e tag (no lab, no chart tests, no toolchain)
 	go test $(PKGS)
 
-test: lint build toolchain ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
+test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
 	go test -tags e2e -count=1 -timeout 80m $(PKGS)
 	$(MAKE) race
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_BRIEF)
@@ -71,6 +71,9 @@ e2e: build ## only the lab end-to-end tests (-tags e2e)
 
 bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios printed)
 	go test -run '^$$' -bench . -benchtime 2s ./driver/... ./kubeletplugin/...
+
+browser: ## install Debian's chromium for the web view's browser test, unless it is there
+	hack/install-chromium.sh
 
 toolchain: ## build and cache the lab's Kubernetes components and helm (for the chart tests)
 	lab/toolchain.sh k8s etcd kwok kueue helm node cdihook
