@@ -34,7 +34,7 @@ func TestDemoClaimsAreAllocatedAsDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := lab.DemoNamespace
-	for _, pod := range []string{"whole-gpu", "tensor-parallel", "nvlink-pair", "mig-notebook", "inference"} {
+	for _, pod := range []string{"whole-gpu", "tensor-parallel", "nvlink-pair", "mig-notebook", "inference", "fixed-tenant", "guaranteed-tenant", "best-effort-tenant"} {
 		eventually(t, 2*time.Minute, "example pod "+pod+" runs", podRunning(ns, pod))
 	}
 	var workers []corev1.Pod
@@ -131,6 +131,18 @@ func TestDemoClaimsAreAllocatedAsDocumented(t *testing.T) {
 			got, ok := r.alloc.ConsumedCapacity[name]
 			if !ok || got.Cmp(resource.MustParse(want)) != 0 {
 				t.Errorf("consumed %s = %v (present %v), want %s", name, got.String(), ok, want)
+			}
+		}
+	})
+	t.Run("share tiers consume compute 20, 30 and 0", func(t *testing.T) {
+		for claim, want := range map[string]string{"fixed-share": "20", "guaranteed-share": "30", "best-effort-share": "0"} {
+			r := one(claim)
+			if lab.DeviceType(r.device) != "share" {
+				t.Errorf("claim %s got %s/%s of type %s, want a share", claim, r.node, r.alloc.Device, lab.DeviceType(r.device))
+			}
+			got, ok := r.alloc.ConsumedCapacity["compute"]
+			if !ok || got.Cmp(resource.MustParse(want)) != 0 {
+				t.Errorf("claim %s consumes compute %s (present %v), want %s", claim, got.String(), ok, want)
 			}
 		}
 	})
