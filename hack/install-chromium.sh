@@ -8,7 +8,9 @@ if [[ -n "${CHROMIUM:-}" ]]; then
 	echo "install-chromium: \$CHROMIUM=$CHROMIUM is not an executable" >&2
 	exit 1
 fi
-[[ -x /usr/bin/chromium ]] && exit 0
+# GPUDRA_CHROMIUM_BIN is where the package puts the browser (tests point it elsewhere).
+bin=${GPUDRA_CHROMIUM_BIN:-/usr/bin/chromium}
+[[ -x "$bin" ]] && exit 0
 if ! command -v apt-get >/dev/null; then
 	echo "install-chromium: no apt-get here: install Chromium and set \$CHROMIUM to it" >&2
 	exit 1
@@ -22,4 +24,4 @@ if ! "${sudo[@]}" apt-get install -y chromium; then
 	"${sudo[@]}" apt-get update
 	"${sudo[@]}" apt-get install -y chromium
 fi
-/usr/bin/chromium --headless --no-sandbox --version
+"$bin" --headless --no-sandbox --version
