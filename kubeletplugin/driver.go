@@ -79,6 +79,8 @@ type Config struct {
 	// Node's gpu.gpudra.dev/mig-config label chooses one, with static MIG; it is read
 	// again every MIGLayoutInterval. "" applies none.
 	MIGLayoutsFile string
+	// Usage is how the plugin finds what the prepared claims use (usage.go).
+	Usage UsageConfig
 }
 
 // Driver is the running plugin for one node.
@@ -126,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	m := newMetrics(st)
+	usageCollectorIn(m).sampler.Store(newUsageSampler(ctx, cfg, st))
 	st.repairs.metrics = m
 	err = st.recover()
 	m.checkpointsRecover.Add(float64(st.corruptions))
@@ -195,6 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	d.startHealth(ctx)
 	d.startMIGLayoutWatch(ctx)
 	d.startMIGLayouts(ctx)
+	d.startUsageStatus(ctx)
 	return d, nil
 }
 

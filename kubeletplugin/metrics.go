@@ -104,6 +104,7 @@ func newMetrics(st *state) *metrics {
 			Help: "Claims prepared on this node (checkpoint entries).",
 		}, st.preparedClaims),
 		gpuCollector{state: st},
+		&usageCollector{},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.NewCollector(),

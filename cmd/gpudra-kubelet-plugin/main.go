@@ -54,6 +54,7 @@ type flags struct {
 	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
 	migLayouts                        string
+	podResourcesSocket                string
 	memoryOversubscription            float64
 	logging                           *logsapi.LoggingConfiguration
 }
@@ -102,6 +103,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", plugin.DefaultPodResourcesSocket, "the kubelet's PodResources socket, which says which claims the pods' containers were given (for the per-claim usage metrics and status; the plugin reads processes' pods from the host's /proc)")
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. 127.0.0.1:9400 (empty: off)")
 	logoptions.AddFlags(f.logging, fs)
@@ -233,6 +235,7 @@ func run(ctx context.Context, f flags) error {
 		TimeSlicer:          timeSlicer,
 		HealthInjectionFile: f.healthInjectionFile,
 		MIGLayoutsFile:      f.migLayouts,
+		Usage:               plugin.UsageConfig{PodResourcesSocket: f.podResourcesSocket},
 		Hook:                pause,
 	})
 	if err != nil {

@@ -1,0 +1,81 @@
+package kubeletplugin
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The usage metrics: what the processes of each prepared claim use on each GPU, against
+// what the claim holds there, and what all processes of each GPU use.
+var (
+	claimUsageLabels     = []string{"namespace", "claim", "gpu"}
+	claimMemoryUsedDesc  = prometheus.NewDesc("gpudra_plugin_claim_memory_used_bytes", "GPU memory the processes of the prepared claim use on the GPU (NVML's per-process used memory).", claimUsageLabels, nil)
+	claimMemoryLimitDesc = prometheus.NewDesc("gpudra_plugin_claim_memory_limit_bytes", "GPU memory the prepared claim holds on the GPU: its share's memory, or the device's.", claimUsageLabels, nil)
+	claimSMUtilDesc      = prometheus.NewDesc("gpudra_plugin_claim_sm_utilization_percent", "SM utilization of the prepared claim's processes on the GPU, in percent of the GPU (absent where NVML does not sample per-process utilization, as under MIG).", claimUsageLabels, nil)
+	claimProcessesDesc   = prometheus.NewDesc("gpudra_plugin_claim_processes", "Compute processes of the prepared claim on the GPU.", claimUsageLabels, nil)
+	claimGuaranteeDesc   = prometheus.NewDesc("gpudra_plugin_claim_compute_guarantee_percent", "Compute the prepared claim's shares of the GPU reserve, in percent of the GPU (shares only).", claimUsageLabels, nil)
+	claimCapDesc         = prometheus.NewDesc("gpudra_plugin_claim_compute_cap_percent", "Compute the prepared claim's shares of the GPU may use, in percent of the GPU (shares only; 100 without a cap).", claimUsageLabels, nil)
+	gpuMemoryUsedDesc    = prometheus.NewDesc("gpudra_plugin_gpu_memory_used_bytes", "GPU memory all compute processes of the GPU use.", []string{"gpu"}, nil)
+	gpuSMUtilDesc        = prometheus.NewDesc("gpudra_plugin_gpu_sm_utilization_percent", "SM utilization of all compute processes of the GPU, in percent (absent where NVML does not sample per-process utilization).", []string{"gpu"}, nil)
+	gpuUnclaimedDesc     = prometheus.NewDesc("gpudra_plugin_gpu_unclaimed_processes", "Compute processes of the GPU that belong to no prepared claim.", []string{"gpu"}, nil)
+)
+
+// usageCollector samples the GPUs' processes at scrape time (at most every
+// usageCacheAge). It collects nothing until its sampler is set.
+type usageCollector struct {
+	sampler atomic.Pointer[usageSampler]
+}
+
+// usageCollectorIn is the usage collector among m's collectors.
+func usageCollectorIn(m *metrics) *usageCollector {
+	for _, c := range m.collectors {
+		if u, ok := c.(*usageCollector); ok {
+			return u
+		}
+	}
+	return nil
+}
+
+// Describe sends the metrics' descriptions.
+func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{claimMemoryUsedDesc, claimMemoryLimitDesc, claimSMUtilDesc, claimProcessesDesc,
+		claimGuaranteeDesc, claimCapDesc, gpuMemoryUsedDesc, gpuSMUtilDesc, gpuUnclaimedDesc} {
+		ch <- d
+	}
+}
+
+// Collect sends the usage metrics of the latest sample.
+func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.sampler.Load()
+	if s == nil {
+		return
+	}
+	snap := s.sample(context.Background())
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	for _, u := range snap.claims {
+		l := []string{u.Namespace, u.Name, strconv.Itoa(u.GPU)}
+		gauge(claimMemoryUsedDesc, float64(u.MemoryUsed), l...)
+		gauge(claimMemoryLimitDesc, float64(u.MemoryLimit), l...)
+		gauge(claimProcessesDesc, float64(u.Processes), l...)
+		if u.SMKnown {
+			gauge(claimSMUtilDesc, float64(u.SMUtil), l...)
+		}
+		if u.Share {
+			gauge(claimGuaranteeDesc, float64(u.Guarantee), l...)
+			gauge(claimCapDesc, float64(u.Cap), l...)
+		}
+	}
+	for _, g := range snap.gpus {
+		idx := strconv.Itoa(g.GPU)
+		gauge(gpuMemoryUsedDesc, float64(g.MemoryUsed), idx)
+		gauge(gpuUnclaimedDesc, float64(g.Unclaimed), idx)
+		if g.SMKnown {
+			gauge(gpuSMUtilDesc, float64(g.SMUtil), idx)
+		}
+	}
+}

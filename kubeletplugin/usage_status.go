@@ -1,0 +1,238 @@
+package kubeletplugin
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// DeviceUsage is what the plugin writes in the data of a prepared claim's
+// status.devices entry: what the claim's processes use on the device's GPUs.
+type DeviceUsage struct {
+	Usage UsageData `json:"usage"`
+}
+
+// UsageData is one device's usage. A claim's processes are attributed to the claim,
+// not to one of its devices: two devices of a claim on one GPU show the same use.
+type UsageData struct {
+	// MemoryUsedBytes is the memory the claim's processes use on the device's GPUs;
+	// MemoryLimitBytes the memory the device holds (the share's, or the device's).
+	MemoryUsedBytes  int64 `json:"memoryUsedBytes"`
+	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	// SMUtilizationPercent is their SM utilization in percent of a GPU; absent where
+	// NVML does not sample it (MIG).
+	SMUtilizationPercent *int `json:"smUtilizationPercent,omitempty"`
+	// ComputeGuaranteePercent and ComputeCapPercent are a share's reserved and most
+	// compute, in percent of the GPU; absent for other devices.
+	ComputeGuaranteePercent *int `json:"computeGuaranteePercent,omitempty"`
+	ComputeCapPercent       *int `json:"computeCapPercent,omitempty"`
+	// Processes counts the claim's compute processes on the device's GPUs.
+	Processes  int         `json:"processes"`
+	ObservedAt metav1.Time `json:"observedAt"`
+}
+
+// defaultUsageStatusInterval is how often usage is written to the claims' status.
+const defaultUsageStatusInterval = 30 * time.Second
+
+// deviceUsages is the usage of each of the claim's devices, in the order of its devices.
+func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int64, now time.Time) []UsageData {
+	on := map[int]claimGPUUsage{}
+	for _, u := range snap.claims {
+		if u.UID == pc.UID {
+			on[u.GPU] = u
+		}
+	}
+	out := make([]UsageData, len(pc.Devices))
+	for k, d := range pc.Devices {
+		u := UsageData{ObservedAt: metav1.NewTime(now.Truncate(time.Second))}
+		smKnown := len(d.GPUs) > 0
+		sm := 0
+		for _, idx := range d.GPUs {
+			c := on[idx]
+			u.MemoryUsedBytes += c.MemoryUsed
+			u.Processes += c.Processes
+			sm += c.SMUtil
+			smKnown = smKnown && c.SMKnown
+			if len(d.GPUs) > 1 || d.CDI.MemoryBytes == 0 {
+				u.MemoryLimitBytes += gpuMemory[idx]
+			}
+		}
+		if len(d.GPUs) <= 1 && d.CDI.MemoryBytes != 0 {
+			u.MemoryLimitBytes = d.CDI.MemoryBytes
+		}
+		if smKnown {
+			u.SMUtilizationPercent = &sm
+		}
+		if d.Type == api.TypeShare {
+			g, c := d.CDI.ComputePercent, 100
+			if l := d.CDI.Limits; l != nil && l.ComputePercent > 0 {
+				c = l.ComputePercent
+			}
+			u.ComputeGuaranteePercent, u.ComputeCapPercent = &g, &c
+		}
+		out[k] = u
+	}
+	return out
+}
+
+// usageChanged says whether now differs from was by enough to write it again: another
+// process count, limit or compute, memory by 64 MiB and 5% of the limit, or SM
+// utilization by 5 points.
+func usageChanged(was, now []UsageData) bool {
+	if len(was) != len(now) {
+		return true
+	}
+	intOf := func(p *int) int {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	for k := range now {
+		a, b := was[k], now[k]
+		if a.Processes != b.Processes || a.MemoryLimitBytes != b.MemoryLimitBytes ||
+			intOf(a.ComputeGuaranteePercent) != intOf(b.ComputeGuaranteePercent) || intOf(a.ComputeCapPercent) != intOf(b.ComputeCapPercent) ||
+			(a.SMUtilizationPercent == nil) != (b.SMUtilizationPercent == nil) {
+			return true
+		}
+		diff := max(a.MemoryUsedBytes-b.MemoryUsedBytes, b.MemoryUsedBytes-a.MemoryUsedBytes)
+		if diff >= 64<<20 && diff*20 >= b.MemoryLimitBytes {
+			return true
+		}
+		if d := intOf(a.SMUtilizationPercent) - intOf(b.SMUtilizationPercent); d >= 5 || d <= -5 {
+			return true
+		}
+	}
+	return false
+}
+
+// usageStatus writes the prepared claims' usage to their status.devices.
+type usageStatus struct {
+	d       *Driver
+	sampler *usageSampler
+	written map[types.UID][]UsageData
+}
+
+// startUsageStatus writes the prepared claims' usage to their status every
+// Usage.StatusInterval until ctx ends; nothing without an API client or a sampler.
+func (d *Driver) startUsageStatus(ctx context.Context) {
+	u := usageCollectorIn(d.metrics)
+	if u == nil || u.sampler.Load() == nil || d.cfg.Client == nil {
+		return
+	}
+	every := d.cfg.Usage.StatusInterval
+	if every <= 0 {
+		every = defaultUsageStatusInterval
+	}
+	w := &usageStatus{d: d, sampler: u.sampler.Load(), written: map[types.UID][]UsageData{}}
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			w.writeAll(ctx)
+		}
+	}()
+}
+
+// writeAll writes the usage of each prepared claim whose usage changed meaningfully
+// since it was last written.
+func (w *usageStatus) writeAll(ctx context.Context) {
+	snap := w.sampler.sample(ctx)
+	gpus, claims := w.d.state.preparedView()
+	mem := map[int]int64{}
+	for _, g := range gpus {
+		mem[g.Index] = int64(g.MemoryBytes)
+	}
+	seen := map[types.UID]bool{}
+	now := time.Now()
+	for _, pc := range claims {
+		seen[pc.UID] = true
+		usages := deviceUsages(pc, snap, mem, now)
+		if was, ok := w.written[pc.UID]; ok && !usageChanged(was, usages) {
+			continue
+		}
+		if err := w.d.writeUsage(ctx, pc, usages); err != nil {
+			klog.FromContext(ctx).V(2).Info("Writing a claim's device usage failed; trying again later", "claim", klog.KRef(pc.Namespace, pc.Name), "err", err)
+			continue
+		}
+		w.written[pc.UID] = usages
+	}
+	for uid := range w.written {
+		if !seen[uid] {
+			delete(w.written, uid)
+		}
+	}
+}
+
+// writeUsage sets the data of the claim's status.devices entries of its prepared
+// devices to their usage, keeping the entries' other fields and other entries.
+func (d *Driver) writeUsage(ctx context.Context, pc *PreparedClaim, usages []UsageData) error {
+	claims := d.cfg.Client.ResourceV1().ResourceClaims(pc.Namespace)
+	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if c.UID != pc.UID || c.Status.Allocation == nil {
+		return nil // another claim of that name, or no longer allocated
+	}
+	allocated := map[string]bool{}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		var share *string
+		if r.ShareID != nil {
+			s := string(*r.ShareID)
+			share = &s
+		}
+		allocated[deviceStatusKey(r.Driver, r.Pool, r.Device, share)] = true
+	}
+	c = c.DeepCopy()
+	at := map[string]int{}
+	for k, s := range c.Status.Devices {
+		at[deviceStatusKey(s.Driver, s.Pool, s.Device, s.ShareID)] = k
+	}
+	for k, pd := range pc.Devices {
+		var share *string
+		if pd.ShareID != "" {
+			share = &pd.ShareID
+		}
+		key := deviceStatusKey(api.DriverName, pd.Pool, pd.Device, share)
+		if !allocated[key] {
+			continue
+		}
+		raw, err := json.Marshal(DeviceUsage{Usage: usages[k]})
+		if err != nil {
+			return err
+		}
+		if i, ok := at[key]; ok {
+			c.Status.Devices[i].Data = &runtime.RawExtension{Raw: raw}
+			continue
+		}
+		at[key] = len(c.Status.Devices)
+		c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{
+			Driver: api.DriverName, Pool: pd.Pool, Device: pd.Device, ShareID: share,
+			Data: &runtime.RawExtension{Raw: raw},
+		})
+	}
+	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: "gpudra-kubelet-plugin"})
+	return err
+}
+
+func deviceStatusKey(driverName, pool, device string, share *string) string {
+	s := ""
+	if share != nil {
+		s = *share
+	}
+	return driverName + "/" + pool + "/" + device + "/" + s
+}
