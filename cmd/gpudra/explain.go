@@ -8,8 +8,10 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -323,6 +325,55 @@ type AllocatedDevice struct {
 	Driver  string `json:"driver"`
 	Pool    string `json:"pool"`
 	Device  string `json:"device"`
+	// Usage is what the claim's processes use on the device, as the kubelet plugin last
+	// wrote it in the claim's status.devices; nil when it has not.
+	Usage *DeviceUsage `json:"usage,omitempty"`
+}
+
+// DeviceUsage is the usage the kubelet plugin writes in the data of a claim's
+// status.devices entry (kubeletplugin.UsageData).
+type DeviceUsage struct {
+	MemoryUsedBytes         int64       `json:"memoryUsedBytes"`
+	MemoryLimitBytes        int64       `json:"memoryLimitBytes"`
+	SMUtilizationPercent    *int        `json:"smUtilizationPercent,omitempty"`
+	ComputeGuaranteePercent *int        `json:"computeGuaranteePercent,omitempty"`
+	ComputeCapPercent       *int        `json:"computeCapPercent,omitempty"`
+	Processes               int         `json:"processes"`
+	ObservedAt              metav1.Time `json:"observedAt"`
+}
+
+// deviceUsage is the usage in the claim's status entry of the allocated device r.
+func deviceUsage(cl *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) *DeviceUsage {
+	for _, s := range cl.Status.Devices {
+		if s.Driver != r.Driver || s.Pool != r.Pool || s.Device != r.Device || (s.ShareID == nil) != (r.ShareID == nil) ||
+			(s.ShareID != nil && *s.ShareID != string(*r.ShareID)) || s.Data == nil {
+			continue
+		}
+		var data struct {
+			Usage *DeviceUsage `json:"usage"`
+		}
+		if json.Unmarshal(s.Data.Raw, &data) == nil {
+			return data.Usage
+		}
+	}
+	return nil
+}
+
+// printUsage prints a device's usage under its request line.
+func printUsage(w io.Writer, u *DeviceUsage) {
+	gib := func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) }
+	fmt.Fprintf(w, "    uses %s of %s GiB memory", gib(u.MemoryUsedBytes), gib(u.MemoryLimitBytes))
+	if u.SMUtilizationPercent != nil {
+		fmt.Fprintf(w, ", SM %d%%", *u.SMUtilizationPercent)
+	}
+	if u.ComputeGuaranteePercent != nil && u.ComputeCapPercent != nil {
+		fmt.Fprintf(w, " (guaranteed %d%%, cap %d%%)", *u.ComputeGuaranteePercent, *u.ComputeCapPercent)
+	}
+	noun := "processes"
+	if u.Processes == 1 {
+		noun = "process"
+	}
+	fmt.Fprintf(w, ", %d %s, as of %s\n", u.Processes, noun, u.ObservedAt.UTC().Format(time.RFC3339))
 }
 
 // explain prints the table for claim/NAME or pod/NAME.
@@ -447,7 +498,7 @@ func claimsReport(ctx context.Context, c kubernetes.Interface, ns, kind, name st
 				cr.NodeSelector = a.NodeSelector.String()
 			}
 			for _, d := range a.Devices.Results {
-				cr.Results = append(cr.Results, AllocatedDevice{Request: d.Request, Driver: d.Driver, Pool: d.Pool, Device: d.Device})
+				cr.Results = append(cr.Results, AllocatedDevice{Request: d.Request, Driver: d.Driver, Pool: d.Pool, Device: d.Device, Usage: deviceUsage(cl, d)})
 			}
 			rep.Claims = append(rep.Claims, cr)
 			continue
@@ -546,6 +597,9 @@ func printReport(w io.Writer, rep *Report, output string, show int) error {
 			fmt.Fprintln(w, ":")
 			for _, d := range cr.Results {
 				fmt.Fprintf(w, "  request %s: %s/%s/%s\n", d.Request, d.Driver, d.Pool, d.Device)
+				if d.Usage != nil {
+					printUsage(w, d.Usage)
+				}
 			}
 			continue
 		}

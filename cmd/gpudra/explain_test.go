@@ -393,3 +393,33 @@ func TestExplainFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
+	objs := realNode(t, nil)
+	var pool string
+	for _, o := range objs {
+		if s, ok := o.(*resourceapi.ResourceSlice); ok {
+			pool = s.Spec.Pool.Name
+		}
+	}
+	claim := objs[len(objs)-1].(*resourceapi.ResourceClaim)
+	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpu", Driver: api.DriverName, Pool: pool, Device: "gpu-0"},
+		{Request: "gpu", Driver: api.DriverName, Pool: pool, Device: "gpu-1"},
+	}}}
+	data := `{"usage":{"memoryUsedBytes":3221225472,"memoryLimitBytes":4294967296,"smUtilizationPercent":25,"computeGuaranteePercent":30,"computeCapPercent":50,"processes":1,"observedAt":"2026-01-02T03:04:05Z"}}`
+	claim.Status.Devices = []resourceapi.AllocatedDeviceStatus{
+		{Driver: api.DriverName, Pool: pool, Device: "gpu-0", Data: &runtime.RawExtension{Raw: []byte(data)}},
+		{Driver: "other.example.com", Pool: pool, Device: "gpu-1", Data: &runtime.RawExtension{Raw: []byte(data)}},
+	}
+	var out bytes.Buffer
+	if err := explain(context.Background(), &out, fake.NewClientset(objs...), "ml", "claim", "one-gpu", 5); err != nil {
+		t.Fatal(err)
+	}
+	want := "  request gpu: gpu.gpudra.dev/" + pool + "/gpu-0\n" +
+		"    uses 3.0 of 4.0 GiB memory, SM 25% (guaranteed 30%, cap 50%), 1 process, as of 2026-01-02T03:04:05Z\n" +
+		"  request gpu: gpu.gpudra.dev/" + pool + "/gpu-1\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Errorf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
+	}
+}
