@@ -480,3 +480,63 @@ func TestConvertedNVIDIAManifestsRunOnTheRealNode(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryConvertedSharingManifestRunsOnTheRealNode: the converted manifests of the
+// driver's sharing cases (a GPU shared by two containers, by two pods, MPS configs, memory
+// shares) run on the real node one after another: every pod runs and every claim its pods
+// use is allocated on the real node.
+func TestEveryConvertedSharingManifestRunsOnTheRealNode(t *testing.T) {
+	node := realNode(t)
+	ap, err := lab.NewApplier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pods int
+	}{
+		{"shared-containers", 1},
+		{"shared-pods", 2},
+		{"mps", 1},
+		{"memory-shares", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := namespace(t, "converted-"+tc.name)
+			if err := ap.Apply(t.Context(), onRealNode(t, convertTestdata(t, tc.name), ns, node)...); err != nil {
+				t.Fatal(err)
+			}
+			used := map[string]bool{} // the claims the pods use (a claim no pod uses stays unallocated)
+			for _, p := range runningPods(t, ns, "", tc.pods) {
+				for _, rc := range p.Spec.ResourceClaims {
+					if rc.ResourceClaimName != nil {
+						used[*rc.ResourceClaimName] = true
+					}
+				}
+				for _, st := range p.Status.ResourceClaimStatuses {
+					if st.ResourceClaimName != nil {
+						used[*st.ResourceClaimName] = true
+					}
+				}
+			}
+			if len(used) == 0 {
+				t.Fatalf("the pods of %s use no claims", ns)
+			}
+			for name := range used {
+				c, err := client.ResourceV1().ResourceClaims(ns).Get(t.Context(), name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := c.Status.Allocation
+				if a == nil || len(a.Devices.Results) == 0 {
+					t.Errorf("claim %s is not allocated", c.Name)
+					continue
+				}
+				for _, r := range a.Devices.Results {
+					if r.Pool != node {
+						t.Errorf("claim %s got %s/%s, not a device of %s", c.Name, r.Pool, r.Device, node)
+					}
+				}
+			}
+		})
+	}
+}
