@@ -124,22 +124,8 @@ func (m migInstances) migUUID(dev nvml.Device, parent int, c created) string {
 	if m.backend.Simulated {
 		return legacy
 	}
-	count, ret := dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return legacy
-	}
-	for k := range count {
-		md, ret := dev.GetMigDeviceHandleByIndex(k)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		gi, r1 := md.GetGpuInstanceId()
-		ci, r2 := md.GetComputeInstanceId()
-		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS && gi == c.GI && ci == c.CI {
-			if id, ret := md.GetUUID(); ret == nvml.SUCCESS {
-				return id
-			}
-		}
+	if id, ok := discover.MIGDeviceUUID(dev, c.GI, c.CI); ok {
+		return id
 	}
 	return legacy
 }
@@ -297,22 +283,8 @@ func (m migInstances) existingUUID(parent int, c created) string {
 	if err != nil {
 		return legacy
 	}
-	count, ret := dev.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return legacy
-	}
-	for k := range count {
-		md, ret := dev.GetMigDeviceHandleByIndex(k)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		gi, r1 := md.GetGpuInstanceId()
-		ci, r2 := md.GetComputeInstanceId()
-		if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS && gi == c.GI && ci == c.CI {
-			if id, ret := md.GetUUID(); ret == nvml.SUCCESS {
-				return id
-			}
-		}
+	if id, ok := discover.MIGDeviceUUID(dev, c.GI, c.CI); ok {
+		return id
 	}
 	return legacy
 }

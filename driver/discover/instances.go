@@ -118,6 +118,13 @@ func migInstances(dev nvml.Device, g *driver.GPU) ([]driver.MIGInstance, error) 
 	return out, nil
 }
 
+// MIGDeviceUUID is the UUID NVML reports for the MIG device of GPU instance gi and compute
+// instance ci of dev; false when NVML has no such MIG device handle.
+func MIGDeviceUUID(dev nvml.Device, gi, ci int) (string, bool) {
+	info, ok := migDeviceHandles(dev)[[2]int{gi, ci}]
+	return info.uuid, ok
+}
+
 // migDeviceHandles reads the GPU's MIG device handles, by GPU and compute instance id;
 // empty when NVML has none.
 func migDeviceHandles(dev nvml.Device) map[[2]int]migDeviceInfo {
