@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
-	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/buildinfo/buildinfotest"
 )
 
@@ -17,18 +15,7 @@ func TestBuildInfoMetric(t *testing.T) {
 }
 
 func TestVersionFlag(t *testing.T) {
-	cmd := newCommand()
-	// verflag's --version is one for the process: leave it off for the other tests.
-	t.Cleanup(func() { _ = cmd.Flags().Set("version", "false") })
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"--version"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if want := buildinfo.String("gpudra-controller") + "\n"; out.String() != want {
-		t.Errorf("--version printed %q, want %q", out.String(), want)
-	}
+	buildinfotest.CheckVersionFlag(t, newCommand(), "gpudra-controller")
 }
 
 func TestLoggingFlags(t *testing.T) {

@@ -1,27 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/buildinfo/buildinfotest"
 	"github.com/gpudra/gpudra/internal/logoptions"
 )
 
 func TestVersionFlag(t *testing.T) {
-	cmd := newCommand()
-	// verflag's --version is one for the process: leave it off for the other tests.
-	t.Cleanup(func() { _ = cmd.Flags().Set("version", "false") })
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"--version"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if want := buildinfo.String("gpudra-kubelet-plugin") + "\n"; out.String() != want {
-		t.Errorf("--version printed %q, want %q", out.String(), want)
-	}
+	buildinfotest.CheckVersionFlag(t, newCommand(), "gpudra-kubelet-plugin")
 }
 
 func TestLoggingFlags(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -10,7 +9,6 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	baseversion "k8s.io/component-base/version"
 
-	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/buildinfo/buildinfotest"
 )
 
@@ -20,18 +18,7 @@ func TestBuildInfoMetric(t *testing.T) {
 }
 
 func TestVersionFlagPrintsGpudrasVersion(t *testing.T) {
-	cmd := newCommand()
-	// verflag's --version is one for the process: leave it off for the other tests.
-	t.Cleanup(func() { _ = cmd.Flags().Set("version", "false") })
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"--version"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	if want := buildinfo.String("gpudra-scheduler") + "\n"; out.String() != want {
-		t.Errorf("--version printed %q, want %q", out.String(), want)
-	}
+	buildinfotest.CheckVersionFlag(t, newCommand(), "gpudra-scheduler")
 }
 
 // TestKubeVersionIsKubernetes: kube-scheduler's binary and emulation version are the

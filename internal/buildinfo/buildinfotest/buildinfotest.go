@@ -1,10 +1,13 @@
-// Package buildinfotest checks a server's metrics registry for gpudra_build_info.
+// Package buildinfotest checks a binary's --version and a server's metrics registry for
+// gpudra_build_info.
 package buildinfotest
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/gpudra/gpudra/internal/buildinfo"
 )
@@ -48,4 +51,20 @@ func CheckMetric(t *testing.T, g prometheus.Gatherer) {
 		return
 	}
 	t.Fatalf("no %s among the %d metric families gathered", buildinfo.MetricName, len(families))
+}
+
+// CheckVersionFlag fails t unless cmd, run with --version, prints buildinfo.String(program).
+// verflag's --version is one flag for the process, so it is set back to false afterwards.
+func CheckVersionFlag(t *testing.T, cmd *cobra.Command, program string) {
+	t.Helper()
+	t.Cleanup(func() { _ = cmd.Flags().Set("version", "false") })
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if want := buildinfo.String(program) + "\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", out.String(), want)
+	}
 }
