@@ -78,7 +78,7 @@ browser: ## install Debian's chromium for the web view's browser test, unless it
 toolchain: ## build and cache the lab's Kubernetes components and helm (for the chart tests)
 	lab/toolchain.sh k8s etcd kwok kueue helm node cdihook
 
-demo: build ## bring up the local lab with simulated GPU nodes and walk through example claims
+demo: ## bring up the local lab with simulated GPU nodes and walk through example claims
 	lab/demo.sh
 
 lab-up: build
