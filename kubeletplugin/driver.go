@@ -81,6 +81,12 @@ type Config struct {
 	MIGLayoutsFile string
 	// Usage is how the plugin finds what the prepared claims use (usage.go).
 	Usage UsageConfig
+	// SharePriorityThreshold, when set, gives a Fixed or Guaranteed share whose configuration
+	// leaves limits.priority unset the priority of its claim's pods: High when the highest
+	// spec.priority among the pods the claim is reserved for (resolved from their
+	// PriorityClass; none: 0) is at least this value, else Low. The plugin then reads those
+	// pods (get) at prepare. nil: such shares have the mechanism's normal priority.
+	SharePriorityThreshold *int32
 }
 
 // Driver is the running plugin for one node.

@@ -23,6 +23,8 @@ type planner struct {
 	node     cdi.Node
 	// stateDir holds per-claim MPS and HAMi cache directories.
 	stateDir string
+	// priorities, when set, gives shares without a configured priority their pods' one.
+	priorities *podPriorities
 }
 
 func newPlanner(nodeName string, inv *driver.Inventory, pool *driver.Pool, node cdi.Node, stateDir string) *planner {
@@ -63,6 +65,18 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 	}
 	alloc := claim.Status.Allocation.Devices
 	var out []PreparedDevice
+	// The claim's pods are read once, and only for a share that needs their priority.
+	var fromPods *derived
+	priority := func() (derived, error) {
+		if fromPods == nil {
+			d, err := p.priorities.of(claim)
+			if err != nil {
+				return derived{}, err
+			}
+			fromPods = &d
+		}
+		return *fromPods, nil
+	}
 	for k, r := range alloc.Results {
 		if r.Driver != api.DriverName {
 			continue
@@ -74,7 +88,7 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 		if err != nil {
 			return nil, fmt.Errorf("request %q: invalid device configuration: %w", r.Request, err)
 		}
-		d, err := p.device(string(claim.UID), r, conf)
+		d, err := p.device(string(claim.UID), r, conf, priority)
 		if err != nil {
 			return nil, fmt.Errorf("status.allocation.devices.results[%d] (%s): %w", k, r.Device, err)
 		}
@@ -83,7 +97,9 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 	return out, nil
 }
 
-func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf api.Resolved) (PreparedDevice, error) {
+// device plans one allocated device. priority gives a share whose configuration leaves
+// limits.priority unset its pods' priority, when p.priorities is set.
+func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf api.Resolved, priority func() (derived, error)) (PreparedDevice, error) {
 	pub, ok := p.devices[r.Device]
 	if !ok {
 		return PreparedDevice{}, fmt.Errorf("device %q is not published by this node", r.Device)
@@ -150,6 +166,13 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: tier.ComputeCap(int(compQ.Value())),
 			Policy: string(tier.Policy), Priority: string(tier.Priority)}
+		if limits.Priority == "" && p.priorities != nil {
+			d, err := priority()
+			if err != nil {
+				return PreparedDevice{}, err
+			}
+			limits.Priority = string(d.priority)
+		}
 		switch conf.GPU.Limits.Enforcement {
 		case api.EnforceHAMi:
 			if p.node.VGPULibrary == "" {

@@ -437,12 +437,14 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		timeSlicer = NvidiaSMI{Binary: filepath.Join(tools, "usr/bin/nvidia-smi")}
 	}
 	strategy := cfg.Render.MIG
+	planner := newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir)
+	planner.priorities = newPodPriorities(cfg.SharePriorityThreshold, cfg.Client, logger)
 	st := &state{
 		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
 		store:      newCheckpointStore(cfg.CheckpointDir, cfg.Hook, logger),
 		bootID:     bootID,
 		specs:      specs,
-		planner:    newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir),
+		planner:    planner,
 		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook, adopt: strategy != driver.MIGDynamic},
 		dynamic:    strategy == driver.MIGDynamic,
 		mps:        newMPSManager(mps, cfg.CheckpointDir, cfg.Hook, logger),

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -55,9 +56,22 @@ type flags struct {
 	mpsPullSecrets                    []string
 	migLayouts                        string
 	podResourcesSocket                string
-	memoryOversubscription            float64
-	logging                           *logsapi.LoggingConfiguration
+	// sharePriorityThreshold is --share-priority-threshold; nil when not given.
+	sharePriorityThreshold *int32
+	memoryOversubscription float64
+	logging                *logsapi.LoggingConfiguration
 }
+
+// givenOrNil is v when the flag was given, else nil.
+func givenOrNil[T any](fs *pflag.FlagSet, name string, v *T) *T {
+	if !fs.Changed(name) {
+		return nil
+	}
+	return v
+}
+
+// sharePriorityFlag derives a share's unset priority from its pods' PriorityClass.
+const sharePriorityFlag = "share-priority-threshold"
 
 func newCommand() *cobra.Command { return newCommandFor(&flags{logging: logoptions.New()}) }
 
@@ -75,6 +89,7 @@ func newCommandFor(f *flags) *cobra.Command {
 			if err := logoptions.ValidateAndApply(f.logging); err != nil {
 				return err
 			}
+			f.sharePriorityThreshold = givenOrNil(cmd.Flags(), sharePriorityFlag, f.sharePriorityThreshold)
 			return run(cmd.Context(), *f)
 		},
 	}
@@ -105,6 +120,8 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
 	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", plugin.DefaultPodResourcesSocket, "the kubelet's PodResources socket, which says which claims the pods' containers were given (for the per-claim usage metrics and status; the plugin reads processes' pods from the host's /proc)")
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
+	f.sharePriorityThreshold = new(int32)
+	fs.Int32Var(f.sharePriorityThreshold, sharePriorityFlag, 0, "gives GPU shares whose config leaves limits.priority unset (Fixed and Guaranteed) the priority of their pods: High when the highest spec.priority of the pods a claim is reserved for (from their PriorityClass; none: 0) is at least this value, else Low; the plugin then reads those pods at prepare (RBAC: get pods). Not given: such shares have the enforcing mechanism's normal priority")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. 127.0.0.1:9400 (empty: off)")
 	logoptions.AddFlags(f.logging, fs)
 	buildinfo.AddVersionFlag(fs)
@@ -218,25 +235,26 @@ func run(ctx context.Context, f flags) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	d, err := plugin.Start(ctx, plugin.Config{
-		NodeName:            f.nodeName,
-		RollingUpdatePodUID: f.podUID,
-		Client:              client,
-		Backend:             backend,
-		Render:              render,
-		PluginDataDir:       f.pluginDataDir,
-		RegistrarDir:        f.registrarDir,
-		CDIRoot:             f.cdiRoot,
-		CheckpointDir:       f.checkpointDir,
-		DriverRoot:          f.driverRoot,
-		ContainerDriverRoot: f.containerDriverRoot,
-		VGPULibrary:         f.vgpuLibrary,
-		CDIHookPath:         hook,
-		MPS:                 mps,
-		TimeSlicer:          timeSlicer,
-		HealthInjectionFile: f.healthInjectionFile,
-		MIGLayoutsFile:      f.migLayouts,
-		Usage:               plugin.UsageConfig{PodResourcesSocket: f.podResourcesSocket},
-		Hook:                pause,
+		NodeName:               f.nodeName,
+		RollingUpdatePodUID:    f.podUID,
+		Client:                 client,
+		Backend:                backend,
+		Render:                 render,
+		PluginDataDir:          f.pluginDataDir,
+		RegistrarDir:           f.registrarDir,
+		CDIRoot:                f.cdiRoot,
+		CheckpointDir:          f.checkpointDir,
+		DriverRoot:             f.driverRoot,
+		ContainerDriverRoot:    f.containerDriverRoot,
+		VGPULibrary:            f.vgpuLibrary,
+		CDIHookPath:            hook,
+		MPS:                    mps,
+		TimeSlicer:             timeSlicer,
+		HealthInjectionFile:    f.healthInjectionFile,
+		MIGLayoutsFile:         f.migLayouts,
+		Usage:                  plugin.UsageConfig{PodResourcesSocket: f.podResourcesSocket},
+		SharePriorityThreshold: f.sharePriorityThreshold,
+		Hook:                   pause,
 	})
 	if err != nil {
 		return err

@@ -167,8 +167,10 @@ type ShareLimits struct {
 	// SMs (1..100; a Guaranteed share's at least its request). Fixed shares are capped at
 	// their request and take none.
 	ComputeLimit *int `json:"computeLimit,omitempty"`
-	// Priority is High or Low; BestEffort shares are Low. Unset, a share has the
-	// mechanism's normal priority.
+	// Priority is High or Low; BestEffort shares are Low. Unset, a share has its pods'
+	// priority on nodes whose plugin runs with --share-priority-threshold (High when the
+	// highest PriorityClass value of the claim's pods is at least the threshold, else
+	// Low), and the mechanism's normal priority elsewhere.
 	Priority SharePriority `json:"priority,omitempty"`
 }
 
