@@ -64,6 +64,14 @@ type claimGPUUsage struct {
 	Share          bool
 	Guarantee, Cap int
 	Processes      int
+	// Priority is its shares' priority on the GPU (High if any is, Low if all are, else
+	// ""), and HAMi whether HAMi-core enforces them, whose priority holds Low tasks back
+	// while a High one runs.
+	Priority string
+	HAMi     bool
+	// HeldBack is the time, summed since it was prepared, its Low HAMi-core share had
+	// processes on the GPU while a High HAMi-core share there was busy (heldBack).
+	HeldBack time.Duration
 }
 
 // gpuProcessUsage is what all the processes of one GPU use.
@@ -101,6 +109,8 @@ type usageSampler struct {
 	at       time.Time
 	last     *usageSnapshot
 	lastSeen map[int]uint64 // GPU index → newest utilization sample's timestamp
+	now      func() time.Time
+	held     heldBack
 }
 
 // sample returns the latest sample, taking a new one when it is older than
@@ -111,7 +121,9 @@ func (u *usageSampler) sample(ctx context.Context) *usageSnapshot {
 	if u.last != nil && time.Since(u.at) < usageCacheAge {
 		return u.last
 	}
-	u.last, u.at = u.take(ctx), time.Now()
+	u.last = u.take(ctx)
+	u.at = u.now()
+	u.held.account(u.last, u.at)
 	return u.last
 }
 
@@ -225,6 +237,7 @@ func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 				}
 				c.MemoryLimit += limit
 				if d.Type == api.TypeShare {
+					first := !c.Share
 					c.Share = true
 					c.Guarantee += d.CDI.ComputePercent
 					capPct := 100
@@ -232,6 +245,19 @@ func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 						capPct = l.ComputePercent
 					}
 					c.Cap = min(100, c.Cap+capPct)
+					var prio string
+					hami := false
+					if l := d.CDI.Limits; l != nil {
+						prio, hami = l.Priority, l.HAMi
+					}
+					switch {
+					case first:
+						c.Priority, c.HAMi = prio, hami
+					case prio == string(api.PriorityHigh) || c.Priority == string(api.PriorityHigh):
+						c.Priority, c.HAMi = string(api.PriorityHigh), c.HAMi || hami
+					case prio != c.Priority:
+						c.Priority = ""
+					}
 				}
 			}
 		}
@@ -283,5 +309,5 @@ func newUsageSampler(ctx context.Context, cfg Config, st *state) *usageSampler {
 			}
 		}
 	}
-	return &usageSampler{st: st, lib: cfg.Backend.NVML, logger: logger, owners: newProcessOwners(cfg, logger)}
+	return &usageSampler{st: st, lib: cfg.Backend.NVML, logger: logger, owners: newProcessOwners(cfg, logger), now: time.Now}
 }

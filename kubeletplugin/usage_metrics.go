@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // The usage metrics: what the processes of each prepared claim use on each GPU, against
@@ -18,6 +20,7 @@ var (
 	claimProcessesDesc   = prometheus.NewDesc("gpudra_plugin_claim_processes", "Compute processes of the prepared claim on the GPU.", claimUsageLabels, nil)
 	claimGuaranteeDesc   = prometheus.NewDesc("gpudra_plugin_claim_compute_guarantee_percent", "Compute the prepared claim's shares of the GPU reserve, in percent of the GPU (shares only).", claimUsageLabels, nil)
 	claimCapDesc         = prometheus.NewDesc("gpudra_plugin_claim_compute_cap_percent", "Compute the prepared claim's shares of the GPU may use, in percent of the GPU (shares only; 100 without a cap).", claimUsageLabels, nil)
+	claimHeldBackDesc    = prometheus.NewDesc("gpudra_plugin_claim_held_back_seconds_total", "Time the prepared claim's Low-priority share, enforced by HAMi-core, had processes on the GPU while a High-priority HAMi-core share there was busy: what HAMi-core's priority held back. Counted between consecutive usage samples that both saw it (Low HAMi-core shares only).", claimUsageLabels, nil)
 	gpuMemoryUsedDesc    = prometheus.NewDesc("gpudra_plugin_gpu_memory_used_bytes", "GPU memory all compute processes of the GPU use.", []string{"gpu"}, nil)
 	gpuSMUtilDesc        = prometheus.NewDesc("gpudra_plugin_gpu_sm_utilization_percent", "SM utilization of all compute processes of the GPU, in percent (absent where NVML does not sample per-process utilization).", []string{"gpu"}, nil)
 	gpuUnclaimedDesc     = prometheus.NewDesc("gpudra_plugin_gpu_unclaimed_processes", "Compute processes of the GPU that belong to no prepared claim.", []string{"gpu"}, nil)
@@ -42,7 +45,7 @@ func usageCollectorIn(m *metrics) *usageCollector {
 // Describe sends the metrics' descriptions.
 func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{claimMemoryUsedDesc, claimMemoryLimitDesc, claimSMUtilDesc, claimProcessesDesc,
-		claimGuaranteeDesc, claimCapDesc, gpuMemoryUsedDesc, gpuSMUtilDesc, gpuUnclaimedDesc} {
+		claimGuaranteeDesc, claimCapDesc, claimHeldBackDesc, gpuMemoryUsedDesc, gpuSMUtilDesc, gpuUnclaimedDesc} {
 		ch <- d
 	}
 }
@@ -68,6 +71,9 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 		if u.Share {
 			gauge(claimGuaranteeDesc, float64(u.Guarantee), l...)
 			gauge(claimCapDesc, float64(u.Cap), l...)
+		}
+		if u.Share && u.HAMi && u.Priority == string(api.PriorityLow) {
+			ch <- prometheus.MustNewConstMetric(claimHeldBackDesc, prometheus.CounterValue, u.HeldBack.Seconds(), l...)
 		}
 	}
 	for _, g := range snap.gpus {

@@ -34,6 +34,10 @@ type UsageData struct {
 	// compute, in percent of the GPU; absent for other devices.
 	ComputeGuaranteePercent *int `json:"computeGuaranteePercent,omitempty"`
 	ComputeCapPercent       *int `json:"computeCapPercent,omitempty"`
+	// HeldBackSeconds is, for a Low-priority share enforced by HAMi-core, how long its
+	// processes were held back by a busy High-priority share of its GPU since it was
+	// prepared (gpudra_plugin_claim_held_back_seconds_total); absent for other devices.
+	HeldBackSeconds *int64 `json:"heldBackSeconds,omitempty"`
 	// Processes counts the claim's compute processes on the device's GPUs.
 	Processes  int         `json:"processes"`
 	ObservedAt metav1.Time `json:"observedAt"`
@@ -78,6 +82,10 @@ func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int6
 			}
 			u.ComputeGuaranteePercent, u.ComputeCapPercent = &g, &c
 		}
+		if l := d.CDI.Limits; d.Type == api.TypeShare && l != nil && l.HAMi && l.Priority == string(api.PriorityLow) && len(d.GPUs) == 1 {
+			held := int64(on[d.GPUs[0]].HeldBack / time.Second)
+			u.HeldBackSeconds = &held
+		}
 		out[k] = u
 	}
 	return out
@@ -85,7 +93,7 @@ func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int6
 
 // usageChanged says whether now differs from was by enough to write it again: another
 // process count, limit or compute, memory by 64 MiB and 5% of the limit, or SM
-// utilization by 5 points.
+// utilization by 5 points, held-back time by 30 s.
 func usageChanged(was, now []UsageData) bool {
 	if len(was) != len(now) {
 		return true
@@ -108,6 +116,9 @@ func usageChanged(was, now []UsageData) bool {
 			return true
 		}
 		if d := intOf(a.SMUtilizationPercent) - intOf(b.SMUtilizationPercent); d >= 5 || d <= -5 {
+			return true
+		}
+		if a, b := a.HeldBackSeconds, b.HeldBackSeconds; (a == nil) != (b == nil) || (a != nil && *b-*a >= 30) {
 			return true
 		}
 	}

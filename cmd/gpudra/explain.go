@@ -338,6 +338,7 @@ type DeviceUsage struct {
 	SMUtilizationPercent    *int        `json:"smUtilizationPercent,omitempty"`
 	ComputeGuaranteePercent *int        `json:"computeGuaranteePercent,omitempty"`
 	ComputeCapPercent       *int        `json:"computeCapPercent,omitempty"`
+	HeldBackSeconds         *int64      `json:"heldBackSeconds,omitempty"`
 	Processes               int         `json:"processes"`
 	ObservedAt              metav1.Time `json:"observedAt"`
 }
@@ -368,6 +369,9 @@ func printUsage(w io.Writer, u *DeviceUsage) {
 	}
 	if u.ComputeGuaranteePercent != nil && u.ComputeCapPercent != nil {
 		fmt.Fprintf(w, " (guaranteed %d%%, cap %d%%)", *u.ComputeGuaranteePercent, *u.ComputeCapPercent)
+	}
+	if u.HeldBackSeconds != nil {
+		fmt.Fprintf(w, ", held back %s by High shares", (time.Duration(*u.HeldBackSeconds) * time.Second).String())
 	}
 	noun := "processes"
 	if u.Processes == 1 {

@@ -407,7 +407,7 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 		{Request: "gpu", Driver: api.DriverName, Pool: pool, Device: "gpu-0"},
 		{Request: "gpu", Driver: api.DriverName, Pool: pool, Device: "gpu-1"},
 	}}}
-	data := `{"usage":{"memoryUsedBytes":3221225472,"memoryLimitBytes":4294967296,"smUtilizationPercent":25,"computeGuaranteePercent":30,"computeCapPercent":50,"processes":1,"observedAt":"2026-01-02T03:04:05Z"}}`
+	data := `{"usage":{"memoryUsedBytes":3221225472,"memoryLimitBytes":4294967296,"smUtilizationPercent":25,"computeGuaranteePercent":30,"computeCapPercent":50,"heldBackSeconds":95,"processes":1,"observedAt":"2026-01-02T03:04:05Z"}}`
 	claim.Status.Devices = []resourceapi.AllocatedDeviceStatus{
 		{Driver: api.DriverName, Pool: pool, Device: "gpu-0", Data: &runtime.RawExtension{Raw: []byte(data)}},
 		{Driver: "other.example.com", Pool: pool, Device: "gpu-1", Data: &runtime.RawExtension{Raw: []byte(data)}},
@@ -417,7 +417,7 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "  request gpu: gpu.gpudra.dev/" + pool + "/gpu-0\n" +
-		"    uses 3.0 of 4.0 GiB memory, SM 25% (guaranteed 30%, cap 50%), 1 process, as of 2026-01-02T03:04:05Z\n" +
+		"    uses 3.0 of 4.0 GiB memory, SM 25% (guaranteed 30%, cap 50%), held back 1m35s by High shares, 1 process, as of 2026-01-02T03:04:05Z\n" +
 		"  request gpu: gpu.gpudra.dev/" + pool + "/gpu-1\n"
 	if !strings.HasSuffix(out.String(), want) {
 		t.Errorf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
