@@ -189,3 +189,81 @@ func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 		t.Errorf("transformation of %s: no shipped DeviceClass has that extendedResourceName", in)
 	}
 }
+
+// TestSampleQueuesCoverWhatKueueCharges: Kueue never admits a workload charged a resource its
+// ClusterQueue does not cover, so each sample ClusterQueue covers every resource the Kueue
+// configuration charges (deviceClassMappings and transformation outputs), with one exception:
+// gpudra.dev/nvlink-group, which counts a group of any size as one and would let a claim
+// template take 8 GPUs for one unit; groups are asked for as gpudra.dev/nvlink-group-k,
+// charged in GPUs.
+func TestSampleQueuesCoverWhatKueueCharges(t *testing.T) {
+	var cfg kueueconfig.Configuration
+	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	charged := map[string]bool{}
+	for _, m := range cfg.Resources.DeviceClassMappings {
+		charged[string(m.Name)] = true
+	}
+	for _, tr := range cfg.Resources.Transformations {
+		delete(charged, string(tr.Input))
+		for out := range tr.Outputs {
+			charged[string(out)] = true
+		}
+	}
+	delete(charged, "gpudra.dev/nvlink-group")
+	data, err := os.ReadFile("kueue/10-queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues := 0
+	r := yaml.NewYAMLReader(bufioReader(data))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			break
+		}
+		var cq kueue.ClusterQueue
+		if err := sigsyaml.Unmarshal(doc, &cq); err != nil || cq.Kind != "ClusterQueue" {
+			continue
+		}
+		queues++
+		covered := map[string]bool{}
+		for _, g := range cq.Spec.ResourceGroups {
+			for _, res := range g.CoveredResources {
+				covered[string(res)] = true
+			}
+			for _, f := range g.Flavors {
+				var names []string
+				for _, q := range f.Resources {
+					names = append(names, string(q.Name))
+					if q.NominalQuota.Sign() <= 0 && charged[string(q.Name)] {
+						t.Errorf("ClusterQueue %s: flavor %s has no quota of %s", cq.Name, f.Name, q.Name)
+					}
+				}
+				if strings.Join(names, ",") != joinNames(g.CoveredResources) {
+					t.Errorf("ClusterQueue %s: flavor %s lists %v, Kueue wants the covered resources %v in order", cq.Name, f.Name, names, g.CoveredResources)
+				}
+			}
+		}
+		for res := range charged {
+			if !covered[res] {
+				t.Errorf("ClusterQueue %s does not cover %s: workloads charged it would never be admitted", cq.Name, res)
+			}
+		}
+		if covered["gpudra.dev/nvlink-group"] {
+			t.Errorf("ClusterQueue %s covers gpudra.dev/nvlink-group: a group of 8 GPUs would be charged as one", cq.Name)
+		}
+	}
+	if queues == 0 {
+		t.Fatal("no ClusterQueue in kueue/10-queues.yaml")
+	}
+}
+
+func joinNames(names []corev1.ResourceName) string {
+	s := make([]string, len(names))
+	for i, n := range names {
+		s[i] = string(n)
+	}
+	return strings.Join(s, ",")
+}
