@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -233,9 +232,13 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 							ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: check}},
 							PeriodSeconds: 1, TimeoutSeconds: 10, FailureThreshold: 3,
 						},
-						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-							corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
-						}},
+						// No requests: the pod always passes the kubelet's resource admission.
+						// With requests, a daemon of a critical priority class (the chart gives
+						// it the plugin's, system-node-critical) on a node whose CPU or memory
+						// is fully requested would make the kubelet evict a workload pod to fit
+						// it. A critical pod is never evicted under node pressure, and a
+						// system-node-critical one gets a Guaranteed pod's OOM score whatever
+						// its requests.
 					}},
 					Volumes: volumes,
 				},

@@ -112,6 +112,10 @@ func TestMPSClaimDaemonRunsInAPodOfItsOwn(t *testing.T) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Error("the daemon pod gets a service-account token it has no use for")
 	}
+	// A request would let a critical daemon pod evict a workload pod from a full node.
+	if len(ctr.Resources.Requests) != 0 || len(ctr.Resources.Limits) != 0 {
+		t.Errorf("daemon container resources %+v, want none", ctr.Resources)
+	}
 
 	// A restarted plugin (a new container, a rolling update) finds the daemon and keeps it.
 	d = n.newDriver(nil)
