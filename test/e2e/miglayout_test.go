@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,45 +33,149 @@ import (
 // the node's one plugin pod runs with it.
 func setRealNodePluginMIG(t *testing.T, ctx context.Context, node, mig string) error {
 	t.Helper()
-	dsNS, dsName, _ := state.RealNodePluginDaemonSet(node)
+	return updateRealNodePlugin(t, ctx, node, "--mig="+mig, func(s *corev1.PodSpec) { setArg(&s.Containers[0], "mig", mig) })
+}
+
+// updateRealNodePlugin changes the pod template of the real node's plugin DaemonSet with edit
+// and waits until the node's one plugin pod is ready and runs the changed template (what
+// names the change, for the log and errors). An edit that changes nothing only waits.
+func updateRealNodePlugin(t *testing.T, ctx context.Context, node, what string, edit func(*corev1.PodSpec)) error {
+	t.Helper()
+	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
+		return fmt.Errorf("%s: the lab runs the real node's plugin as a process, not as the chart's DaemonSet", what)
+	}
+	var want *corev1.PodSpec
+	var generation int64
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ds, err := client.AppsV1().DaemonSets(dsNS).Get(ctx, dsName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		c := &ds.Spec.Template.Spec.Containers[0]
-		if v, _ := flagValue(c.Args, "mig"); v == mig {
+		spec := ds.Spec.Template.Spec.DeepCopy()
+		edit(spec)
+		want, generation = spec, ds.Generation
+		if equality.Semantic.DeepEqual(*spec, ds.Spec.Template.Spec) {
 			return nil
 		}
-		if i := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--mig=") }); i >= 0 {
-			c.Args[i] = "--mig=" + mig
-		} else {
-			c.Args = append(c.Args, "--mig="+mig)
+		ds.Spec.Template.Spec = *spec
+		updated, err := client.AppsV1().DaemonSets(dsNS).Update(ctx, ds, metav1.UpdateOptions{})
+		if err == nil {
+			generation = updated.Generation
 		}
-		_, err = client.AppsV1().DaemonSets(dsNS).Update(ctx, ds, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("set --mig=%s on DaemonSet %s/%s: %w", mig, dsNS, dsName, err)
+		return fmt.Errorf("%s on DaemonSet %s/%s: %w", what, dsNS, dsName, err)
 	}
 	start := time.Now()
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p := realNodePluginPodNow(ctx, node)
-		if p == nil {
-			last = fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
-		} else if v, _ := flagValue(p.Spec.Containers[0].Args, "mig"); v != mig {
-			last = fmt.Errorf("the plugin pod %s runs with --mig=%s", p.Name, v)
-		} else {
-			last = nil
+		ds, err := client.AppsV1().DaemonSets(dsNS).Get(ctx, dsName, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			last = err
+		case ds.Status.ObservedGeneration < generation || ds.Status.UpdatedNumberScheduled != ds.Status.DesiredNumberScheduled:
+			last = fmt.Errorf("DaemonSet %s/%s: generation %d observed %d, %d of %d pods updated", dsNS, dsName, generation, ds.Status.ObservedGeneration, ds.Status.UpdatedNumberScheduled, ds.Status.DesiredNumberScheduled)
+		default:
+			if p := realNodePluginPodNow(ctx, node); p == nil {
+				last = fmt.Errorf("plugin pods: %s", describeRealNodePluginPods(t, node))
+			} else if diff := podRunsSpec(p, want); diff != "" {
+				last = fmt.Errorf("the plugin pod %s %s", p.Name, diff)
+			} else {
+				last = nil
+			}
 		}
 		return last == nil, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the real node's plugin pod does not run with --mig=%s after 3 minutes: %v", mig, last)
+		return fmt.Errorf("the real node's plugin pod does not run with %s after 3 minutes: %v", what, last)
 	}
-	t.Logf("the real node's plugin pod runs with --mig=%s (after %s)", mig, time.Since(start).Round(10*time.Millisecond))
+	t.Logf("the real node's plugin pod runs with %s (after %s)", what, time.Since(start).Round(10*time.Millisecond))
 	return nil
+}
+
+// restoreRealNodePluginAtEnd gives the real node's plugin DaemonSet back the pod template it
+// has now when the test ends (and waits for its pod), whatever the test changed in it.
+func restoreRealNodePluginAtEnd(t *testing.T, node string) {
+	t.Helper()
+	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
+		labLacks(t, "the real node's plugin as the chart's DaemonSet (install: chart), whose pod template the test changes")
+	}
+	ds, err := client.AppsV1().DaemonSets(dsNS).Get(t.Context(), dsName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := ds.Spec.Template.Spec.DeepCopy()
+	t.Cleanup(func() {
+		if err := updateRealNodePlugin(t, context.Background(), node, "its original pod template", func(s *corev1.PodSpec) { *s = *orig.DeepCopy() }); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// podRunsSpec says how the pod differs from the DaemonSet pod template spec it should run
+// ("" when it does not): its hostPID, its first container's command, args and mounts, and its
+// volumes (but the service-account token's, which the API server adds).
+func podRunsSpec(p *corev1.Pod, want *corev1.PodSpec) string {
+	got, wc := p.Spec.Containers[0], want.Containers[0]
+	switch {
+	case p.Spec.HostPID != want.HostPID:
+		return fmt.Sprintf("has hostPID %v, want %v", p.Spec.HostPID, want.HostPID)
+	case !slices.Equal(got.Command, wc.Command) || !slices.Equal(got.Args, wc.Args):
+		return fmt.Sprintf("runs %q, want %q", append(got.Command, got.Args...), append(wc.Command, wc.Args...))
+	}
+	mounts := func(ms []corev1.VolumeMount) []string {
+		var out []string
+		for _, m := range ms {
+			if !strings.HasPrefix(m.Name, "kube-api-access-") {
+				out = append(out, m.Name+"="+m.MountPath)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	volumes := func(vs []corev1.Volume) []string {
+		var out []string
+		for _, v := range vs {
+			if !strings.HasPrefix(v.Name, "kube-api-access-") {
+				out = append(out, v.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if g, w := mounts(got.VolumeMounts), mounts(wc.VolumeMounts); !slices.Equal(g, w) {
+		return fmt.Sprintf("mounts %v, want %v", g, w)
+	}
+	if g, w := volumes(p.Spec.Volumes), volumes(want.Volumes); !slices.Equal(g, w) {
+		return fmt.Sprintf("has volumes %v, want %v", g, w)
+	}
+	return ""
+}
+
+// setArg sets --name=value in the container's args; removeArg removes --name=... .
+func setArg(c *corev1.Container, name, value string) {
+	if i := slices.IndexFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--"+name+"=") }); i >= 0 {
+		c.Args[i] = "--" + name + "=" + value
+		return
+	}
+	c.Args = append(c.Args, "--"+name+"="+value)
+}
+
+func removeArg(c *corev1.Container, name string) {
+	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--"+name+"=") })
+}
+
+// setHostPathMount mounts the host path (a volume named name) at mountPath in the spec's first
+// container, replacing a volume and mount of that name.
+func setHostPathMount(s *corev1.PodSpec, name, hostPath string, kind corev1.HostPathType, mountPath string, readOnly bool) {
+	s.Volumes = slices.DeleteFunc(s.Volumes, func(v corev1.Volume) bool { return v.Name == name })
+	s.Volumes = append(s.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostPath, Type: &kind}}})
+	c := &s.Containers[0]
+	c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == name })
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: mountPath, ReadOnly: readOnly})
 }
 
 // migOfNode is what a node publishes of MIG: each GPU's MIG devices by profile (keyed by the
