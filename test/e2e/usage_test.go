@@ -302,7 +302,7 @@ func usageMetricsMatch(ctx context.Context, addr, ns string, claims []*usageClai
 			var got []string
 			for _, s := range series[metric] {
 				if s.labels["namespace"] == ns && s.labels["claim"] == c.name {
-					got = append(got, fmt.Sprintf("gpu %s: %g", s.labels["gpu"], s.value))
+					got = append(got, "gpu "+s.labels["gpu"]+": "+strconv.FormatFloat(s.value, 'f', -1, 64))
 				}
 			}
 			if w := fmt.Sprintf("gpu %s: %d", c.gpu, v); !slices.Equal(got, []string{w}) {
