@@ -382,8 +382,11 @@ type metricSeries struct {
 var seriesLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)`)
 var labelPair = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
 
-// scrape reads the metrics at url, by metric name.
+// scrape reads the metrics at url, by metric name. A scrape under way finishes (within 10 s)
+// when ctx ends, so that a poll's last complaint is about the metrics, not its deadline.
 func scrape(ctx context.Context, url string) (map[string][]metricSeries, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
