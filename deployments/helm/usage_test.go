@@ -35,4 +35,16 @@ func TestShareUsageIsOptIn(t *testing.T) {
 			t.Errorf("%v: hostPID %v, pod-resources mounted %v; want both %v", tc.sets, spec.HostPID, mounted, tc.want)
 		}
 	}
+	// A kubelet with another root directory: the host folder follows the value, the plugin
+	// still finds the socket where it looks by default.
+	ds := render(t, "kubeletPlugin.shareUsage=true", "kubeletPlugin.kubeletPodResourcesDir=/data/kubelet/pod-resources").get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet)
+	found := false
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "pod-resources" {
+			found = v.HostPath != nil && v.HostPath.Path == "/data/kubelet/pod-resources"
+		}
+	}
+	if !found {
+		t.Errorf("kubeletPodResourcesDir=/data/kubelet/pod-resources: volumes %+v", ds.Spec.Template.Spec.Volumes)
+	}
 }
