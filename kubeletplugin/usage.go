@@ -118,7 +118,7 @@ type usageSampler struct {
 func (u *usageSampler) sample(ctx context.Context) *usageSnapshot {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.last != nil && time.Since(u.at) < usageCacheAge {
+	if u.last != nil && u.now().Sub(u.at) < usageCacheAge {
 		return u.last
 	}
 	u.last = u.take(ctx)
