@@ -493,3 +493,19 @@ func giHandles(t *testing.T, n *node, gpu int) []nvml.GpuInstance {
 	}
 	return out
 }
+
+// checkEnv reports each variable of want that env lacks or has another value of, and each
+// variable of absent that env has.
+func checkEnv(t *testing.T, env, want map[string]string, absent []string) {
+	t.Helper()
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s=%q, want %q (env %v)", k, env[k], v, env)
+		}
+	}
+	for _, k := range absent {
+		if v, ok := env[k]; ok {
+			t.Errorf("env has %s=%s", k, v)
+		}
+	}
+}

@@ -101,16 +101,7 @@ func TestShareClaimCarriesItsLimits(t *testing.T) {
 				t.Errorf("share device %+v: CDI name must carry the share id", devs[0])
 			}
 			got := env(n.spec(c).Devices[0].ContainerEdits)
-			for k, v := range tc.wantEnv {
-				if got[k] != v {
-					t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
-				}
-			}
-			for _, k := range tc.absent {
-				if _, ok := got[k]; ok {
-					t.Errorf("env has %s", k)
-				}
-			}
+			checkEnv(t, got, tc.wantEnv, tc.absent)
 		})
 	}
 }
@@ -155,16 +146,7 @@ func TestShareTiersBecomeLimits(t *testing.T) {
 			c := n.allocate(shareClaim("10Gi", tc.compute, tc.config))
 			mustPrepare(t, n.newDriver(nil), c)
 			got := env(n.spec(c).Devices[0].ContainerEdits)
-			for k, v := range tc.wantEnv {
-				if got[k] != v {
-					t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
-				}
-			}
-			for _, k := range tc.absent {
-				if v, ok := got[k]; ok {
-					t.Errorf("env has %s=%s", k, v)
-				}
-			}
+			checkEnv(t, got, tc.wantEnv, tc.absent)
 		})
 	}
 }

@@ -78,16 +78,7 @@ func TestSharePriorityFollowsThePodsPriorityClass(t *testing.T) {
 			c := reservedFor(n.allocate(shareClaim("10Gi", tc.compute, tc.config)), tc.pods...)
 			mustPrepare(t, n.newDriver(nil), c)
 			got := env(n.spec(c).Devices[0].ContainerEdits)
-			for k, v := range tc.wantEnv {
-				if got[k] != v {
-					t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
-				}
-			}
-			for _, k := range tc.absent {
-				if v, ok := got[k]; ok {
-					t.Errorf("env has %s=%s", k, v)
-				}
-			}
+			checkEnv(t, got, tc.wantEnv, tc.absent)
 		})
 	}
 }
