@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"context"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -24,4 +25,12 @@ func ExpireUsageSample(d *Driver) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = nil
+}
+
+// SetUsageClock makes d's usage samples read the time from now.
+func SetUsageClock(d *Driver, now func() time.Time) {
+	s := usageCollectorIn(d.metrics).sampler.Load()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
 }
