@@ -22,8 +22,9 @@ PKGS := ./...
 # Packages whose goroutines share state (kubelet plugin, controllers): run under -race too.
 RACE_PKGS := ./kubeletplugin/... ./queueing/... ./cmd/gpudra-controller/...
 # Every fuzz target, as package:Target (go test -fuzz takes one target of one package).
-FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzParse ./kubeletplugin:FuzzCheckpointLoad \
-	./queueing/network:FuzzParseFile ./sim/reproduction:FuzzReadPods ./sim/reproduction:FuzzReadNodes
+FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzParse ./driver/miglayout:FuzzParse ./kubeletplugin:FuzzCheckpointLoad \
+	./queueing/network:FuzzParseFile ./sim/reproduction:FuzzReadPods ./sim/reproduction:FuzzReadNodes ./convert:FuzzConvert \
+	./internal/validate:FuzzCheck
 # How many inputs make test and make fuzz run through each fuzz target. Counts, not durations:
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when a duration runs out
 # while a worker is busy (golang/go#75804), which fails a target that found nothing.

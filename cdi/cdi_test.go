@@ -104,17 +104,26 @@ func TestShareEnforcement(t *testing.T) {
 		wantEnv   []string
 		noEnvs    []string
 		wantMount []string // container paths
+		// recordedBeforePreloadFiles: the share's record has no preload file.
+		recordedBeforePreloadFiles bool
 	}{
 		{
-			name: "HAMi with libvgpu.so mounts and preloads it", node: cdi.Node{VGPULibrary: "/opt/hami/libvgpu.so"},
+			name: "HAMi with libvgpu.so mounts it and preloads it by a read-only /etc/ld.so.preload", node: cdi.Node{VGPULibrary: "/opt/hami/libvgpu.so"},
 			limits:    cdi.Limits{MemoryMiB: 10240, ComputePercent: 25, HAMi: true},
-			wantEnv:   []string{"CUDA_DEVICE_MEMORY_LIMIT_0=10240m", "CUDA_DEVICE_SM_LIMIT=25", "LD_PRELOAD=/usr/local/vgpu/libvgpu.so", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/vgpu/" + share.Name + ".cache"},
-			wantMount: []string{cdi.VGPUCacheDir, cdi.VGPULibraryPath},
+			wantEnv:   []string{"CUDA_DEVICE_MEMORY_LIMIT_0=10240m", "CUDA_DEVICE_SM_LIMIT_0=25", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/vgpu/" + share.Name + ".cache"},
+			noEnvs:    []string{"LD_PRELOAD", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT"},
+			wantMount: []string{cdi.VGPUCacheDir, cdi.VGPULibraryPath, cdi.VGPUPreloadPath},
 		},
 		{
 			name: "HAMi share without compute cap sets no SM limit", node: cdi.Node{VGPULibrary: "/opt/hami/libvgpu.so"},
 			limits:  cdi.Limits{MemoryMiB: 2048, HAMi: true},
-			wantEnv: []string{"CUDA_DEVICE_MEMORY_LIMIT_0=2048m"}, noEnvs: []string{"CUDA_DEVICE_SM_LIMIT"},
+			wantEnv: []string{"CUDA_DEVICE_MEMORY_LIMIT_0=2048m"}, noEnvs: []string{"CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_SM_LIMIT_0", "LD_PRELOAD"},
+			wantMount: []string{cdi.VGPUCacheDir, cdi.VGPULibraryPath, cdi.VGPUPreloadPath},
+		},
+		{
+			name: "HAMi share recorded before preload files keeps LD_PRELOAD", node: cdi.Node{VGPULibrary: "/opt/hami/libvgpu.so"},
+			limits: cdi.Limits{MemoryMiB: 2048, HAMi: true}, recordedBeforePreloadFiles: true,
+			wantEnv:   []string{"CUDA_DEVICE_MEMORY_LIMIT_0=2048m", "LD_PRELOAD=" + cdi.VGPULibraryPath},
 			wantMount: []string{cdi.VGPUCacheDir, cdi.VGPULibraryPath},
 		},
 		{
@@ -140,6 +149,9 @@ func TestShareEnforcement(t *testing.T) {
 			d.MPS = tc.mps
 			if tc.limits.HAMi {
 				d.CacheDir = t.TempDir()
+				if !tc.recordedBeforePreloadFiles {
+					d.PreloadFile = filepath.Join(d.CacheDir, "preload")
+				}
 			}
 			cache, ids, _ := written(t, tc.node, d)
 			e := edits(t, cache, ids[0])

@@ -12,11 +12,19 @@ import (
 // Container paths gpudra mounts into workloads.
 const (
 	VGPULibraryPath = "/usr/local/vgpu/libvgpu.so"
+	// VGPUPreloadPath is where a HAMi-core share's preload file (VGPUPreload) is
+	// mounted: the dynamic loader reads it for every process, whatever its environment.
+	VGPUPreloadPath = "/etc/ld.so.preload"
 	VGPUCacheDir    = "/tmp/vgpu"
 	MPSPipeDir      = "/tmp/nvidia-mps"
 	MPSLogDir       = "/var/log/nvidia-mps"
 	MPSShmDir       = "/dev/shm"
 )
+
+// VGPUPreload is the content of a claim's preload file (Device.PreloadFile): the
+// container path of libvgpu.so, which the loader then maps into every dynamically linked
+// process of the container.
+const VGPUPreload = VGPULibraryPath + "\n"
 
 // Node says where this node's GPU device files and enforcement helpers are.
 type Node struct {
@@ -55,12 +63,16 @@ type Limits struct {
 	MemoryMiB int64
 	// ComputePercent caps SMs; 0 means no cap.
 	ComputePercent int
-	// HAMi selects HAMi-core (libvgpu.so preloaded); false selects MPS limits.
+	// HAMi selects HAMi-core (libvgpu.so preloaded by the loader); false selects MPS limits.
 	HAMi bool
 	// Policy is the share's tier (Fixed, Guaranteed, BestEffort); "" is Fixed.
 	Policy string `json:",omitempty"`
 	// Priority is High, Low or "" (the mechanism's normal priority).
 	Priority string `json:",omitempty"`
+	// CUDAIndex, when set, is the CUDA index of the share's GPU in the claim's containers,
+	// decided at prepare from every gpudra claim they get on the node; nil: the GPU's
+	// place among the claim's own devices.
+	CUDAIndex *int `json:",omitempty"`
 	// Oversubscribed: the node oversubscribes GPU memory, so the shares of a GPU may
 	// together hold more than the card has. HAMi-core then gets CUDA_OVERSUBSCRIBE=true,
 	// its virtual device memory; MPS cannot enforce such a share.
@@ -115,6 +127,10 @@ type Device struct {
 	MPS    *MPS
 	// CacheDir is the host directory for HAMi-core's shared cache (shares under HAMi).
 	CacheDir string
+	// PreloadFile is the host path of the claim's preload file (content VGPUPreload),
+	// mounted read-only at VGPUPreloadPath (shares under HAMi). "" in records of claims
+	// prepared before gpudra mounted one: their containers keep LD_PRELOAD.
+	PreloadFile string
 	// TimeSlice is the time-slicing interval, reported to the workload ("" under MPS).
 	TimeSlice string
 }
@@ -197,8 +213,8 @@ func ClaimEnvPrefix(claim string) string {
 // describe the whole claim (GPUDRA_VISIBLE_DEVICES: the UUIDs of its GPUs and MIG
 // devices; GPUDRA_DEVICES: its device names) carry the same value on every device, so a
 // container given several of the claim's devices sees no conflict; per-GPU variables are
-// suffixed with the GPU's position k in GPUDRA_VISIBLE_DEVICES, as HAMi-core's
-// CUDA_DEVICE_MEMORY_LIMIT_<k> is. A container given several claims gets these
+// suffixed with the GPU's position k in GPUDRA_VISIBLE_DEVICES (HAMi-core's caps are
+// numbered by CUDA index instead: hamiLimitsOf). A container given several claims gets these
 // variables from one of them (the runtime applies the claims' specs in turn, and the
 // last value of a variable wins), so each claim also sets the same facts under names of
 // its own, ClaimEnvPrefix(claim) + VISIBLE_DEVICES, DEVICES, MEMORY_MIB and
@@ -228,6 +244,7 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 			prefix + "COMPUTE_PERCENT=" + strings.Join(computes, ","),
 		}
 	}
+	hami := hamiLimitsOf(devs)
 	out := make([]cdispec.ContainerEdits, len(devs))
 	for i, d := range devs {
 		e := &out[i]
@@ -270,7 +287,7 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 				n.node(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", m.CICapMinor)))
 		}
 		if l := d.Limits; l != nil && l.HAMi {
-			n.hamiEdits(e, d, first[i])
+			n.hamiEdits(e, d, hami.of(d))
 		}
 		if d.MPS != nil {
 			mpsEdits(e, d, first[i])
@@ -279,16 +296,22 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 	return out
 }
 
-// hamiEdits enforce a share with HAMi-core: memory and SM caps, the shared cache, and
-// libvgpu.so mounted and preloaded.
-func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, pos int) {
+// hamiEdits enforce a share with HAMi-core: the memory and SM caps of the share's GPU
+// (limits: what all the claim's HAMi-core shares of that GPU add up to), the shared
+// cache, and libvgpu.so mounted and listed in the claim's preload file, mounted read-only
+// at VGPUPreloadPath. Two shares of one GPU in the claim set the same caps, so a container
+// given both sees no conflict.
+func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, limits []hamiLimit) {
 	l := d.Limits
-	e.Env = append(e.Env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", pos, l.MemoryMiB))
+	e.Env = append(e.Env, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+	for _, h := range limits {
+		e.Env = append(e.Env, fmt.Sprintf("CUDA_DEVICE_MEMORY_LIMIT_%d=%dm", h.index, h.memoryMiB))
+		if h.computePercent > 0 {
+			e.Env = append(e.Env, fmt.Sprintf("CUDA_DEVICE_SM_LIMIT_%d=%d", h.index, h.computePercent))
+		}
+	}
 	if l.Oversubscribed {
 		e.Env = append(e.Env, "CUDA_OVERSUBSCRIBE=true")
-	}
-	if l.ComputePercent > 0 {
-		e.Env = append(e.Env, "CUDA_DEVICE_SM_LIMIT="+strconv.Itoa(l.ComputePercent))
 	}
 	if v, ok := priorityValue(l.Priority); ok {
 		e.Env = append(e.Env, "CUDA_TASK_PRIORITY="+v)
@@ -297,10 +320,15 @@ func (n Node) hamiEdits(e *cdispec.ContainerEdits, d Device, pos int) {
 		e.Env = append(e.Env, "CUDA_DEVICE_MEMORY_SHARED_CACHE="+VGPUCacheDir+"/"+d.Name+".cache")
 		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: d.CacheDir, ContainerPath: VGPUCacheDir, Options: []string{"rbind", "rw"}})
 	}
-	if n.VGPULibrary != "" {
-		e.Env = append(e.Env, "LD_PRELOAD="+VGPULibraryPath)
-		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: n.VGPULibrary, ContainerPath: VGPULibraryPath, Options: []string{"ro", "nosuid", "nodev", "rbind"}})
+	if n.VGPULibrary == "" {
+		return
 	}
+	e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: n.VGPULibrary, ContainerPath: VGPULibraryPath, Options: []string{"ro", "nosuid", "nodev", "rbind"}})
+	if d.PreloadFile == "" {
+		e.Env = append(e.Env, "LD_PRELOAD="+VGPULibraryPath)
+		return
+	}
+	e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: d.PreloadFile, ContainerPath: VGPUPreloadPath, Options: []string{"ro", "nosuid", "nodev", "rbind"}})
 }
 
 // mpsEdits connect the container to the claim's MPS daemon and set its client limits.

@@ -249,6 +249,9 @@ func convertCEL(expr string, k kind, derived bool) celResult {
 	why := func(format string, args ...any) { res.whys = append(res.whys, fmt.Sprintf(format, args...)) }
 	var edits []celEdit
 	var want []string
+	// guard are attributes that only some devices of kind k carry: the selector is
+	// guarded by has(), so that it selects only devices that carry them and fails on none.
+	var guard []target
 	for _, r := range info.refs {
 		switch {
 		case r.domain == "":
@@ -269,6 +272,13 @@ func convertCEL(expr string, k kind, derived bool) celResult {
 			if !publishes(k, r.field, t.domain, t.name) {
 				why("%s %q: gpudra's %ss do not publish %s/%s", singular(r.field), r.name, k, t.domain, t.name)
 				continue
+			}
+			if t.staticMIG {
+				if derived {
+					why("%s %q: %s, so a derived attribute would fail on the others", singular(r.field), r.name, staticMIGOnly)
+					continue
+				}
+				guard = append(guard, t)
 			}
 			edits = append(edits, celEdit{at: r.domainAt, value: t.domain, lit: true})
 			if t.name != r.name {
@@ -316,6 +326,22 @@ func convertCEL(expr string, k kind, derived bool) celResult {
 	out, err := applyEdits(expr, edits)
 	if err != nil {
 		return celResult{whys: []string{err.Error()}}
+	}
+	if len(guard) > 0 {
+		var has []string
+		seen := map[string]bool{}
+		for _, t := range guard {
+			if seen[t.name] {
+				continue
+			}
+			seen[t.name] = true
+			has = append(has, fmt.Sprintf("has(device.attributes[%q].%s)", t.domain, t.name))
+			want = append(want, celRef{field: "attributes", domain: t.domain, name: t.name}.key())
+			res.changes = append(res.changes, "guarded by "+has[len(has)-1]+": "+staticMIGOnly)
+		}
+		// The expression goes on lines of its own, so that a comment at its end does not
+		// swallow the closing parenthesis.
+		out = strings.Join(has, " && ") + " && (\n" + out + "\n)"
 	}
 	if err := checkConverted(out, want, derived); err != nil {
 		return celResult{whys: []string{err.Error()}}

@@ -65,10 +65,12 @@ func TestConvertCEL(t *testing.T) {
 
 		{name: "unknown attribute", kind: kindGPU, in: `device.attributes["gpu.nvidia.com"].addressingMode == "HMM"`, why: "addressingMode"},
 		{name: "minor", kind: kindGPU, in: `device.attributes["gpu.nvidia.com"].minor == 0`, why: "minor number"},
-		{name: "MIG UUID", kind: kindMIG, in: `device.attributes["gpu.nvidia.com"].uuid == "MIG-x"`, why: "no UUID"},
+		{name: "MIG UUID, guarded: only static MIG devices have one", kind: kindMIG,
+			in:   `device.attributes["gpu.nvidia.com"].uuid == "MIG-x" // the one in use`,
+			want: "has(device.attributes[\"gpu.gpudra.dev\"].uuid) && (\n" + `device.attributes["gpu.gpudra.dev"].uuid == "MIG-x" // the one in use` + "\n)"},
 		{name: "MIG index", kind: kindMIG, in: `device.attributes["gpu.nvidia.com"].index == 0`, why: "migPlacementStart"},
 		{name: "MIG attribute on a GPU", kind: kindGPU, in: `device.attributes["gpu.nvidia.com"].profile == "1g.5gb"`, why: "MIG devices"},
-		{name: "MIG capacity", kind: kindMIG, in: `device.capacity["gpu.nvidia.com"].copyEngines.isGreaterThan(quantity("1"))`, why: "memory and multiprocessors only"},
+		{name: "MIG capacity", kind: kindMIG, in: `device.capacity["gpu.nvidia.com"].copyEngines.isGreaterThan(quantity("1"))`, why: "memory, multiprocessors, compute only"},
 		{name: "PCI bus ID of a MIG device", kind: kindMIG, in: `device.attributes["resource.kubernetes.io"].pciBusID != ""`, why: "pciBusID"},
 		{name: "the domain map as a whole", kind: kindGPU, in: `device.attributes["gpu.nvidia.com"].size() > 3`, why: "other than by a literal name"},
 		{name: "a computed domain", kind: kindGPU, in: `device.attributes["gpu." + "nvidia.com"].uuid != ""`, why: "literal domain"},
@@ -95,6 +97,14 @@ func TestConvertCEL(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", res.expr, tc.want)
 			}
 		})
+	}
+}
+
+// A derived attribute must evaluate on every device, and a dynamic MIG device has no uuid.
+func TestMIGUUIDInDerivedAttributeIsRefused(t *testing.T) {
+	res := convertCEL(`device.attributes["gpu.nvidia.com"].uuid`, kindMIG, true)
+	if len(res.whys) == 0 || !strings.Contains(res.whys[0], "static MIG") {
+		t.Fatalf("got %q, %v; want a reason naming static MIG", res.expr, res.whys)
 	}
 }
 

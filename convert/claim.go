@@ -296,6 +296,9 @@ func (c *converter) convertConstraint(pl *plan, con *yaml.Node, p path, kinds ma
 			bad := false
 			for _, k := range nv {
 				t := nvAttribute(k, name)
+				if t.staticMIG {
+					t.why = staticMIGOnly + ", and a constraint on it keeps the claim off nodes with dynamic MIG; constrain the GPU by parentUUID instead"
+				}
 				if t.why != "" {
 					pl.block(fp, "%s on a %s: %s", q, k, t.why)
 					bad = true

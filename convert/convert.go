@@ -8,7 +8,6 @@ package convert
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -147,8 +146,8 @@ type converter struct {
 	// cdTemplates maps namespace/name of the claim templates ComputeDomains make to the
 	// ComputeDomain.
 	cdTemplates map[string]string
-	// taken holds kind/namespace/name of every object in the input and written.
-	taken map[string]bool
+	// names holds kind/namespace/name of every object in the input and written.
+	names *namer
 	// before holds documents to write before document i (claim templates for --claims).
 	before map[int][]*yaml.Node
 }
@@ -161,7 +160,7 @@ type inputClass struct {
 // Convert converts a stream of YAML documents.
 func Convert(input []byte, opts Options) (*Result, error) {
 	c := &converter{opts: opts, ext: map[string]string{}, classes: map[string]inputClass{},
-		cdTemplates: map[string]string{}, taken: map[string]bool{}, before: map[int][]*yaml.Node{}}
+		cdTemplates: map[string]string{}, names: newNamer(), before: map[int][]*yaml.Node{}}
 	classes := opts.Classes
 	if classes == nil {
 		var err error
@@ -175,16 +174,22 @@ func Convert(input []byte, opts Options) (*Result, error) {
 		}
 	}
 
-	docs, err := decodeAll(input)
+	docs, expanded, err := decodeAll(input)
 	if err != nil {
 		return nil, err
 	}
 	var objs []*object
 	for i, d := range docs {
-		objs = append(objs, objectsOf(d, i)...)
+		of := objectsOf(d, i)
+		if expanded[i] {
+			for _, o := range of {
+				c.report(Converted, o, "", "YAML aliases and merge keys (<<) written out in full, as Kubernetes reads them, so that each field converts on its own")
+			}
+		}
+		objs = append(objs, of...)
 	}
 	for _, o := range objs {
-		c.taken[o.kind+"/"+o.namespace+"/"+o.name] = true
+		c.names.take(o.kind + "/" + o.namespace + "/" + o.name)
 		if g, _ := o.group(); g == nvConfigGroup && o.kind == "ComputeDomain" {
 			if t := text(getPath(o.node, "spec", "channel", "resourceClaimTemplate"), "name"); t != "" {
 				c.cdTemplates[o.namespace+"/"+t] = o.name
@@ -223,28 +228,6 @@ func Convert(input []byte, opts Options) (*Result, error) {
 	return &Result{Output: out.Bytes(), Entries: c.entries, Objects: len(objs)}, nil
 }
 
-func decodeAll(input []byte) ([]*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(input))
-	var docs []*yaml.Node
-	for {
-		var d yaml.Node
-		err := dec.Decode(&d)
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", len(docs)+1, err)
-		}
-		if len(d.Content) == 0 || (d.Content[0].Kind == yaml.ScalarNode && d.Content[0].Tag == "!!null") {
-			continue
-		}
-		if d.Content[0].Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("document %d: not a Kubernetes object (want a mapping with apiVersion and kind)", len(docs)+1)
-		}
-		docs = append(docs, &d)
-	}
-}
-
 // objectsOf returns a document's object, or a List's items.
 func objectsOf(doc *yaml.Node, i int) []*object {
 	root := doc.Content[0]
@@ -277,6 +260,7 @@ func (c *converter) report(l Level, o *object, p path, format string, args ...an
 var resourceVersions = map[string]bool{"v1": true, "v1beta2": true, "v1beta1": true}
 
 func (c *converter) convertObject(o *object) {
+	c.reportMetadata(o, get(o.node, "metadata"), "metadata")
 	group, version := o.group()
 	switch group {
 	case "resource.k8s.io":

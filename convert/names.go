@@ -122,10 +122,12 @@ var (
 			stdDomain: {"pcieRoot", "numaNode"},
 		},
 	}
-	gpudraCapacities = map[kind][]string{
-		kindGPU:   {api.CapMemory, api.CapMultiprocessors},
+	// gpudraStaticMIGAttrs are published on MIG devices of nodes with static MIG only.
+	gpudraStaticMIGAttrs = []string{api.AttrUUID}
+	gpudraCapacities     = map[kind][]string{
+		kindGPU:   {api.CapMemory, api.CapMultiprocessors, api.CapCompute},
 		kindShare: {api.CapMemory, api.CapCompute},
-		kindMIG:   {api.CapMemory, api.CapMultiprocessors},
+		kindMIG:   {api.CapMemory, api.CapMultiprocessors, api.CapCompute},
 	}
 )
 
@@ -149,6 +151,9 @@ func contains(list []string, s string) bool {
 // publishes reports whether gpudra's devices of kind k carry the attribute (field
 // "attributes") or capacity (field "capacity") domain/name.
 func publishes(k kind, field, domain, name string) bool {
+	if k == kindMIG && field == "attributes" && domain == api.DriverName && contains(gpudraStaticMIGAttrs, name) {
+		return true
+	}
 	if field == "capacity" {
 		return domain == api.DriverName && contains(gpudraCapacities[k], name)
 	}
@@ -159,7 +164,14 @@ func publishes(k kind, field, domain, name string) bool {
 type target struct {
 	domain, name string
 	why          string // non-empty: no gpudra equivalent
+	// staticMIG: gpudra publishes it only on the MIG devices that exist, on nodes with
+	// static MIG (a MIG device's uuid); dynamic MIG devices lack it until prepared.
+	staticMIG bool
 }
+
+// staticMIGOnly says why an attribute that only static MIG devices carry cannot be used
+// where a device without it would fail the claim.
+const staticMIGOnly = "gpudra publishes a MIG device's uuid only for the instances that exist on nodes with static MIG (--mig=static); a dynamic MIG device gets one when its claim is prepared"
 
 var sameIdentity = []string{"type", "productName", "brand", "architecture", "cudaComputeCapability", "driverVersion", "cudaDriverVersion"}
 
@@ -174,10 +186,7 @@ func nvAttribute(k kind, name string) target {
 	mig := k == kindMIG
 	switch name {
 	case "uuid":
-		if mig {
-			return target{why: "gpudra creates a MIG device when its claim is prepared, so a MIG device has no UUID to select by; select its GPU by parentUUID and the partition by migProfile"}
-		}
-		return target{domain: api.DriverName, name: api.AttrUUID}
+		return target{domain: api.DriverName, name: api.AttrUUID, staticMIG: mig}
 	case "index":
 		if mig {
 			return target{why: "the index of a MIG device among its GPU's has no gpudra equivalent; gpudra's MIG devices carry parentIndex and migPlacementStart"}
@@ -227,7 +236,7 @@ func nvCapacity(k kind, name string) target {
 	case strings.HasPrefix(name, "memorySlice"):
 		return target{why: "gpudra keeps MIG memory slices in shared counters, not capacities; select a placement by migPlacementStart and migPlacementSize"}
 	case contains([]string{"copyEngines", "decoders", "encoders", "jpegEngines", "ofaEngines"}, name):
-		return target{why: "gpudra publishes the capacities " + strings.Join(gpudraCapacities[k], " and ") + " only"}
+		return target{why: "gpudra publishes the capacities " + strings.Join(gpudraCapacities[k], ", ") + " only"}
 	case name == "shares":
 		return target{why: "gpudra shares are sized by memory and compute, not by a count of shares"}
 	}

@@ -2,10 +2,10 @@ package convert
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -20,10 +20,17 @@ func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
 			c.convertPodSpec(o, n, p)
 			return
 		}
+		if get(n, "containers") != nil && hasNvidiaResource(get(n, "containers"), 0) {
+			c.report(NotConverted, o, p.child("containers"), "not a list of containers each with a name, so its nvidia.com resources are not converted")
+			return
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
 			if p == "" && (k == "apiVersion" || k == "kind" || k == "metadata" || k == "status") {
 				continue
+			}
+			if k == "metadata" {
+				c.reportMetadata(o, n.Content[i+1], p.child(k))
 			}
 			c.convertPodSpecs(o, n.Content[i+1], p.child(k))
 		}
@@ -59,16 +66,22 @@ type want struct {
 }
 
 func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
+	c.reportNodeSelection(o, spec, p)
+	c.reportNvidiaRuntime(o, spec, p)
 	for i, rc := range items(get(spec, "resourceClaims")) {
 		if cd, ok := c.cdTemplates[o.namespace+"/"+text(rc, "resourceClaimTemplateName")]; ok {
 			c.report(NotConverted, o, p.child("resourceClaims").index(i), "ResourceClaimTemplate %s is ComputeDomain %s's IMEX channel, which gpudra does not offer; it stays for NVIDIA's compute-domain driver", text(rc, "resourceClaimTemplateName"), cd)
 		}
 	}
 	var wants []want
+	// refused holds the device-plugin resources that cannot be converted: with any of
+	// them the pod spec is left exactly as it was.
+	var refused []path
+	total := int64(0)
 	for _, list := range []string{"initContainers", "containers"} {
 		for ci, ctr := range items(get(spec, list)) {
 			res := get(ctr, "resources")
-			limits, requests := get(res, "limits"), get(res, "requests")
+			limits, requests := index(get(res, "limits")), index(get(res, "requests"))
 			seen := map[string]bool{}
 			for _, field := range []string{"limits", "requests"} {
 				for _, r := range keys(get(res, field)) {
@@ -77,20 +90,24 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
 					}
 					seen[r] = true
 					rp := p.child(list).index(ci).child("resources").child(field).child(r)
-					lv, rv := text(limits, r), text(requests, r)
-					if lv != "" && rv != "" && lv != rv {
+					lv, lok := quantityText(limits[r])
+					rv, rok := quantityText(requests[r])
+					if lok && rok && lv != rv {
 						c.report(NotConverted, o, rp, "limits (%s) and requests (%s) differ; a device-plugin resource must have equal ones", lv, rv)
+						refused = append(refused, rp)
 						continue
 					}
-					val := lv
-					if val == "" {
-						val = rv
+					val, vp := lv, p.child(list).index(ci).child("resources").child("limits").child(r)
+					if !lok {
+						val, vp = rv, p.child(list).index(ci).child("resources").child("requests").child(r)
 					}
 					w, why := parseWant(r, val)
 					if why != "" {
-						c.report(NotConverted, o, rp, "%s", why)
+						c.report(NotConverted, o, vp, "%s", why)
+						refused = append(refused, vp)
 						continue
 					}
+					total += w.count
 					w.ctr, w.ctrName, w.at = ctr, text(ctr, "name"), rp
 					if !c.opts.Claims {
 						if cls, ok := c.ext[r]; ok {
@@ -109,9 +126,44 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
 			}
 		}
 	}
-	if len(wants) > 0 {
-		c.claimsFor(o, spec, p, wants)
+	if len(wants) == 0 {
+		return
 	}
+	if len(refused) > 0 {
+		for _, w := range wants {
+			c.report(NotConverted, o, w.at, "left as it was: the pod spec is converted as a whole, and %s is not converted (reported above)", refused[0])
+		}
+		return
+	}
+	if total > maxDevices {
+		for _, w := range wants {
+			c.report(NotConverted, o, w.at, "the pod asks for %d devices in all; a ResourceClaim holds at most %d (resource.k8s.io/v1 allocation results), so the pod spec is left as it was", total, maxDevices)
+		}
+		return
+	}
+	c.claimsFor(o, spec, p, wants)
+}
+
+// maxDevices is the most devices one ResourceClaim can be allocated.
+const maxDevices = resourceapi.AllocationResultsMaxSize
+
+// quantityText returns the value of a resource quantity as written; ok is false when the
+// field is absent. A value that is not a scalar is returned as its kind, so that it fails
+// to parse with a message that says what it was.
+func quantityText(n *yaml.Node) (string, bool) {
+	if n == nil {
+		return "", false
+	}
+	if s, ok := scalar(n); ok {
+		return s, true
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "(a mapping)", true
+	case yaml.SequenceNode:
+		return "(a list)", true
+	}
+	return "(not a scalar)", true
 }
 
 // parseWant reads a device-plugin resource and its quantity.
@@ -128,12 +180,29 @@ func parseWant(r, val string) (want, string) {
 	default:
 		return w, r + ": a device-plugin resource this converter cannot map (renamed or shared resources of the device plugin's config, e.g. nvidia.com/gpu.shared, have no gpudra equivalent)"
 	}
-	q, err := resource.ParseQuantity(val)
-	if err != nil || q.Sign() < 0 || q.MilliValue()%1000 != 0 {
-		return w, fmt.Sprintf("%s: %q: want a whole number of devices", r, val)
+	n, ok := deviceCount(val)
+	if !ok {
+		return w, fmt.Sprintf("%q: want a whole number of devices from 1 to %d", val, maxDevices)
 	}
-	w.count = q.Value()
+	w.count = n
 	return w, ""
+}
+
+// deviceCount reads a device-plugin quantity: a whole number from 1 to maxDevices,
+// written any way Kubernetes writes a quantity ("2", "2000m", "2e0").
+func deviceCount(val string) (int64, bool) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(val))
+	if err != nil {
+		return 0, false
+	}
+	if q.Sign() <= 0 || q.Cmp(*resource.NewQuantity(maxDevices, resource.DecimalSI)) > 0 {
+		return 0, false
+	}
+	// At most maxDevices: its thousandths fit an int64.
+	if m := q.MilliValue(); m%1000 == 0 && q.Cmp(*resource.NewMilliQuantity(m, resource.DecimalSI)) == 0 {
+		return m / 1000, true
+	}
+	return 0, false
 }
 
 // claimsFor writes a ResourceClaimTemplate with one request per wanted resource, gives
@@ -145,34 +214,22 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) 
 		}
 		return
 	}
-	tmpl := c.unique("ResourceClaimTemplate/"+o.namespace+"/", dnsLabel(o.name+"-gpus", 253))
-	c.taken["ResourceClaimTemplate/"+o.namespace+"/"+tmpl] = true
-	podClaims := map[string]bool{}
+	tmpl := c.names.unique("ResourceClaimTemplate/"+o.namespace+"/", dnsLabel(o.name+"-gpus", maxObjectName), maxObjectName)
+	podClaims := newNamer()
 	for _, rc := range items(get(spec, "resourceClaims")) {
-		podClaims[text(rc, "name")] = true
+		podClaims.take(text(rc, "name"))
 	}
-	claim := "gpus"
-	for k := 2; podClaims[claim]; k++ {
-		claim = "gpus-" + strconv.Itoa(k)
-	}
+	claim := podClaims.unique("", "gpus", maxLabel)
 
-	reqNames := map[string]bool{}
+	reqNames := newNamer()
 	var requests []*yaml.Node
 	for _, w := range wants {
 		removeResource(w.ctr, w.resource)
-		if w.count == 0 {
-			c.report(Converted, o, w.at, "0 devices: removed")
-			continue
-		}
 		suffix := "gpu"
 		if w.profile != "" {
 			suffix = "mig-" + w.profile
 		}
-		name := dnsLabel(w.ctrName+"-"+suffix, 63)
-		for k := 2; reqNames[name]; k++ {
-			name = dnsLabel(w.ctrName+"-"+suffix, 60) + "-" + strconv.Itoa(k)
-		}
-		reqNames[name] = true
+		name := reqNames.unique("", dnsLabel(w.ctrName+"-"+suffix, maxLabel), maxLabel)
 		exact := mapping()
 		class := api.DeviceClassGPU
 		if w.profile != "" {
@@ -238,29 +295,4 @@ func removeResource(ctr *yaml.Node, r string) {
 			del(res, field)
 		}
 	}
-}
-
-func (c *converter) unique(prefix, name string) string {
-	n := name
-	for k := 2; c.taken[prefix+n]; k++ {
-		n = name + "-" + strconv.Itoa(k)
-	}
-	return n
-}
-
-// dnsLabel turns s into lower-case letters, digits and '-', at most max long.
-func dnsLabel(s string, max int) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
-			b.WriteRune(r)
-		} else {
-			b.WriteRune('-')
-		}
-	}
-	out := b.String()
-	if len(out) > max {
-		out = out[:max]
-	}
-	return strings.Trim(out, "-")
 }

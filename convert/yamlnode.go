@@ -23,6 +23,20 @@ func get(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
+// index maps m's keys to their values, for look-ups in mappings of any size.
+func index(m *yaml.Node) map[string]*yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	out := make(map[string]*yaml.Node, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if _, dup := out[m.Content[i].Value]; !dup {
+			out[m.Content[i].Value] = m.Content[i+1]
+		}
+	}
+	return out
+}
+
 // getPath follows keys from m.
 func getPath(m *yaml.Node, keys ...string) *yaml.Node {
 	for _, k := range keys {

@@ -64,3 +64,27 @@ func DeviceClasses() ([]*resourceapi.DeviceClass, error) {
 	}
 	return out, nil
 }
+
+// chartValues is the Helm chart's values.yaml: what a default install configures.
+//
+//go:embed helm/gpudra/values.yaml
+var chartValues []byte
+
+// MIGLayouts is the file of MIG layouts the chart installs by default (its value
+// kubeletPlugin.migLayouts, in mig-parted's format), as the kubelet plugin's --mig-layouts
+// reads it. The lab gives it to plugins it runs as processes, so that a node label names the
+// same layouts as on a cluster installed with the chart.
+func MIGLayouts() ([]byte, error) {
+	var values struct {
+		KubeletPlugin struct {
+			MIGLayouts map[string]any `json:"migLayouts"`
+		} `json:"kubeletPlugin"`
+	}
+	if err := yaml.Unmarshal(chartValues, &values); err != nil {
+		return nil, fmt.Errorf("the chart's values.yaml: %w", err)
+	}
+	if len(values.KubeletPlugin.MIGLayouts) == 0 {
+		return nil, fmt.Errorf("the chart's values.yaml sets no kubeletPlugin.migLayouts")
+	}
+	return yaml.Marshal(values.KubeletPlugin.MIGLayouts)
+}

@@ -369,11 +369,12 @@ func TestDevicePluginRequestsAllocate(t *testing.T) {
 	}
 }
 
-// TestDevicePluginNamesAreCharged: Kueue charges the device plugin's names as the claims on
-// the same devices are charged: nvidia.com/gpu as 1 gpudra.dev/gpu (the resource
-// gpu.gpudra.dev maps to) and each nvidia.com/mig-<profile> as 1 gpudra.dev/mig (the resource
-// mig.gpudra.dev maps to), replacing the name itself so a quota in gpudra.dev/gpu and
-// gpudra.dev/mig covers them.
+// TestDevicePluginNamesAreCharged: Kueue charges every gpudra DeviceClass (but the MIG-profile
+// classes, which are for extended resources) to one quota resource, gpudra.dev/gpu-percent,
+// by the devices' compute capacity; and it charges the device plugin's names as the claims on
+// the same devices are charged: nvidia.com/gpu as 100 and each nvidia.com/mig-<profile> as
+// the most any simulated GPU model's device of that profile takes, replacing the name itself
+// so that the one quota covers them.
 func TestDevicePluginNamesAreCharged(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
@@ -382,20 +383,49 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 	if cfg.Resources == nil {
 		t.Fatal("kueue-config.yaml has no resources")
 	}
-	mapped := map[string]corev1.ResourceName{}
+	mapped := map[string]kueueconfig.DeviceClassMapping{}
 	for _, m := range cfg.Resources.DeviceClassMappings {
 		for _, c := range m.DeviceClassNames {
-			mapped[string(c)] = m.Name
+			mapped[string(c)] = m
 		}
 	}
-	if mapped[api.DeviceClassGPU] != api.ExtendedResourceGPU || mapped[api.DeviceClassMIG] != api.ExtendedResourceMIG {
-		t.Fatalf("deviceClassMappings: %s → %s, %s → %s; want %s and %s", api.DeviceClassGPU, mapped[api.DeviceClassGPU], api.DeviceClassMIG, mapped[api.DeviceClassMIG], api.ExtendedResourceGPU, api.ExtendedResourceMIG)
+	for _, c := range shippedClasses(t) {
+		m, ok := mapped[c.Name]
+		if deviceType(c) == api.TypeMIG && c.Spec.ExtendedResourceName != nil {
+			if ok {
+				t.Errorf("MIG-profile class %s is mapped: it is charged through its extended resource", c.Name)
+			}
+			continue
+		}
+		switch {
+		case !ok:
+			t.Errorf("DeviceClass %s is not in resources.deviceClassMappings: Kueue refuses claims on it", c.Name)
+		case m.Name != api.QuotaGPUPercent:
+			t.Errorf("DeviceClass %s is charged to %s, want %s", c.Name, m.Name, api.QuotaGPUPercent)
+		case len(m.Sources) != 1 || m.Sources[0].Capacity == nil || m.Sources[0].Capacity.Name != api.CapCompute || m.Sources[0].Capacity.Driver != api.DriverName:
+			t.Errorf("DeviceClass %s: sources %+v, want one capacity source on %s of driver %s", c.Name, m.Sources, api.CapCompute, api.DriverName)
+		}
+	}
+	if cfg.FeatureGates["KueueDRAIntegrationExtendedResource"] || !cfg.FeatureGates["KueueDRAIntegrationConsumableCapacity"] || !cfg.FeatureGates["KueueDRAIntegration"] {
+		t.Errorf("featureGates %v: want KueueDRAIntegration and KueueDRAIntegrationConsumableCapacity on, KueueDRAIntegrationExtendedResource off", cfg.FeatureGates)
 	}
 	transforms := map[corev1.ResourceName]kueueconfig.ResourceTransformation{}
 	for _, tr := range cfg.Resources.Transformations {
 		transforms[tr.Input] = tr
 	}
-	charged := map[string]string{api.TypeGPU: api.ExtendedResourceGPU, api.TypeMIG: api.ExtendedResourceMIG}
+	// What a device of each MIG profile takes, at most, on the simulated models.
+	profilePercent := map[string]int64{}
+	for _, n := range simMIGNodes(t) {
+		for _, sl := range n.slices(t) {
+			for _, d := range sl.Spec.Devices {
+				if attrString(d, api.AttrType) == api.TypeMIG {
+					c := d.Capacity[api.CapCompute].Value
+					p := attrString(d, api.AttrMIGProfile)
+					profilePercent[p] = max(profilePercent[p], c.Value())
+				}
+			}
+		}
+	}
 	names := 0
 	for _, c := range shippedClasses(t) {
 		if c.Spec.ExtendedResourceName == nil || !strings.HasPrefix(*c.Spec.ExtendedResourceName, "nvidia.com/") {
@@ -403,8 +433,17 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 		}
 		names++
 		ext := corev1.ResourceName(*c.Spec.ExtendedResourceName)
-		want := charged[deviceType(c)]
-		if want == "" {
+		var want int64
+		switch deviceType(c) {
+		case api.TypeGPU:
+			want = 100
+		case api.TypeMIG:
+			want = profilePercent[migProfileOf(c)]
+			if want == 0 {
+				t.Errorf("DeviceClass %s: no simulated model publishes MIG profile %q", c.Name, migProfileOf(c))
+				continue
+			}
+		default:
 			t.Errorf("DeviceClass %s (%s) selects device type %q; want gpu or mig", c.Name, ext, deviceType(c))
 			continue
 		}
@@ -416,12 +455,28 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 		if tr.Strategy == nil || *tr.Strategy != kueueconfig.Replace {
 			t.Errorf("transformation of %s: strategy %v, want Replace (Retain would also charge %s itself)", ext, tr.Strategy, ext)
 		}
-		q := tr.Outputs[corev1.ResourceName(want)]
-		if len(tr.Outputs) != 1 || q.Value() != 1 {
-			t.Errorf("transformation of %s: outputs %v, want {%s: 1}", ext, tr.Outputs, want)
+		q := tr.Outputs[api.QuotaGPUPercent]
+		if len(tr.Outputs) != 1 || q.Value() != want {
+			t.Errorf("transformation of %s: outputs %v, want {%s: %d}", ext, tr.Outputs, api.QuotaGPUPercent, want)
 		}
 	}
 	if _, profiles := chartValues(t); names != 1+len(profiles) {
 		t.Errorf("%d shipped classes carry a device plugin name, want nvidia.com/gpu and one per MIG profile (%d)", names, 1+len(profiles))
 	}
+	for _, n := range []int{2, 4, 8} {
+		tr := transforms[corev1.ResourceName(api.ExtendedResourceNVLinkGroupOf(n))]
+		if q := tr.Outputs[api.QuotaGPUPercent]; q.Value() != int64(100*n) {
+			t.Errorf("transformation of %s: outputs %v, want {%s: %d}", api.ExtendedResourceNVLinkGroupOf(n), tr.Outputs, api.QuotaGPUPercent, 100*n)
+		}
+	}
+}
+
+// migProfileOf is the MIG profile a MIG-profile class selects (from its CEL selector).
+func migProfileOf(c *resourceapi.DeviceClass) string {
+	for _, s := range c.Spec.Selectors {
+		if m := regexp.MustCompile(`migProfile == "([^"]+)"`).FindStringSubmatch(s.CEL.Expression); m != nil {
+			return m[1]
+		}
+	}
+	return ""
 }

@@ -21,6 +21,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/deployments"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestSamplesDecodeStrictly reads every sample users apply and decodes it into its real
@@ -106,11 +108,11 @@ func TestKueueConfiguration(t *testing.T) {
 			t.Errorf("DeviceClass %s has no deviceClassMapping and no extendedResourceName: Kueue cannot count it against a quota", c.Name)
 		}
 	}
-	if !cfg.FeatureGates["DynamicResourceAllocation"] {
-		t.Error("featureGates.DynamicResourceAllocation is off: Kueue would ignore ResourceClaimTemplates in quota")
+	if !cfg.FeatureGates["KueueDRAIntegration"] || !cfg.FeatureGates["KueueDRAIntegrationConsumableCapacity"] {
+		t.Error("featureGates.KueueDRAIntegration or KueueDRAIntegrationConsumableCapacity is off: Kueue would not charge ResourceClaimTemplates by their devices' compute")
 	}
-	if cfg.FeatureGates["DRAExtendedResources"] {
-		t.Error("featureGates.DRAExtendedResources is on: Kueue would charge an NVLink group's extended resource on top of its transformed GPUs")
+	if cfg.FeatureGates["KueueDRAIntegrationExtendedResource"] {
+		t.Error("featureGates.KueueDRAIntegrationExtendedResource is on: Kueue would refuse the extended resources of classes with a capacity source instead of transforming them")
 	}
 	w := cfg.WaitForPodsReady
 	if w == nil || w.Timeout.Duration <= 0 {
@@ -122,9 +124,9 @@ func TestKueueConfiguration(t *testing.T) {
 }
 
 // TestNVLinkGroupsAreChargedInGPUs: every sized NVLink-group DeviceClass is an extended
-// resource that the Kueue configuration transforms into gpudra.dev/gpu, as many as the GPUs
-// its selector asks for (gpuCount == k), replacing the group itself, so a ClusterQueue's
-// gpudra.dev/gpu quota covers it; and every transformation takes a shipped class's resource
+// resource that the Kueue configuration transforms into gpudra.dev/gpu-percent, 100 for each
+// GPU its selector asks for (gpuCount == k), replacing the group itself, so a ClusterQueue's
+// quota covers it; and every transformation takes a shipped class's resource
 // (the device plugin's names are checked by TestDevicePluginNamesAreCharged).
 func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 	var cfg kueueconfig.Configuration
@@ -157,6 +159,7 @@ func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 		for _, s := range c.Spec.Selectors {
 			if m := gpuCount.FindStringSubmatch(s.CEL.Expression); m != nil {
 				want, _ = strconv.ParseInt(m[1], 10, 64)
+				want *= 100
 			}
 		}
 		if want == 0 {
@@ -167,19 +170,19 @@ func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 		tr, ok := transforms[ext]
 		delete(transforms, ext)
 		if !ok {
-			t.Errorf("DeviceClass %s: no resources.transformations entry for %s: Kueue would charge it as 1 %s, not %d GPUs", c.Name, ext, ext, want)
+			t.Errorf("DeviceClass %s: no resources.transformations entry for %s: Kueue would charge it as 1 %s, not %d %s", c.Name, ext, ext, want, api.QuotaGPUPercent)
 			continue
 		}
 		if tr.Strategy == nil || *tr.Strategy != kueueconfig.Replace {
 			t.Errorf("transformation of %s: strategy %v, want Replace (Retain would also charge the group itself)", ext, tr.Strategy)
 		}
-		got := tr.Outputs["gpudra.dev/gpu"]
+		got := tr.Outputs[api.QuotaGPUPercent]
 		if len(tr.Outputs) != 1 || got.Value() != want {
 			var outputs []string
 			for name, q := range tr.Outputs {
 				outputs = append(outputs, string(name)+": "+q.String())
 			}
-			t.Errorf("transformation of %s: outputs {%s}, want {gpudra.dev/gpu: %d}", ext, strings.Join(outputs, ", "), want)
+			t.Errorf("transformation of %s: outputs {%s}, want {%s: %d}", ext, strings.Join(outputs, ", "), api.QuotaGPUPercent, want)
 		}
 	}
 	if sized == 0 {
@@ -192,10 +195,9 @@ func TestNVLinkGroupsAreChargedInGPUs(t *testing.T) {
 
 // TestSampleQueuesCoverWhatKueueCharges: Kueue never admits a workload charged a resource its
 // ClusterQueue does not cover, so each sample ClusterQueue covers every resource the Kueue
-// configuration charges (deviceClassMappings and transformation outputs), with one exception:
-// gpudra.dev/nvlink-group, which counts a group of any size as one and would let a claim
-// template take 8 GPUs for one unit; groups are asked for as gpudra.dev/nvlink-group-k,
-// charged in GPUs.
+// configuration charges (deviceClassMappings and transformation outputs), and that is one
+// resource, gpudra.dev/gpu-percent: with two, a team's quota in one would not bound what it
+// holds in the other.
 func TestSampleQueuesCoverWhatKueueCharges(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
@@ -211,7 +213,9 @@ func TestSampleQueuesCoverWhatKueueCharges(t *testing.T) {
 			charged[string(out)] = true
 		}
 	}
-	delete(charged, "gpudra.dev/nvlink-group")
+	if len(charged) != 1 || !charged[api.QuotaGPUPercent] {
+		t.Errorf("the Kueue configuration charges %v, want only %s", charged, api.QuotaGPUPercent)
+	}
 	data, err := os.ReadFile("kueue/10-queues.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -250,9 +254,6 @@ func TestSampleQueuesCoverWhatKueueCharges(t *testing.T) {
 			if !covered[res] {
 				t.Errorf("ClusterQueue %s does not cover %s: workloads charged it would never be admitted", cq.Name, res)
 			}
-		}
-		if covered["gpudra.dev/nvlink-group"] {
-			t.Errorf("ClusterQueue %s covers gpudra.dev/nvlink-group: a group of 8 GPUs would be charged as one", cq.Name)
 		}
 	}
 	if queues == 0 {

@@ -118,6 +118,33 @@ func capacity(v resource.Quantity) resourceapi.DeviceCapacity {
 	return resourceapi.DeviceCapacity{Value: v}
 }
 
+// computePercent is the compute capacity of a device that is not shared: the percent of
+// one GPU it takes. Kueue charges it against a queue's quota (the same capacity a share
+// asks for), so that whole GPUs, NVLink groups, MIG devices and shares are counted in one
+// unit.
+func computePercent(p int64) resourceapi.DeviceCapacity {
+	return capacity(*resource.NewQuantity(p, resource.DecimalSI))
+}
+
+// MIGComputePercent is the percent of its GPU a MIG device takes: the larger of its
+// multiprocessors' and its memory's fraction, rounded up, so that a queue charged for its
+// MIG devices never holds more of a GPU than it pays for, in either.
+func MIGComputePercent(multiprocessors, gpuMultiprocessors int, memory, gpuMemory uint64) int64 {
+	pct := int64(100)
+	if gpuMultiprocessors > 0 {
+		pct = ceilDiv(100*int64(multiprocessors), int64(gpuMultiprocessors))
+	}
+	if gpuMemory > 0 {
+		// memory/gpuMemory in percent, rounded up, without overflowing: memory ≤ 2^50
+		// for any real card, so memory>>20 (MiB) * 100 fits in an int64.
+		m := ceilDiv(100*int64(memory>>20), max(int64(gpuMemory>>20), 1))
+		pct = max(pct, m)
+	}
+	return min(max(pct, 1), 100)
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
 func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device {
 	a := attrs{}
 	a.str(api.AttrType, api.TypeGPU)
@@ -133,6 +160,7 @@ func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device 
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			api.CapMemory:          capacity(bytesQuantity(g.MemoryBytes)),
 			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(g.Multiprocessors), resource.DecimalSI)),
+			api.CapCompute:         computePercent(100),
 		},
 		ConsumesCounters: counters.wholeGPU(g.Index),
 	}
@@ -221,12 +249,17 @@ func migDevice(inv *Inventory, g *GPU, counters counterPlan, profile string, pl 
 		slices = append(slices, fmt.Sprintf("gpu%d-slice%d", g.Index, s))
 	}
 	consume, _ := counters.consume(map[int][]string{g.Index: slices})
+	if l, ok := counters.limits[g.Index][profile]; ok && uuid == "" {
+		consume = append(consume, resourceapi.DeviceCounterConsumption{CounterSet: l.set,
+			Counters: map[string]resourceapi.Counter{l.name: {Value: resource.MustParse("1")}}})
+	}
 	return resourceapi.Device{
 		Name:       MIGDeviceName(g.Index, profile, pl.Start),
 		Attributes: a,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			api.CapMemory:          capacity(bytesQuantity(memory)),
 			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(multiprocessors), resource.DecimalSI)),
+			api.CapCompute:         computePercent(MIGComputePercent(multiprocessors, g.Multiprocessors, memory, g.MemoryBytes)),
 		},
 		ConsumesCounters: consume,
 	}
@@ -280,6 +313,7 @@ func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable
 			// memory is per member GPU, so selectors read the same as for one GPU.
 			api.CapMemory:          capacity(bytesQuantity(first.MemoryBytes)),
 			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(gr.Members)), resource.DecimalSI)),
+			api.CapCompute:         computePercent(100 * int64(len(gr.Members))),
 		},
 		ConsumesCounters: consume,
 	}, true

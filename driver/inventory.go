@@ -93,6 +93,19 @@ type MIGProfile struct {
 	Multiprocessors int    `json:"multiprocessors"`
 	// Placements are where an instance of this profile can sit, in memory slices.
 	Placements []MIGPlacement `json:"placements"`
+	// MaxInstances is how many instances of this profile a GPU can hold at once (NVML's
+	// instance count): 1 for the profiles with the media engines ("1g.10gb+me"), though
+	// they have a placement on every slice. 0 means unknown.
+	MaxInstances int `json:"maxInstances,omitempty"`
+}
+
+// InstanceLimit is how many instances of the profile a GPU can hold at once: MaxInstances,
+// else (unknown) one per placement.
+func (p MIGProfile) InstanceLimit() int {
+	if p.MaxInstances > 0 {
+		return min(p.MaxInstances, len(p.Placements))
+	}
+	return len(p.Placements)
 }
 
 // MIGPlacement is a GPU instance position: memory slices [Start, Start+Size).

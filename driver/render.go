@@ -241,7 +241,13 @@ type counterPlan struct {
 	sets  []resourceapi.CounterSet
 	setOf map[int]string   // GPU index → counter set name
 	names map[int][]string // GPU index → its counter names
+	// limits are the counters that hold a MIG profile to fewer instances than it has
+	// placements (the "+me" profiles, one per GPU): GPU index → profile → counter.
+	limits map[int]map[string]limitCounter
 }
+
+// limitCounter is a counter of a MIG profile's instances on one GPU.
+type limitCounter struct{ set, name string }
 
 // planCounters gives every GPU that publishes MIG devices one counter per MIG memory
 // slice, every other GPU a single counter, and packs consecutive GPUs into sets of at
@@ -282,7 +288,43 @@ func planCounters(inv *Inventory, opts RenderOptions) counterPlan {
 		}
 		plan.sets = append(plan.sets, set)
 	}
+	if opts.MIG == MIGDynamic {
+		planLimits(inv, opts, &plan)
+	}
 	return plan
+}
+
+// planLimits gives each MIG profile that a GPU holds fewer instances of than it has
+// placements (NVML's instance count: one "1g.10gb+me" per GPU) a counter of that many,
+// which each of its placements consumes, in sets of their own after the GPUs' sets: a
+// dynamic MIG device then consumes from two sets at most, its GPU's and its limit's.
+func planLimits(inv *Inventory, opts RenderOptions, plan *counterPlan) {
+	plan.limits = map[int]map[string]limitCounter{}
+	var set *resourceapi.CounterSet
+	for k := range inv.GPUs {
+		g := &inv.GPUs[k]
+		if !opts.publishesMIG(g) {
+			continue
+		}
+		for _, p := range g.MIG.Profiles {
+			if p.InstanceLimit() >= len(p.Placements) {
+				continue
+			}
+			if set == nil || len(set.Counters) == resourceapi.ResourceSliceMaxCountersPerCounterSet {
+				plan.sets = append(plan.sets, resourceapi.CounterSet{
+					Name:     fmt.Sprintf("mig-limits-%d", len(plan.sets)),
+					Counters: map[string]resourceapi.Counter{},
+				})
+				set = &plan.sets[len(plan.sets)-1]
+			}
+			name := fmt.Sprintf("gpu%d-%s", g.Index, profileLabel.Replace(p.Name))
+			set.Counters[name] = resourceapi.Counter{Value: *resource.NewQuantity(int64(p.InstanceLimit()), resource.DecimalSI)}
+			if plan.limits[g.Index] == nil {
+				plan.limits[g.Index] = map[string]limitCounter{}
+			}
+			plan.limits[g.Index][p.Name] = limitCounter{set: set.Name, name: name}
+		}
+	}
 }
 
 // publishesMIG says whether GPU g's MIG devices are published: every MIG-capable GPU
@@ -337,7 +379,9 @@ func (p counterPlan) wholeGPU(index int) []resourceapi.DeviceCounterConsumption 
 func GPUDeviceName(index int) string   { return fmt.Sprintf("gpu-%d", index) }
 func ShareDeviceName(index int) string { return fmt.Sprintf("gpu-%d-share", index) }
 func MIGDeviceName(index int, profile string, start int) string {
-	p := strings.NewReplacer(".", "", "+", "-").Replace(profile)
-	return fmt.Sprintf("gpu-%d-mig-%s-%d", index, p, start)
+	return fmt.Sprintf("gpu-%d-mig-%s-%d", index, profileLabel.Replace(profile), start)
 }
 func GroupDeviceName(members []int) string { return "nvlink-" + topology.JoinIndices(members, "-") }
+
+// profileLabel writes a MIG profile's name in a DNS label ("1g.10gb+me": "1g10gb-me").
+var profileLabel = strings.NewReplacer(".", "", "+", "-")

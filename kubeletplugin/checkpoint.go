@@ -65,6 +65,10 @@ type PreparedClaim struct {
 	Devices      []PreparedDevice
 	// MPS is the claim's MPS control daemon once started; nil when it has none.
 	MPS *MPSDaemon
+	// TimeSlicesLeft are the UUIDs of the GPUs whose time-slices the claim's unprepare or
+	// rollback has still to give back, once it has released all else the claim held:
+	// Devices and MPS are empty then, and the claim's devices free for other claims.
+	TimeSlicesLeft []string
 }
 
 // PreparedDevice is one allocated device of a claim as prepared on this node.

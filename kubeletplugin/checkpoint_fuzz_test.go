@@ -33,10 +33,13 @@ func storeFiles(f *testing.F) (checkpoint, journal []byte) {
 		Devices: []PreparedDevice{{Request: "share", Pool: "node-a", Device: "gpu-0-share", ShareID: "s1", Type: "share", GPUs: []int{0},
 			MIG: &MIGInstance{Parent: 0, Profile: "1g.10gb", GIProfileID: 19, Start: 2, Size: 1}}},
 		MPS: &MPSDaemon{PipeDir: "/run/mps/u-mps/pipe", LogDir: "/run/mps/u-mps/log", Devices: []string{"GPU-0"}}}
+	// An unprepare with only its GPUs' time-slices left to give back.
+	left := &PreparedClaim{UID: "u-left", Namespace: "default", Name: "left", State: UnprepareStarted, TimeSlicesLeft: []string{"GPU-1", "GPU-3"}}
 	for _, step := range []func() error{
 		func() error { d.Claims[whole.UID] = whole; return s.put(d, whole, "") },
 		func() error { d.Claims[mps.UID] = mps; return s.put(d, mps, "") },
 		func() error { delete(d.Claims, mps.UID); return s.remove(d, mps.UID, "") },
+		func() error { d.Claims[left.UID] = left; return s.put(d, left, "") },
 	} {
 		if err := step(); err != nil {
 			f.Fatal(err)

@@ -34,6 +34,8 @@ type claimRecord struct {
 	State        string           `json:"state"`
 	Devices      []deviceRecord   `json:"devices"`
 	MPS          *mpsDaemonRecord `json:"mps,omitempty"`
+	// TimeSlicesLeft is absent but for a claim released but for its GPUs' time-slices.
+	TimeSlicesLeft []string `json:"timeSlicesLeft,omitempty"`
 }
 
 // deviceRecord is a PreparedDevice.
@@ -80,7 +82,9 @@ type cdiDeviceRecord struct {
 	Limits         *cdiLimitsRecord `json:"Limits"`
 	MPS            *cdiMPSRecord    `json:"MPS"`
 	CacheDir       string           `json:"CacheDir"`
-	TimeSlice      string           `json:"TimeSlice"`
+	// PreloadFile is absent from records written before HAMi-core was preloaded by file.
+	PreloadFile string `json:"PreloadFile,omitempty"`
+	TimeSlice   string `json:"TimeSlice"`
 }
 
 // cdiGPURecord is a cdi.GPU.
@@ -107,7 +111,9 @@ type cdiLimitsRecord struct {
 	HAMi           bool   `json:"HAMi"`
 	Policy         string `json:"Policy,omitempty"`
 	Priority       string `json:"Priority,omitempty"`
-	Oversubscribed bool   `json:"Oversubscribed,omitempty"`
+	// CUDAIndex is absent when the share is numbered among its claim's own devices.
+	CUDAIndex      *int `json:"CUDAIndex,omitempty"`
+	Oversubscribed bool `json:"Oversubscribed,omitempty"`
 }
 
 // cdiMPSRecord is a cdi.MPS. ShmDir is absent from v1 files (read as "").
@@ -173,7 +179,7 @@ func claimRecordOf(pc *PreparedClaim) *claimRecord {
 		return nil
 	}
 	r := &claimRecord{UID: string(pc.UID), Namespace: pc.Namespace, Name: pc.Name, PodClaimName: pc.PodClaimName,
-		State: string(pc.State), Devices: convertSlice(pc.Devices, deviceRecordOf)}
+		State: string(pc.State), Devices: convertSlice(pc.Devices, deviceRecordOf), TimeSlicesLeft: pc.TimeSlicesLeft}
 	if d := pc.MPS; d != nil {
 		r.MPS = &mpsDaemonRecord{PipeDir: d.PipeDir, LogDir: d.LogDir, ShmDir: d.ShmDir, Devices: d.Devices,
 			ActiveThreadPercent: d.ActiveThreadPercent, PinnedMemoryMiB: d.PinnedMemoryMiB, PID: d.PID}
@@ -184,6 +190,9 @@ func claimRecordOf(pc *PreparedClaim) *claimRecord {
 func (r *claimRecord) claim() *PreparedClaim {
 	pc := &PreparedClaim{UID: types.UID(r.UID), Namespace: r.Namespace, Name: r.Name, PodClaimName: r.PodClaimName,
 		State: ClaimState(r.State), Devices: convertSlice(r.Devices, deviceRecord.device)}
+	if len(r.TimeSlicesLeft) > 0 { // an empty list reads as none, as it is written
+		pc.TimeSlicesLeft = r.TimeSlicesLeft
+	}
 	if d := r.MPS; d != nil {
 		pc.MPS = &MPSDaemon{PipeDir: d.PipeDir, LogDir: d.LogDir, ShmDir: d.ShmDir, Devices: d.Devices,
 			ActiveThreadPercent: d.ActiveThreadPercent, PinnedMemoryMiB: d.PinnedMemoryMiB, PID: d.PID}
@@ -213,12 +222,13 @@ func (r deviceRecord) device() PreparedDevice {
 
 func cdiDeviceRecordOf(d cdi.Device) cdiDeviceRecord {
 	r := cdiDeviceRecord{Name: d.Name, Device: d.Device, GPUs: convertSlice(d.GPUs, cdiGPURecordOf), MemoryBytes: d.MemoryBytes,
-		ComputePercent: d.ComputePercent, CacheDir: d.CacheDir, TimeSlice: d.TimeSlice}
+		ComputePercent: d.ComputePercent, CacheDir: d.CacheDir, PreloadFile: d.PreloadFile, TimeSlice: d.TimeSlice}
 	if m := d.MIG; m != nil {
 		r.MIG = &cdiMIGRecord{Parent: cdiGPURecordOf(m.Parent), GI: m.GI, CI: m.CI, UUID: m.UUID, GICapMinor: m.GICapMinor, CICapMinor: m.CICapMinor}
 	}
 	if l := d.Limits; l != nil {
-		r.Limits = &cdiLimitsRecord{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority, Oversubscribed: l.Oversubscribed}
+		r.Limits = &cdiLimitsRecord{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority,
+			CUDAIndex: copyInt(l.CUDAIndex), Oversubscribed: l.Oversubscribed}
 	}
 	if m := d.MPS; m != nil {
 		r.MPS = &cdiMPSRecord{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercent: m.ActiveThreadPercent,
@@ -229,12 +239,13 @@ func cdiDeviceRecordOf(d cdi.Device) cdiDeviceRecord {
 
 func (r cdiDeviceRecord) device() cdi.Device {
 	d := cdi.Device{Name: r.Name, Device: r.Device, GPUs: convertSlice(r.GPUs, cdiGPURecord.gpu), MemoryBytes: r.MemoryBytes,
-		ComputePercent: r.ComputePercent, CacheDir: r.CacheDir, TimeSlice: r.TimeSlice}
+		ComputePercent: r.ComputePercent, CacheDir: r.CacheDir, PreloadFile: r.PreloadFile, TimeSlice: r.TimeSlice}
 	if m := r.MIG; m != nil {
 		d.MIG = &cdi.MIG{Parent: m.Parent.gpu(), GI: m.GI, CI: m.CI, UUID: m.UUID, GICapMinor: m.GICapMinor, CICapMinor: m.CICapMinor}
 	}
 	if l := r.Limits; l != nil {
-		d.Limits = &cdi.Limits{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority, Oversubscribed: l.Oversubscribed}
+		d.Limits = &cdi.Limits{MemoryMiB: l.MemoryMiB, ComputePercent: l.ComputePercent, HAMi: l.HAMi, Policy: l.Policy, Priority: l.Priority,
+			CUDAIndex: copyInt(l.CUDAIndex), Oversubscribed: l.Oversubscribed}
 	}
 	if m := r.MPS; m != nil {
 		d.MPS = &cdi.MPS{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir, ActiveThreadPercent: m.ActiveThreadPercent,
@@ -248,6 +259,14 @@ func cdiGPURecordOf(g cdi.GPU) cdiGPURecord {
 }
 
 func (r cdiGPURecord) gpu() cdi.GPU { return cdi.GPU{Index: r.Index, Minor: r.Minor, UUID: r.UUID} }
+
+func copyInt(p *int) *int {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
 
 // convertSlice converts each element; nil stays nil (null in JSON), empty stays empty.
 func convertSlice[S, T any](in []S, f func(S) T) []T {

@@ -27,26 +27,31 @@ func checkClaimUID(uid types.UID) error {
 // daemon, its unprepare with the wait for the daemon to stop, and a background repair.
 // Operations on different claims go on side by side and meet only in the node's lock,
 // which each takes after its claim's.
-type claimLocks struct {
+type claimLocks = keyedLocks[types.UID]
+
+// keyedLocks is a lock for each key, held by one holder at a time. A key's lock exists
+// while it is held or waited for: the memory it takes is bounded by the holders and
+// waiters, not by the keys ever locked.
+type keyedLocks[K comparable] struct {
 	mu   sync.Mutex
-	held map[types.UID]*claimLock
+	held map[K]*keyedLock
 }
 
-type claimLock struct {
+type keyedLock struct {
 	mu    sync.Mutex
 	users int // holders and waiters
 }
 
-// lock takes the claim's lock and returns its release.
-func (c *claimLocks) lock(uid types.UID) (unlock func()) {
+// lock takes key's lock and returns its release.
+func (c *keyedLocks[K]) lock(key K) (unlock func()) {
 	c.mu.Lock()
 	if c.held == nil {
-		c.held = map[types.UID]*claimLock{}
+		c.held = map[K]*keyedLock{}
 	}
-	l := c.held[uid]
+	l := c.held[key]
 	if l == nil {
-		l = &claimLock{}
-		c.held[uid] = l
+		l = &keyedLock{}
+		c.held[key] = l
 	}
 	l.users++
 	c.mu.Unlock()
@@ -55,7 +60,7 @@ func (c *claimLocks) lock(uid types.UID) (unlock func()) {
 		l.mu.Unlock()
 		c.mu.Lock()
 		if l.users--; l.users == 0 {
-			delete(c.held, uid)
+			delete(c.held, key)
 		}
 		c.mu.Unlock()
 	}

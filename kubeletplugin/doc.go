@@ -20,8 +20,10 @@
 // exits later, is repaired in the background with back-off (repair.go). The kubelet's
 // calls run side by side (kubeletplugin.Serialize(false)): each claim's lock orders the
 // calls on one claim, and the node's lock is held only for short steps, never while a
-// daemon's pod starts or stops. Claim UIDs must be DNS-1123 labels, as Kubernetes'
-// UUIDs are, since they name the claim's files (claim.go).
+// daemon's pod starts or stops, nor while nvidia-smi sets a GPU's time-slice (but at
+// start-up); each GPU's lock orders the changes of its time-slice (timeslice.go). Claim
+// UIDs must be DNS-1123 labels, as Kubernetes' UUIDs are, since they name the claim's
+// files (claim.go).
 //
 // Health: NVML events (XID critical errors except application XIDs, double-bit ECC,
 // GPU unavailable or lost) mark a GPU unhealthy; every device using it is republished

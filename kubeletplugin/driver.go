@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
@@ -24,14 +25,21 @@ import (
 
 // Config is what the plugin needs to run on one node.
 type Config struct {
-	NodeName      string
-	Client        kubernetes.Interface
-	Backend       *discover.Backend
-	Render        driver.RenderOptions
-	PluginDataDir string
-	RegistrarDir  string
-	CDIRoot       string
-	CheckpointDir string
+	NodeName string
+	// Client is what prepares use (the claims, ResourceSlices, the pods of a share's
+	// priority, MPS control daemon pods).
+	Client kubernetes.Interface
+	// BackgroundClient is what the background writers and readers use (claims' usage
+	// status, Events, the Node's MIG layout labels, the owners of GPU processes, the
+	// readiness probe's ResourceSlices): a client with a rate limiter of its own keeps
+	// them from using up the requests prepares wait for. nil: Client.
+	BackgroundClient kubernetes.Interface
+	Backend          *discover.Backend
+	Render           driver.RenderOptions
+	PluginDataDir    string
+	RegistrarDir     string
+	CDIRoot          string
+	CheckpointDir    string
 	// DriverRoot is where the NVIDIA driver's device files, libraries and binaries are
 	// found ("" or "/" on a GPU node; the lab's fake root with a simulated backend). The
 	// CDI specs' GPU parts come from nvcdi reading it (cdi.Driver).
@@ -79,6 +87,8 @@ type Config struct {
 	// Node's gpu.gpudra.dev/mig-config label chooses one, with static MIG; it is read
 	// again every MIGLayoutInterval. "" applies none.
 	MIGLayoutsFile string
+	// Clock tells the time for back-offs (a MIG layout that failed); nil is the real clock.
+	Clock clock.PassiveClock
 	// Usage is how the plugin finds what the prepared claims use (usage.go).
 	Usage UsageConfig
 	// SharePriorityThreshold, when set, gives a Fixed or Guaranteed share whose configuration
@@ -101,6 +111,8 @@ type Driver struct {
 	metrics   *metrics
 	probes    probeState        // readiness and liveness (probes.go)
 	types     map[string]string // published device name → type
+	// startMounts are the shm tmpfs New mounted, which Start unmounts when it fails.
+	startMounts []string
 
 	mu sync.Mutex // guards pool and orders its publishing
 }
@@ -110,6 +122,9 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // New discovers the node's GPUs and recovers the prepared claims from the checkpoint,
 // CDI specs and MIG instances left by an earlier run, without talking to the kubelet.
 func New(ctx context.Context, cfg Config) (*Driver, error) {
+	if cfg.BackgroundClient == nil {
+		cfg.BackgroundClient = cfg.Client
+	}
 	inv, err := discover.Discover(cfg.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
@@ -133,24 +148,31 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What recovering mounts (spare MPS trees, restored claims' shm tmpfs) is undone when
+	// the start fails.
+	st.mps.recordStartMounts()
 	m := newMetrics(st)
 	usageCollectorIn(m).sampler.Store(newUsageSampler(ctx, cfg, st))
 	st.repairs.metrics = m
 	err = st.recover()
 	m.checkpointsRecover.Add(float64(st.corruptions))
 	if err != nil {
+		st.undoStart(st.mps.stopRecording())
 		return nil, fmt.Errorf("recovering prepared claims: %w", err)
 	}
 	h, err := openHealth(cfg.CheckpointDir, st.bootID, inv, klog.FromContext(ctx))
 	if err != nil {
+		st.undoStart(st.mps.stopRecording())
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
 		health: h, metrics: m, types: deviceTypes(pool)}
 	d.reportUnreadable(ctx)
 	if err := d.republish(ctx); err != nil { // with the GPU health file's taints
+		st.undoStart(st.mps.stopRecording())
 		return nil, err
 	}
+	d.startMounts = st.mps.stopRecording()
 	st.repairs.start(ctx)
 	return d, nil
 }
@@ -165,6 +187,12 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	inv := d.inventory
 	ctx, cancel := context.WithCancelCause(ctx)
 	d.cancel = cancel
+	// A start that fails leaves nothing mounted (nor running) behind.
+	failed := func(err error) (*Driver, error) {
+		cancel(err)
+		d.state.undoStart(d.startMounts)
+		return nil, err
+	}
 
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(api.DriverName),
@@ -184,22 +212,20 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		opts = append(opts, kubeletplugin.NodeUID(node.UID))
 		d.health.nodeUID = node.UID
 	} else if !apierrors.IsNotFound(err) {
-		cancel(err)
-		return nil, fmt.Errorf("reading Node %s: %w", cfg.NodeName, err)
+		return failed(fmt.Errorf("reading Node %s: %w", cfg.NodeName, err))
 	}
 	helper, err := kubeletplugin.Start(ctx, d, opts...)
 	if err != nil {
-		cancel(err)
-		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
+		return failed(fmt.Errorf("starting the kubelet plugin: %w", err))
 	}
 	d.mu.Lock()
 	d.helper = helper
 	d.mu.Unlock()
 	if err := d.republish(ctx); err != nil {
 		helper.Stop()
-		cancel(err)
-		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+		return failed(fmt.Errorf("publishing ResourceSlices: %w", err))
 	}
+	d.startMounts = nil
 	klog.FromContext(ctx).Info("Publishing ResourceSlices", "node", cfg.NodeName, "backend", inv.Backend, "gpus", len(inv.GPUs), "slices", len(d.Pool().Slices))
 	d.startHealth(ctx)
 	d.startMIGLayoutWatch(ctx)
@@ -235,7 +261,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		// The wait for the claim's MPS control daemon is outside the node's lock: other
 		// claims' prepares go on meanwhile. A daemon that is not ready fails this call,
 		// the claim stays prepared, and the kubelet's retry waits again.
-		devs, err := d.state.prepareClaim(ctx, c)
+		devs, err := d.state.prepareClaim(ctx, c, claims)
 		d.metrics.prepareSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
 		if err != nil {
 			d.metrics.prepareErrors.WithLabelValues(kind).Inc()

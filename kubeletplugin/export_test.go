@@ -1,6 +1,11 @@
 package kubeletplugin
 
 import (
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
@@ -47,4 +52,54 @@ func RemakeSpareMPSDirs(d *Driver) error {
 	d.state.mu.Lock()
 	defer d.state.mu.Unlock()
 	return d.state.mps.resetSpares()
+}
+
+// ShmMounts is a table of stubbed MPS shm tmpfs mounts (StubShmMounts).
+type ShmMounts struct {
+	mu      sync.Mutex
+	mounted map[string]bool
+}
+
+// Mounted are the directories mounted now, sorted.
+func (m *ShmMounts) Mounted() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.mounted))
+}
+
+// StubShmMounts makes plugins made until t ends mount and unmount their MPS shm tmpfs in
+// the table it returns instead of with mount(2).
+func StubShmMounts(t testing.TB) *ShmMounts {
+	saved := shmMounts
+	t.Cleanup(func() { shmMounts = saved })
+	table := &ShmMounts{mounted: map[string]bool{}}
+	shmMounts.mount = func(dir string) error {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		table.mounted[dir] = true
+		return nil
+	}
+	shmMounts.unmount = func(dir string) error {
+		table.mu.Lock()
+		defer table.mu.Unlock()
+		delete(table.mounted, dir)
+		return nil
+	}
+	return table
+}
+
+// Forget empties the table: the mounts went with their mount namespace (a plugin's
+// container that ended).
+func (m *ShmMounts) Forget() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.mounted)
+}
+
+// GPULocks is how many GPUs' time-slice locks d keeps now (held or waited for).
+func GPULocks(d *Driver) int {
+	l := &d.state.gpuLocks
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
 }

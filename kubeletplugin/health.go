@@ -359,8 +359,8 @@ func (d *Driver) startHealth(ctx context.Context) {
 		<-ctx.Done()
 		d.probes.stopped.Store(true)
 	})
-	if d.cfg.Client != nil {
-		d.health.events = startNodeEvents(ctx, d.cfg.Client, d.cfg.NodeName, d.health.nodeUID, &d.health.watchers)
+	if d.cfg.BackgroundClient != nil {
+		d.health.events = startNodeEvents(ctx, d.cfg.BackgroundClient, d.cfg.NodeName, d.health.nodeUID, &d.health.watchers)
 	}
 	d.health.events.startup(d.inventory.Unreadable, d.health.cleared)
 }

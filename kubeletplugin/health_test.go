@@ -97,12 +97,24 @@ func (c *cluster) waitForSlices(ok func(map[string]resourceapi.Device) bool) map
 			c.t.Fatal(err)
 		}
 		devs = map[string]resourceapi.Device{}
+		// Only a complete pool is what the plugin publishes: all slices of its newest
+		// generation. While it is still creating or replacing slices, the devices of the
+		// missing ones would pass any check on "every device".
+		var gen int64
 		for _, s := range list.Items {
+			gen = max(gen, s.Spec.Pool.Generation)
+		}
+		count, want := int64(0), int64(-1)
+		for _, s := range list.Items {
+			if s.Spec.Pool.Generation != gen {
+				continue
+			}
+			count, want = count+1, s.Spec.Pool.ResourceSliceCount
 			for _, d := range s.Spec.Devices {
 				devs[d.Name] = d
 			}
 		}
-		if ok(devs) {
+		if count == want && ok(devs) {
 			return devs
 		}
 	}

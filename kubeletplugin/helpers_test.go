@@ -252,12 +252,19 @@ type fakeTimeSlicer struct {
 	calls     int
 }
 
-func (f *fakeTimeSlicer) SetTimeSlice(gpu string, iv api.TimeSliceInterval) error {
+func (f *fakeTimeSlicer) SetTimeSlice(_ context.Context, gpu string, iv api.TimeSliceInterval) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
 	f.intervals[gpu] = iv
 	return nil
+}
+
+// callCount is how many times a time-slice was set.
+func (f *fakeTimeSlicer) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
 }
 
 // interval is the GPU's interval: Default unless one was set.

@@ -2,6 +2,7 @@ package kubeletplugin_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func TestRestartAfterCrashWhileCompactingEndsClean(t *testing.T) {
 	for _, cl := range crashClaims {
 		t.Run(cl.name, func(t *testing.T) {
 			for nth := 1; ; nth++ {
-				n := newNode(t, "dgx-h100")
+				n := crashNode(t, false, cl.hami)
 				c := n.allocate(cl.spec)
 				var seen []string
 				phase := "start-up"
@@ -105,7 +106,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 	}
 	// What the interrupted prepare had done: its GPU's time-slice.
 	uuid3 := n.backendGPU(3)
-	_ = n.timeSlices.SetTimeSlice(uuid3, api.IntervalLong)
+	_ = n.timeSlices.SetTimeSlice(context.Background(), uuid3, api.IntervalLong)
 
 	d := n.newDriver(nil)
 	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {

@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -180,16 +181,29 @@ func (d *Driver) MetricsHandler() http.Handler {
 }
 
 // ServeMetrics serves /metrics, and the probes /readyz (Ready) and /livez (Live), on
-// address (host:port; port 0 picks one) until ctx ends, and returns the address it
-// listens on. An address in use is not fatal: in the host's network, a rolling update's
-// new plugin starts while the old one still holds the port, so ServeMetrics returns nil
-// and keeps trying in the background until it gets it.
-func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, error) {
+// address (host:port; port 0 picks one) until ctx ends, to the callers access allows
+// (HTTPS, or plain HTTP), and returns the address it listens on. An address in use is not
+// fatal: in the host's network, a rolling update's new plugin starts while the old one
+// still holds the port, so ServeMetrics returns nil and keeps trying in the background
+// until it gets it.
+func (d *Driver) ServeMetrics(ctx context.Context, address string, access MetricsAccess) (net.Addr, error) {
+	logger := klog.FromContext(ctx)
+	var metrics http.Handler = d.MetricsHandler()
+	var tlsConfig *tls.Config
+	if access.secure() {
+		var err error
+		if metrics, err = access.authorized(metrics, logger); err != nil {
+			return nil, err
+		}
+		if tlsConfig, err = access.tlsConfig(); err != nil {
+			return nil, err
+		}
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", d.MetricsHandler())
+	mux.Handle("/metrics", metrics)
 	mux.Handle("/readyz", ProbeHandler(d.Ready))
 	mux.Handle("/livez", ProbeHandler(func(context.Context) error { return d.Live() }))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig}
 	serve := func(l net.Listener) {
 		go func() {
 			<-ctx.Done()
@@ -198,8 +212,14 @@ func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, er
 			_ = srv.Shutdown(shutdown)
 		}()
 		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.FromContext(ctx).Error(err, "Serving metrics failed", "address", l.Addr().String())
+			var err error
+			if tlsConfig != nil {
+				err = srv.ServeTLS(l, "", "")
+			} else {
+				err = srv.Serve(l)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Serving metrics failed", "address", l.Addr().String())
 			}
 		}()
 	}
@@ -211,7 +231,6 @@ func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, er
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		return nil, fmt.Errorf("metrics bind address %q: %w", address, err)
 	}
-	logger := klog.FromContext(ctx)
 	logger.Info("Metrics address in use (another plugin of this node, e.g. during a rolling update); serving metrics once it is free", "address", address)
 	go func() {
 		t := time.NewTicker(metricsRetryInterval)
@@ -224,7 +243,7 @@ func (d *Driver) ServeMetrics(ctx context.Context, address string) (net.Addr, er
 			}
 			l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
 			if err == nil {
-				logger.Info("Serving metrics", "address", "http://"+l.Addr().String()+"/metrics")
+				logger.Info("Serving metrics", "address", l.Addr().String(), "https", tlsConfig != nil)
 				serve(l)
 				return
 			}

@@ -34,7 +34,7 @@ func serveMetrics(t *testing.T, d *plugin.Driver) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	addr, err := d.ServeMetrics(ctx, "127.0.0.1:0")
+	addr, err := d.ServeMetrics(ctx, "127.0.0.1:0", plugin.MetricsAccess{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestMetricsWaitForTheirAddress(t *testing.T) {
 	d := n.newDriver(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	got, err := d.ServeMetrics(ctx, addr)
+	got, err := d.ServeMetrics(ctx, addr, plugin.MetricsAccess{})
 	if err != nil || got != nil {
 		t.Fatalf("ServeMetrics on an address in use = %v, %v; want nil, nil (waiting for it)", got, err)
 	}
@@ -145,7 +145,7 @@ func TestMetricsWaitForTheirAddress(t *testing.T) {
 
 func TestMetricsBadAddressIsAnError(t *testing.T) {
 	d := newNode(t, "dgx-h100").newDriver(nil)
-	if _, err := d.ServeMetrics(t.Context(), "127.0.0.1:99999"); err == nil || !strings.Contains(err.Error(), `metrics bind address "127.0.0.1:99999"`) {
+	if _, err := d.ServeMetrics(t.Context(), "127.0.0.1:99999", plugin.MetricsAccess{}); err == nil || !strings.Contains(err.Error(), `metrics bind address "127.0.0.1:99999"`) {
 		t.Fatalf("ServeMetrics with port 99999: %v, want an error naming the address", err)
 	}
 }

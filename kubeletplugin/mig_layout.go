@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
@@ -45,12 +47,24 @@ type migLayouts struct {
 	reported string
 	// migManager says that the node's nvidia.com/mig.config label has been logged.
 	migManager bool
+	// failed is the last layout whose apply failed (rolled back), and when it may be tried
+	// again: a layout that fails again waits twice as long, up to maxMIGLayoutBackoff, so a
+	// GPU that refuses it is not repartitioned and restored on every pass.
+	failed struct {
+		key   string // the label's layout and the layouts file it was read from
+		retry time.Time
+		wait  time.Duration
+	}
 }
+
+// maxMIGLayoutBackoff bounds the wait before a layout that failed is tried again, unless the
+// label or the layouts file change first.
+const maxMIGLayoutBackoff = 10 * time.Minute
 
 // startMIGLayouts follows the Node's MIG layout label every Config.MIGLayoutInterval
 // until ctx ends, when the plugin has a layouts file and an API server.
 func (d *Driver) startMIGLayouts(ctx context.Context) {
-	if d.cfg.MIGLayoutsFile == "" || d.cfg.Client == nil {
+	if d.cfg.MIGLayoutsFile == "" || d.cfg.BackgroundClient == nil {
 		return
 	}
 	l := &migLayouts{d: d}
@@ -72,7 +86,7 @@ func (d *Driver) startMIGLayouts(ctx context.Context) {
 func (l *migLayouts) reconcile(ctx context.Context) {
 	d := l.d
 	logger := klog.FromContext(ctx)
-	node, err := d.cfg.Client.CoreV1().Nodes().Get(ctx, d.cfg.NodeName, metav1.GetOptions{})
+	node, err := d.cfg.BackgroundClient.CoreV1().Nodes().Get(ctx, d.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "Reading the Node for its MIG layout label failed", "node", d.cfg.NodeName)
@@ -98,7 +112,7 @@ func (l *migLayouts) reconcile(ctx context.Context) {
 			fmt.Sprintf("MIG layout %q is not applied: with --mig=%s the plugin creates a MIG instance for each claim; layouts apply with --mig=static", name, strategy))
 		return
 	}
-	data, err := os.ReadFile(d.cfg.MIGLayoutsFile)
+	data, err := readLayouts(d.cfg.MIGLayoutsFile)
 	if err != nil {
 		l.report(ctx, node, api.MIGConfigFailed, ReasonMIGLayoutFailed, fmt.Sprintf("MIG layout %q is not applied: reading the layouts: %v", name, err))
 		return
@@ -113,7 +127,21 @@ func (l *migLayouts) reconcile(ctx context.Context) {
 		l.report(ctx, node, api.MIGConfigFailed, ReasonMIGLayoutFailed, fmt.Sprintf("MIG layout %q is not applied: %v", name, err))
 		return
 	}
+	now := d.clock().Now()
+	key := name + "\x00" + string(data)
+	if l.failed.key == key && now.Before(l.failed.retry) {
+		return // failed before; the state label and the Event say so
+	}
 	res, err := d.applyMIGLayout(ctx, name, entries)
+	if err == nil {
+		l.failed.key = ""
+	} else {
+		wait := cmp.Or(d.cfg.MIGLayoutInterval, defaultMIGLayoutInterval)
+		if l.failed.key == key {
+			wait = min(2*l.failed.wait, maxMIGLayoutBackoff)
+		}
+		l.failed.key, l.failed.wait, l.failed.retry = key, wait, now.Add(wait)
+	}
 	switch {
 	case err != nil:
 		l.report(ctx, node, api.MIGConfigFailed, ReasonMIGLayoutFailed, err.Error())
@@ -123,10 +151,21 @@ func (l *migLayouts) reconcile(ctx context.Context) {
 			waits = append(waits, fmt.Sprintf("GPU %d (claims %s)", gpu, strings.Join(res.pending[gpu], ", ")))
 		}
 		l.report(ctx, node, api.MIGConfigPending, ReasonMIGLayoutPending,
-			fmt.Sprintf("MIG layout %q waits for prepared claims to go from %s; the node's other GPUs have it", name, strings.Join(waits, ", ")))
+			fmt.Sprintf("MIG layout %q waits for allocated or prepared claims to go from %s; the node's other GPUs have it", name, strings.Join(waits, ", ")))
 	default:
 		l.report(ctx, node, api.MIGConfigSuccess, ReasonMIGLayoutApplied, fmt.Sprintf("MIG layout %q applied: %s", name, res.summary()))
 	}
+}
+
+// readLayouts reads the layouts file, at most one byte more than miglayout.MaxFileBytes
+// (so that Parse refuses a larger one without the whole of it in memory).
+func readLayouts(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, miglayout.MaxFileBytes+1))
 }
 
 // report sets the Node's state label and, when state or message changed, logs them and
@@ -136,7 +175,7 @@ func (l *migLayouts) report(ctx context.Context, node *corev1.Node, state, reaso
 	logger := klog.FromContext(ctx)
 	if node.Labels[api.LabelMIGConfigState] != state {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{api.LabelMIGConfigState: state}}})
-		if _, err := d.cfg.Client.CoreV1().Nodes().Patch(ctx, d.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := d.cfg.BackgroundClient.CoreV1().Nodes().Patch(ctx, d.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			logger.Error(err, "Setting the Node's MIG layout state label failed", "label", api.LabelMIGConfigState, "state", state)
 		}
 	}
@@ -157,8 +196,10 @@ func (l *migLayouts) report(ctx context.Context, node *corev1.Node, state, reaso
 type migLayoutResult struct {
 	// layouts are the GPUs the layout selects, with their MIG devices.
 	layouts map[int][]string
-	// pending are the GPUs that wait, with the prepared claims that use them.
+	// pending are the GPUs that wait, with the claims that use them.
 	pending map[int][]string
+	// views are the GPUs whose MIG mode or instances changed, as they are now.
+	views map[int]migView
 }
 
 func (r migLayoutResult) summary() string {
@@ -188,100 +229,6 @@ func (r migLayoutResult) summary() string {
 	return strings.Join(out, ", ")
 }
 
-// gpuLayout is a GPU's layout: its MIG mode and the instances to make, placed.
-type gpuLayout struct {
-	gpu       *driver.GPU
-	enabled   bool
-	profiles  []string
-	instances []MIGInstance
-}
-
-// applyMIGLayout partitions each GPU the layout selects as it says, except the GPUs
-// that prepared claims use (pending), and publishes the node's devices again. A layout
-// that some GPU cannot hold is refused whole, nothing changed.
-func (d *Driver) applyMIGLayout(ctx context.Context, name string, entries []miglayout.Entry) (migLayoutResult, error) {
-	logger := klog.FromContext(ctx)
-	res := migLayoutResult{layouts: map[int][]string{}, pending: map[int][]string{}}
-	s := d.state
-	unlock, err := s.lock()
-	if err != nil {
-		return res, err
-	}
-	inv := s.planner.inv
-	var plans []gpuLayout
-	var refused []string
-	for k := range inv.GPUs {
-		g := &inv.GPUs[k]
-		sel, err := d.layoutGPU(g)
-		if err != nil {
-			unlock()
-			return res, fmt.Errorf("MIG layout %q is not applied: %w", name, err)
-		}
-		e, ok := miglayout.Select(entries, sel)
-		if !ok {
-			continue
-		}
-		p, err := planGPULayout(g, e)
-		if err != nil {
-			refused = append(refused, err.Error())
-			continue
-		}
-		plans = append(plans, p)
-	}
-	if len(refused) > 0 {
-		unlock()
-		return res, fmt.Errorf("MIG layout %q is refused and nothing was changed: %s", name, strings.Join(refused, "; "))
-	}
-	users := s.gpuUsers()
-	views := map[int]migView{}
-	var failed []string
-	for _, p := range plans {
-		g := p.gpu
-		res.layouts[g.Index] = p.profiles
-		if g.MIG == nil { // not MIG-capable, and the layout leaves MIG off
-			continue
-		}
-		current, err := readMIGView(d.cfg.Backend, g)
-		if err != nil {
-			failed = append(failed, err.Error())
-			continue
-		}
-		if current.has(p) {
-			if g.MIG.Enabled != current.enabled || !slices.Equal(instanceNames(g.MIG.Instances), instanceNames(current.instances)) {
-				views[g.Index] = current
-			}
-			continue
-		}
-		if claims := users[g.Index]; len(claims) > 0 {
-			res.pending[g.Index] = claims
-			continue
-		}
-		logger.Info("Applying the MIG layout to a GPU", "layout", name, "gpu", g.Index,
-			"before", instanceNames(current.instances), "migEnabled", p.enabled, "profiles", p.profiles)
-		if err := s.realizeGPULayout(p); err != nil {
-			failed = append(failed, err.Error())
-		}
-		now, err := readMIGView(d.cfg.Backend, g)
-		if err != nil {
-			failed = append(failed, err.Error())
-			continue
-		}
-		views[g.Index] = now
-	}
-	var applyErr error
-	if len(failed) > 0 {
-		applyErr = fmt.Errorf("MIG layout %q failed: %s", name, strings.Join(failed, "; "))
-	}
-	if len(views) == 0 {
-		unlock()
-		return res, applyErr
-	}
-	if err := d.publishMIGViews(ctx, unlock, views); err != nil {
-		return res, fmt.Errorf("republishing the node's devices after applying MIG layout %q: %w", name, err)
-	}
-	return res, applyErr
-}
-
 // layoutGPU is what layouts select g by: its index, PCI IDs and product name.
 func (d *Driver) layoutGPU(g *driver.GPU) (miglayout.GPU, error) {
 	out := miglayout.GPU{Index: g.Index, ProductName: g.ProductName}
@@ -295,72 +242,6 @@ func (d *Driver) layoutGPU(g *driver.GPU) (miglayout.GPU, error) {
 	}
 	out.PCIDeviceID, out.PCISubsystemID = pci.PciDeviceId, pci.PciSubSystemId
 	return out, nil
-}
-
-// planGPULayout places the entry's MIG devices on g, or says why g cannot hold them.
-func planGPULayout(g *driver.GPU, e miglayout.Entry) (gpuLayout, error) {
-	p := gpuLayout{gpu: g, enabled: e.MIGEnabled}
-	where := fmt.Sprintf("GPU %d (%s)", g.Index, g.ProductName)
-	if !e.MIGEnabled {
-		return p, nil
-	}
-	if g.MIG == nil {
-		return p, fmt.Errorf("%s is not MIG-capable", where)
-	}
-	p.profiles = e.Profiles()
-	if p.profiles == nil {
-		p.profiles = []string{}
-	}
-	offered := map[string]driver.MIGProfile{}
-	maxCompute := 0
-	var names []string
-	for _, mp := range g.MIG.Profiles {
-		offered[mp.Name] = mp
-		names = append(names, mp.Name)
-		maxCompute = max(maxCompute, mp.ComputeSlices)
-	}
-	compute := 0
-	for _, name := range slices.Compact(slices.Clone(p.profiles)) {
-		if _, ok := offered[name]; !ok {
-			return p, fmt.Errorf("%s does not offer MIG profile %s (it offers %s)", where, name, strings.Join(names, ", "))
-		}
-	}
-	for _, name := range p.profiles {
-		compute += offered[name].ComputeSlices
-	}
-	if compute > maxCompute {
-		return p, fmt.Errorf("%s cannot hold %s: they need %d compute slices, the GPU has %d", where, strings.Join(p.profiles, " "), compute, maxCompute)
-	}
-	used := make([]bool, g.MIG.MemorySlices)
-	placed := make([]MIGInstance, len(p.profiles))
-	var place func(k int) bool
-	place = func(k int) bool {
-		if k == len(p.profiles) {
-			return true
-		}
-		mp := offered[p.profiles[k]]
-		for _, pl := range slices.Backward(mp.Placements) { // the highest free placement first, as mig-manager
-			if pl.Start+pl.Size > len(used) || slices.Contains(used[pl.Start:pl.Start+pl.Size], true) {
-				continue
-			}
-			for i := pl.Start; i < pl.Start+pl.Size; i++ {
-				used[i] = true
-			}
-			placed[k] = MIGInstance{Parent: g.Index, Profile: mp.Name, GIProfileID: mp.GIProfileID, CIProfileID: mp.CIProfileID, Start: pl.Start, Size: pl.Size}
-			if place(k + 1) {
-				return true
-			}
-			for i := pl.Start; i < pl.Start+pl.Size; i++ {
-				used[i] = false
-			}
-		}
-		return false
-	}
-	if !place(0) {
-		return p, fmt.Errorf("%s cannot hold %s: no placement of them fits its %d memory slices", where, strings.Join(p.profiles, " "), g.MIG.MemorySlices)
-	}
-	p.instances = placed
-	return p, nil
 }
 
 // readMIGView reads g's MIG mode and instances from NVML.
@@ -403,25 +284,6 @@ func (v migView) has(p gpuLayout) bool {
 	slices.Sort(now)
 	want := slices.Sorted(slices.Values(p.profiles))
 	return slices.Equal(now, want)
-}
-
-// gpuUsers are the GPUs prepared claims use, with the claims; s is locked.
-func (s *state) gpuUsers() map[int][]string {
-	out := map[int][]string{}
-	for _, pc := range s.cp.Claims {
-		ref := klog.KRef(pc.Namespace, pc.Name).String()
-		for _, dv := range pc.Devices {
-			for _, gpu := range dv.GPUs {
-				if !slices.Contains(out[gpu], ref) {
-					out[gpu] = append(out[gpu], ref)
-				}
-			}
-		}
-	}
-	for gpu := range out {
-		slices.Sort(out[gpu])
-	}
-	return out
 }
 
 // realizeGPULayout destroys the GPU's MIG instances, sets its MIG mode and creates the
@@ -482,4 +344,12 @@ func destroyGPUInstance(gpu int, e existing) error {
 		return fmt.Errorf("GPU %d: destroying the GPU instance at %d: %v", gpu, e.start, ret)
 	}
 	return nil
+}
+
+// clock is Config.Clock, or the real one.
+func (d *Driver) clock() clock.PassiveClock {
+	if d.cfg.Clock != nil {
+		return d.cfg.Clock
+	}
+	return clock.RealClock{}
 }

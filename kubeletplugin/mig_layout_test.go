@@ -56,7 +56,20 @@ mig-configs:
     mig-devices: {"1g.10gb": 2}
   - devices: [3]
     mig-enabled: true
-    mig-devices: {"1g.10gb": 8}
+    mig-devices: {"3g.40gb": 2, "2g.20gb": 1}
+  missing-gpus:
+  - devices: [8, 99]
+    mig-enabled: true
+    mig-devices: {"1g.10gb": 7}
+  other-model:
+  - device-filter: "0x20B010DE"
+    devices: all
+    mig-enabled: true
+    mig-devices: {"1g.5gb": 7}
+  two-media-engines:
+  - devices: all
+    mig-enabled: true
+    mig-devices: {"1g.10gb+me": 2}
   unknown-profile:
   - devices: all
     mig-enabled: true
@@ -289,7 +302,10 @@ func TestMIGLayoutWaitsForTheClaimsOfAGPU(t *testing.T) {
 
 func TestImpossibleMIGLayoutIsRefusedAndChangesNothing(t *testing.T) {
 	for _, tc := range []struct{ layout, reason string }{
-		{"too-many", "GPU 3 (NVIDIA H100 80GB HBM3) cannot hold 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb: they need 8 compute slices, the GPU has 7"},
+		{"too-many", "GPU 3 (NVIDIA H100 80GB HBM3) cannot hold 3g.40gb 3g.40gb 2g.20gb: they need 8 compute slices, the GPU has 7"},
+		{"missing-gpus", "mig-configs.missing-gpus[0].devices[0]: there is no GPU 8 on this node; its GPU indices are 0, 1, 2, 3, 4, 5, 6, 7"},
+		{"other-model", `MIG layout "other-model" selects none of the node's GPUs and nothing was changed: no entry's devices and device-filter match its GPUs, NVIDIA H100 80GB HBM3 (0x233010DE)`},
+		{"two-media-engines", "GPU 0 (NVIDIA H100 80GB HBM3) holds at most 1 instance(s) of MIG profile 1g.10gb+me, the layout asks for 2"},
 		{"unknown-profile", "does not offer MIG profile 1g.5gb (it offers 1g.10gb"},
 		{"no-such-layout", `no MIG layout "no-such-layout"; the layouts are all-1g.10gb, all-balanced`},
 	} {

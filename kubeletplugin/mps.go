@@ -81,18 +81,26 @@ type mpsManager struct {
 	// spares are the empty MPS directory trees ready for claims (spares.go).
 	spares []string
 	// mountShm mounts a claim's shm tmpfs (mountMPSShm; tests make it fail as without
-	// privilege). shmFallback and shmPropagation log, once, that the plugin may not mount
-	// and that its mounts do not propagate.
-	mountShm                    func(dir string) error
+	// privilege) and unmountShm unmounts it (unmountMPSShm). shmFallback and
+	// shmPropagation log, once, that the plugin may not mount and that its mounts do not
+	// propagate.
+	mountShm, unmountShm        func(dir string) error
 	shmFallback, shmPropagation sync.Once
+	// startMounts, while the plugin starts (recordStartMounts), are the shm tmpfs mounted
+	// since, which a start that fails unmounts (undoStartMounts).
+	startMounts *[]string
 }
 
 // mpsDirName is the directory of the MPS trees in the plugin's state directory.
 const mpsDirName = "mps"
 
 func newMPSManager(ctl MPSControl, stateDir string, hook Hook, logger klog.Logger) *mpsManager {
-	return &mpsManager{ctl: ctl, root: filepath.Join(stateDir, mpsDirName), hook: hook, logger: logger, mountShm: mountMPSShm}
+	return &mpsManager{ctl: ctl, root: filepath.Join(stateDir, mpsDirName), hook: hook, logger: logger,
+		mountShm: shmMounts.mount, unmountShm: shmMounts.unmount}
 }
+
+// shmMounts are how new mpsManagers mount and unmount the shm tmpfs (tests stub them).
+var shmMounts = struct{ mount, unmount func(dir string) error }{mountMPSShm, unmountMPSShm}
 
 // mpsClaimDir is the claim's MPS directory tree under the plugin's state directory;
 // the planner puts the claim's cdi.MPS directories in it.
@@ -295,7 +303,7 @@ func (m *mpsManager) pollsDaemons() bool {
 // control daemon must have stopped). A tmpfs that cannot be unmounted is an error, and
 // the directories stay for the retry.
 func (m *mpsManager) removeDirs(uid types.UID) error {
-	if err := unmountMPSShm(m.shmDir(uid)); err != nil {
+	if err := m.unmountShm(m.shmDir(uid)); err != nil {
 		return fmt.Errorf("claim %s: %w", uid, err)
 	}
 	if err := os.RemoveAll(m.claimDir(uid)); err != nil {
@@ -376,6 +384,9 @@ func (m *mpsManager) makeShmDir(dir string) (bool, error) {
 	}
 	err = m.mountShm(dir)
 	if err == nil {
+		if m.startMounts != nil {
+			*m.startMounts = append(*m.startMounts, dir)
+		}
 		m.checkShmPropagation(dir)
 		return true, nil
 	}

@@ -45,7 +45,7 @@ func TestHAMiSharesOnAnOversubscribedNodeGetVirtualDeviceMemory(t *testing.T) {
 				}
 				mustPrepare(t, d, c)
 				got := env(n.spec(c).Devices[0].ContainerEdits)
-				for k, v := range map[string]string{"CUDA_OVERSUBSCRIBE": "true", "CUDA_DEVICE_MEMORY_LIMIT_0": fmt.Sprintf("%dm", 39<<10), "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so"} {
+				for k, v := range map[string]string{"CUDA_OVERSUBSCRIBE": "true", "CUDA_DEVICE_MEMORY_LIMIT_0": fmt.Sprintf("%dm", 39<<10)} {
 					if got[k] != v {
 						t.Errorf("%s=%q, want %q (env %v)", k, got[k], v, got)
 					}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -25,6 +26,8 @@ type planner struct {
 	stateDir string
 	// priorities, when set, gives shares without a configured priority their pods' one.
 	priorities *podPriorities
+	// api reads a claim's pods and their other claims; nil without an API server.
+	api *apiReader
 }
 
 func newPlanner(nodeName string, inv *driver.Inventory, pool *driver.Pool, node cdi.Node, stateDir string) *planner {
@@ -51,15 +54,28 @@ func attrInt(d resourceapi.Device, name string) (int, bool) {
 	return 0, false
 }
 
-// mpsDir and cacheDir are the claim's host directories for MPS and HAMi-core.
+// vgpuDirName and preloadDirName are the directories, in the plugin's state directory,
+// of the claims' HAMi-core caches and preload files.
+const (
+	vgpuDirName    = "vgpu"
+	preloadDirName = "vgpu-preload"
+)
+
+// mpsDir and cacheDir are the claim's host directories for MPS and HAMi-core;
+// preloadFile is its HAMi-core preload file (cdi.Device.PreloadFile). The preload file
+// is not in the cache directory, which its containers may write.
 func (p *planner) mpsDir(claimUID string) string { return mpsClaimDir(p.stateDir, claimUID) }
 func (p *planner) cacheDir(claimUID string) string {
-	return filepath.Join(p.stateDir, "vgpu", claimUID)
+	return filepath.Join(p.stateDir, vgpuDirName, claimUID)
+}
+func (p *planner) preloadFile(claimUID string) string {
+	return filepath.Join(p.stateDir, preloadDirName, claimUID)
 }
 
 // plan resolves the claim's results for this driver on this node. Configuration errors
-// name the field (status.allocation.devices.config[i].opaque.parameters...).
-func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
+// name the field (status.allocation.devices.config[i].opaque.parameters...). reads are
+// the prepare's reads of the claim's pods.
+func (p *planner) plan(claim *resourceapi.ResourceClaim, reads *claimReads) ([]PreparedDevice, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
@@ -69,10 +85,11 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim) ([]PreparedDevice, erro
 	var fromPods *derived
 	priority := func() (derived, error) {
 		if fromPods == nil {
-			d, err := p.priorities.of(claim)
+			pods, err := reads.reservedPods()
 			if err != nil {
-				return derived{}, err
+				return derived{}, fmt.Errorf("the share's priority (limits.priority is unset): %w", err)
 			}
+			d := p.priorities.of(claim, pods)
 			fromPods = &d
 		}
 		return *fromPods, nil
@@ -158,13 +175,22 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		if q, ok := r.ConsumedCapacity[api.CapCompute]; ok {
 			compQ = q
 		}
+		// The allocator bounds both by the device's capacity; a status written by other
+		// means is checked all the same before it becomes a limit.
+		if memQ.Sign() <= 0 || memQ.Cmp(maxShareMemory) > 0 {
+			return PreparedDevice{}, field.Invalid(field.NewPath("status", "allocation", "devices", "results").Key(r.Request).Child("consumedCapacity", string(api.CapMemory)), memQ.String(), "a share's memory must be from 1 byte to the GPU's memory")
+		}
+		comp, ferr := api.ComputePercent(field.NewPath("status", "allocation", "devices", "results").Key(r.Request).Child("consumedCapacity", string(api.CapCompute)), compQ)
+		if ferr != nil {
+			return PreparedDevice{}, ferr
+		}
 		mem = memQ.Value()
-		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, int(compQ.Value())
+		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, comp
 		tier := conf.GPU.Limits
-		if errs := tier.ValidateFor(field.NewPath("limits"), int(compQ.Value())); len(errs) > 0 {
+		if errs := tier.ValidateFor(field.NewPath("limits"), comp); len(errs) > 0 {
 			return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
 		}
-		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: tier.ComputeCap(int(compQ.Value())),
+		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: tier.ComputeCap(comp),
 			Policy: string(tier.Policy), Priority: string(tier.Priority)}
 		if limits.Priority == "" && p.priorities != nil {
 			d, err := priority()
@@ -191,7 +217,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 		pd.CDI.Limits = limits
 		if limits.HAMi {
-			pd.CDI.CacheDir = p.cacheDir(claimUID)
+			pd.CDI.CacheDir, pd.CDI.PreloadFile = p.cacheDir(claimUID), p.preloadFile(claimUID)
 		}
 	}
 	if errs := sharing.ValidateFor(field.NewPath("sharing"), api.Device{MemoryBytes: mem}); len(errs) > 0 {
@@ -304,3 +330,7 @@ func conflict(a, b PreparedDevice) bool {
 	}
 	return false
 }
+
+// maxShareMemory bounds a share's memory far above any GPU's (1 PiB), so that no consumed
+// capacity overflows the limits made of it.
+var maxShareMemory = *resource.NewQuantity(1<<50, resource.BinarySI)

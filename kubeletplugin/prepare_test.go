@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpudra/gpudra/cdi"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -71,8 +72,8 @@ func TestShareClaimCarriesItsLimits(t *testing.T) {
 	}{
 		{
 			name: "HAMi-core when the node has libvgpu.so", vgpu: "/opt/hami/libvgpu.so",
-			wantEnv: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "10240m", "CUDA_DEVICE_SM_LIMIT": "25", "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so", "GPUDRA_MEMORY_MIB_0": "10240", "GPUDRA_COMPUTE_PERCENT_0": "25"},
-			absent:  []string{"CUDA_MPS_PIPE_DIRECTORY"},
+			wantEnv: map[string]string{"CUDA_DEVICE_MEMORY_LIMIT_0": "10240m", "CUDA_DEVICE_SM_LIMIT_0": "25", "GPUDRA_MEMORY_MIB_0": "10240", "GPUDRA_COMPUTE_PERCENT_0": "25"},
+			absent:  []string{"CUDA_MPS_PIPE_DIRECTORY", "LD_PRELOAD"},
 		},
 		{
 			name:    "MPS limits when the node has no libvgpu.so",
@@ -118,22 +119,22 @@ func TestShareTiersBecomeLimits(t *testing.T) {
 		absent                      []string
 	}{
 		{name: "Fixed under HAMi-core caps at the request", vgpu: hami, compute: "25", config: cfg("{policy: Fixed}"),
-			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "25", "GPUDRA_SHARE_POLICY_0": "Fixed", "GPUDRA_COMPUTE_LIMIT_0": "25", "GPUDRA_COMPUTE_PERCENT_0": "25"},
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT_0": "25", "GPUDRA_SHARE_POLICY_0": "Fixed", "GPUDRA_COMPUTE_LIMIT_0": "25", "GPUDRA_COMPUTE_PERCENT_0": "25"},
 			absent:  []string{"CUDA_TASK_PRIORITY"}},
 		{name: "Fixed under MPS caps at the request", compute: "25", config: cfg("{policy: Fixed}"),
 			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "GPUDRA_SHARE_POLICY_0": "Fixed"},
 			absent:  []string{"CUDA_MPS_CLIENT_PRIORITY"}},
 		{name: "Guaranteed under HAMi-core reserves 30 and bursts uncapped", vgpu: hami, compute: "30", config: cfg("{policy: Guaranteed, priority: High}"),
 			wantEnv: map[string]string{"GPUDRA_COMPUTE_PERCENT_0": "30", "GPUDRA_COMPUTE_LIMIT_0": "100", "GPUDRA_SHARE_POLICY_0": "Guaranteed", "CUDA_TASK_PRIORITY": "0", "GPUDRA_SHARE_PRIORITY_0": "High"},
-			absent:  []string{"CUDA_DEVICE_SM_LIMIT"}},
+			absent:  []string{"CUDA_DEVICE_SM_LIMIT_0"}},
 		{name: "Guaranteed under HAMi-core with a cap", vgpu: hami, compute: "30", config: cfg("{policy: Guaranteed, computeLimit: 70}"),
-			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "70", "GPUDRA_COMPUTE_PERCENT_0": "30"}},
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT_0": "70", "GPUDRA_COMPUTE_PERCENT_0": "30"}},
 		{name: "Guaranteed under MPS caps the threads at the limit, not the floor", compute: "30", config: cfg("{policy: Guaranteed, computeLimit: 70}"),
 			wantEnv: map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "70", "GPUDRA_COMPUTE_PERCENT_0": "30"}},
 		{name: "Guaranteed under MPS without a cap sets no thread limit", compute: "30", config: cfg("{policy: Guaranteed}"),
 			absent: []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}},
 		{name: "BestEffort under HAMi-core runs at low priority", vgpu: hami, compute: "0", config: cfg("{policy: BestEffort, computeLimit: 50}"),
-			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT": "50", "CUDA_TASK_PRIORITY": "1", "GPUDRA_SHARE_POLICY_0": "BestEffort", "GPUDRA_COMPUTE_PERCENT_0": "0"}},
+			wantEnv: map[string]string{"CUDA_DEVICE_SM_LIMIT_0": "50", "CUDA_TASK_PRIORITY": "1", "GPUDRA_SHARE_POLICY_0": "BestEffort", "GPUDRA_COMPUTE_PERCENT_0": "0"}},
 		{name: "BestEffort under MPS is a below-normal client", compute: "0", config: cfg("{policy: BestEffort}"),
 			wantEnv: map[string]string{"CUDA_MPS_CLIENT_PRIORITY": "1", "GPUDRA_SHARE_PRIORITY_0": "Low"},
 			absent:  []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}},
@@ -311,3 +312,31 @@ func TestDeviceHeldExclusivelyIsRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestShareCapacityOutOfRangeIsRefused: a share's consumed capacity that no allocator hands
+// out (a status written by other means) is refused at prepare, naming the field, instead of
+// wrapping into a small limit.
+func TestShareCapacityOutOfRangeIsRefused(t *testing.T) {
+	for _, tc := range []struct{ name, capacity, value, want string }{
+		{"compute far above 100", "compute", "1e30", "consumedCapacity.compute"},
+		{"compute past 2^64", "compute", "18446744073709551646", "consumedCapacity.compute"},
+		{"negative compute", "compute", "-5", "consumedCapacity.compute"},
+		{"no memory", "memory", "0", "consumedCapacity.memory"},
+		{"memory past any GPU", "memory", "1e30", "consumedCapacity.memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "dgx-h100")
+			d := n.newDriver(nil)
+			c := n.allocate(shareClaim("10Gi", "25", ""))
+			r := &c.Status.Allocation.Devices.Results[0]
+			if r.ConsumedCapacity == nil {
+				r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}
+			}
+			r.ConsumedCapacity[resourceapi.QualifiedName(tc.capacity)] = resource.MustParse(tc.value)
+			_, err := prepare(t, d, c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("prepare: %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}

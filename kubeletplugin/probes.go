@@ -101,7 +101,7 @@ func (d *Driver) Ready(ctx context.Context) error {
 // slicesPublished checks that the API server has the devices the plugin publishes, in
 // the node's pool of its newest generation.
 func (d *Driver) slicesPublished(ctx context.Context) error {
-	if d.cfg.Client == nil {
+	if d.cfg.BackgroundClient == nil {
 		return errors.New("no API server to publish ResourceSlices to")
 	}
 	want := map[string]bool{}
@@ -112,7 +112,7 @@ func (d *Driver) slicesPublished(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	list, err := d.cfg.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+	list, err := d.cfg.BackgroundClient.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(
 			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, d.cfg.NodeName),
 			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, api.DriverName),

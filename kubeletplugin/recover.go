@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -69,26 +70,35 @@ func (s *state) recover() error {
 		}
 		switch pc.State {
 		case PrepareCompleted:
-			if part, err := s.restore(pc, false); err != nil {
+			part, err := s.restore(pc, false)
+			if err == nil {
+				part = partTimeSlice
+				err = s.applyTimeSlices(context.Background(), pc)
+			}
+			if err != nil {
 				s.repairs.failed(uid, ref, part, err)
 			}
 		case UnprepareStarted:
 			s.logger.Info("Finishing an interrupted unprepare", "claim", ref)
-			if err := s.finishUnprepare(pc); errors.Is(err, errMPSDaemonGoing) {
+			if err := s.finishAtStart(pc); errors.Is(err, errMPSDaemonGoing) {
 				s.repairs.add(uid, ref, partUnprepare)
 			} else if err != nil {
 				s.repairs.failed(uid, ref, partUnprepare, err)
 			}
 		default:
 			s.logger.Info("Rolling back an interrupted prepare", "claim", ref, "state", pc.State)
-			if err := s.rollback(pc, nil); errors.Is(err, errMPSDaemonGoing) {
+			err := s.finishAtStart(pc)
+			if err != nil {
+				err = fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
+			}
+			if errors.Is(err, errMPSDaemonGoing) {
 				s.repairs.add(uid, ref, partRollback)
 			} else if err != nil {
 				s.repairs.failed(uid, ref, partRollback, err)
 			}
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownMIG(), s.mps.resetSpares(), s.store.compact(s.cp))
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownVGPU(), s.removeUnknownMIG(), s.mps.resetSpares(), s.store.compact(s.cp))
 	s.mps.checkSearchable()
 	return errors.Join(errs...)
 }
@@ -113,12 +123,13 @@ func (s *state) rebuild() *checkpointData {
 }
 
 // restore re-creates a completed claim's missing MIG instances and CDI spec (a
-// simulated GPU does not outlive the plugin; a spec directory may be a tmpfs), restarts
-// its MPS control daemon when it is not running (daemons die with the plugin's
-// container) and sets its GPUs' time-slices again (a GPU reset forgets them). The spec
-// is written again when missing, when a MIG instance was re-created (its ids changed), or
-// with rewrite (a repair: an earlier try may have re-created one). It removes nothing
-// the claim holds; on failure it says which part (partMIG...) failed.
+// simulated GPU does not outlive the plugin; a spec directory may be a tmpfs) and
+// restarts its MPS control daemon when it is not running (daemons die with the plugin's
+// container). The spec is written again when missing, when a MIG instance was re-created
+// (its ids changed), or with rewrite (a repair: an earlier try may have re-created one).
+// It removes nothing the claim holds; on failure it says which part (partMIG...) failed.
+// Its callers set the claim's time-slices again then (a GPU reset forgets them): start-up
+// recovery under the node's lock, the background repair after it is released.
 func (s *state) restore(pc *PreparedClaim, rewrite bool) (part string, err error) {
 	rewrite = rewrite || !s.specs.Exists(string(pc.UID))
 	migRecreated := false
@@ -139,13 +150,13 @@ func (s *state) restore(pc *PreparedClaim, rewrite bool) (part string, err error
 			rewrite, migRecreated = true, true
 		}
 	}
+	if err := makeVGPUFiles(pc); err != nil {
+		return partSpec, err
+	}
 	if rewrite {
 		if _, err := s.writeSpec(pc); err != nil {
 			return partSpec, err
 		}
-	}
-	if _, err := s.applyTimeSlices(pc); err != nil {
-		return partTimeSlice, err
 	}
 	if err := s.mps.restore(pc, migRecreated); err != nil {
 		return partMPS, err

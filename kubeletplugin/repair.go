@@ -87,7 +87,7 @@ func newRepairs(s *state, cfg Config) *repairs {
 		backoff: wait.Backoff{Duration: cmp.Or(cfg.RepairBackoff, time.Second), Factor: 2, Jitter: 0.1,
 			Steps: math.MaxInt32, Cap: 5 * time.Minute},
 		every:  cmp.Or(cfg.MPSCheckInterval, 10*time.Second),
-		client: cfg.Client,
+		client: cfg.BackgroundClient,
 		due:    map[types.UID]*repair{},
 		kick:   make(chan struct{}, 1),
 	}
@@ -314,33 +314,47 @@ func (r *repairs) checkDaemons() {
 }
 
 // repair does what the claim's repair is for, holding its lock: a prepared claim is
-// restored (restore), one whose unprepare or prepare was interrupted is unprepared or
-// rolled back; a claim the checkpoint does not know has its leftovers removed once its
-// daemon has gone. On failure part says what failed.
+// restored (restore), its time-slices set outside the node's lock; one whose unprepare or
+// prepare was interrupted is unprepared or rolled back, the GPUs' time-slices it left
+// given back outside the node's lock; a claim the checkpoint does not know has its
+// leftovers removed once its daemon has gone. On failure part says what failed.
 func (s *state) repair(ctx context.Context, uid types.UID) (part string, err error) {
 	defer s.claims.lock(uid)()
-	unprepare, part, err := s.repairLocked(uid)
-	if err != nil || !unprepare {
+	next, part, err := s.repairLocked(uid)
+	switch {
+	case err != nil:
 		return part, err
+	case next == repairUnprepare:
+		return partUnprepare, s.unprepare(ctx, uid)
+	case next == repairTimeSlicesLeft:
+		return partRollback, s.finishRelease(ctx, uid)
+	case next == repairTimeSlices:
+		return partTimeSlice, s.restoreTimeSlices(ctx, uid)
 	}
-	return partUnprepare, s.unprepare(ctx, uid)
+	return "", nil
 }
 
-// repairLocked is repair's part under the node's lock; unprepare says the claim is to
-// be unprepared.
-func (s *state) repairLocked(uid types.UID) (unprepare bool, part string, err error) {
-	unlock, err := s.lock()
+// repairNext is what a repair does once the node's lock is released.
+type repairNext int
+
+const (
+	repairDone           repairNext = iota
+	repairUnprepare                 // unprepare the claim
+	repairTimeSlicesLeft            // give back the time-slices its rollback left (finishRelease)
+	repairTimeSlices                // set the prepared claim's time-slices (restoreTimeSlices)
+)
+
+// repairLocked is repair's part under the node's lock.
+func (s *state) repairLocked(uid types.UID) (next repairNext, part string, err error) {
+	unlock, err := s.lockLoaded()
 	if err != nil {
-		return false, partCheckpoint, err
+		return repairDone, partCheckpoint, err
 	}
 	defer unlock()
-	if err := s.reload(); err != nil {
-		return false, partCheckpoint, err
-	}
 	pc := s.cp.Claims[uid]
 	switch {
 	case pc == nil || pc.State == UnprepareStarted:
-		return true, "", nil
+		return repairUnprepare, "", nil
 	case pc.State == PrepareCompleted:
 		part, err := s.restore(pc, true)
 		// What was restored (a re-created MIG instance's ids, a daemon's pid) is recorded
@@ -348,9 +362,15 @@ func (s *state) repairLocked(uid types.UID) (unprepare bool, part string, err er
 		if rerr := s.record(pc, ""); rerr != nil && err == nil {
 			part, err = partCheckpoint, rerr
 		}
-		return false, part, err
+		if err != nil {
+			return repairDone, part, err
+		}
+		return repairTimeSlices, "", nil
 	default:
-		return false, partRollback, s.rollback(pc, nil)
+		if left, err := s.rollback(pc, nil); err != nil || !left {
+			return repairDone, partRollback, err
+		}
+		return repairTimeSlicesLeft, "", nil
 	}
 }
 

@@ -27,14 +27,14 @@ type flakyTimeSlicer struct {
 	fail error
 }
 
-func (f *flakyTimeSlicer) SetTimeSlice(gpu string, iv api.TimeSliceInterval) error {
+func (f *flakyTimeSlicer) SetTimeSlice(ctx context.Context, gpu string, iv api.TimeSliceInterval) error {
 	f.mu.Lock()
 	err := f.fail
 	f.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return f.fakeTimeSlicer.SetTimeSlice(gpu, iv)
+	return f.fakeTimeSlicer.SetTimeSlice(ctx, gpu, iv)
 }
 
 func (f *flakyTimeSlicer) failWith(err error) {

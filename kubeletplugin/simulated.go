@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -61,7 +62,7 @@ type SimulatedTimeSlicer struct {
 }
 
 // SetTimeSlice implements TimeSlicer.
-func (s *SimulatedTimeSlicer) SetTimeSlice(gpuUUID string, interval api.TimeSliceInterval) error {
+func (s *SimulatedTimeSlicer) SetTimeSlice(_ context.Context, gpuUUID string, interval api.TimeSliceInterval) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.intervals == nil {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -88,7 +89,7 @@ func (m *mpsManager) resetSpares() error {
 	var errs []error
 	for _, e := range entries {
 		if isSpare(e.Name()) {
-			errs = append(errs, removeSpareTree(filepath.Join(m.root, e.Name())))
+			errs = append(errs, m.removeSpareTree(filepath.Join(m.root, e.Name())))
 		}
 	}
 	m.spares = nil
@@ -100,7 +101,7 @@ func (m *mpsManager) resetSpares() error {
 // has made its own.
 func (m *mpsManager) removeSpares() {
 	for _, spare := range m.spares {
-		if err := removeSpareTree(spare); err != nil {
+		if err := m.removeSpareTree(spare); err != nil {
 			m.logger.Error(err, "Removing a spare MPS directory tree", "dir", spare)
 		}
 	}
@@ -109,9 +110,37 @@ func (m *mpsManager) removeSpares() {
 
 // removeSpareTree unmounts a spare tree's shm tmpfs and removes the tree; with the tmpfs
 // still mounted (the unmount failed) the tree stays.
-func removeSpareTree(dir string) error {
-	if err := unmountMPSShm(filepath.Join(dir, "shm")); err != nil {
+func (m *mpsManager) removeSpareTree(dir string) error {
+	if err := m.unmountShm(filepath.Join(dir, "shm")); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)
+}
+
+// recordStartMounts begins recording the shm tmpfs this manager mounts while the plugin
+// starts: its spares, and the shm directories of the prepared claims it restores.
+func (m *mpsManager) recordStartMounts() { m.startMounts = new([]string) }
+
+// stopRecording ends recordStartMounts and returns what was mounted since.
+func (m *mpsManager) stopRecording() []string {
+	var out []string
+	if m.startMounts != nil {
+		out = *m.startMounts
+	}
+	m.startMounts = nil
+	return out
+}
+
+// undoStartMounts unmounts the shm tmpfs a start that failed mounted (stopRecording), last
+// first, and removes the spare trees, so that the failed start leaves no tmpfs behind. A
+// spare that a prepare took meanwhile is a claim's, under another path, and stays.
+func (m *mpsManager) undoStartMounts(mounted []string) error {
+	var errs []error
+	for _, dir := range slices.Backward(mounted) {
+		if err := m.unmountShm(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.removeSpares()
+	return errors.Join(errs...)
 }

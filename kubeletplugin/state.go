@@ -49,8 +49,10 @@ const (
 	PointCDIRemoved           = "cdi-removed"
 	PointMPSStopped           = "mps-stopped" // the claim's MPS control daemon (if any) is gone
 	PointMIGDestroyed         = "mig-destroyed"
-	PointClaimRemovedTorn     = "claim-removed-torn"  // half the record removing the claim in the journal
-	PointUnprepareCompleted   = "unprepare-completed" // claim gone from the checkpoint
+	PointTimeSlicesLeftTorn   = "time-slices-left-torn" // half the record of the claim with only its time-slices left in the journal
+	PointTimeSlicesLeft       = "time-slices-left"      // checkpoint says the claim has only its GPUs' time-slices to give back
+	PointClaimRemovedTorn     = "claim-removed-torn"    // half the record removing the claim in the journal
+	PointUnprepareCompleted   = "unprepare-completed"   // claim gone from the checkpoint
 
 	// PointCheckpointCompacted is reached when the journal has grown and its claims are
 	// in a new checkpoint file, before a new journal replaces the old one; at start-up
@@ -58,13 +60,15 @@ const (
 	PointCheckpointCompacted = "checkpoint-compacted"
 )
 
-// PreparePoints and UnpreparePoints list the hook points of each operation;
+// PreparePoints and UnpreparePoints list the hook points of each operation (an
+// unprepare reaches the TimeSlicePoints only for a claim that set time-slices);
 // CompactionPoints those of a compaction.
 var (
 	PreparePoints = []string{PointPrepareStartedTorn, PointPrepareStarted, PointMIGInstanceCreated, PointMIGReady,
 		PointMPSStarted, PointCDIWritten, PointPrepareCompletedTorn, PointPrepareCompleted}
 	UnpreparePoints = []string{PointUnprepareStartedTorn, PointUnprepareStarted, PointCDIRemoved, PointMPSStopped,
-		PointMIGDestroyed, PointClaimRemovedTorn, PointUnprepareCompleted}
+		PointMIGDestroyed, PointTimeSlicesLeftTorn, PointTimeSlicesLeft, PointClaimRemovedTorn, PointUnprepareCompleted}
+	TimeSlicePoints  = []string{PointTimeSlicesLeftTorn, PointTimeSlicesLeft}
 	CompactionPoints = []string{PointCheckpointCompacted}
 )
 
@@ -74,9 +78,12 @@ var (
 // rolling update never interleave). The kubelet plugin library does not serialise the
 // kubelet's calls (Serialize(false)): each operation on a claim holds the claim's lock
 // (claims) throughout, and the node's lock, taken after it, only for the steps that read
-// or change the node, never while it waits for an MPS control daemon's pod.
+// or change the node, never while it waits for an MPS control daemon's pod or for
+// nvidia-smi (but at start-up, when nothing else runs). Each change of a GPU's time-slice
+// holds the GPU's lock (gpuLocks), taken after the claim's lock and before the node's.
 type state struct {
 	claims     claimLocks
+	gpuLocks   keyedLocks[string] // by GPU UUID
 	repairs    *repairs
 	mu         sync.Mutex
 	lockPath   string
@@ -102,6 +109,17 @@ func (s *state) removeSpareMPSDirs() {
 	s.mps.removeSpares()
 }
 
+// undoStart undoes what a plugin start that failed mounted (mpsManager.undoStartMounts),
+// once the repairs, which could mount again, have stopped.
+func (s *state) undoStart(mounted []string) {
+	s.repairs.shutdown()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.mps.undoStartMounts(mounted); err != nil {
+		s.logger.Error(err, "Unmounting what the failed start mounted")
+	}
+}
+
 func (s *state) lock() (func(), error) {
 	s.mu.Lock()
 	f, err := os.OpenFile(s.lockPath, os.O_CREATE|os.O_RDWR, 0o600)
@@ -119,6 +137,20 @@ func (s *state) lock() (func(), error) {
 		f.Close()
 		s.mu.Unlock()
 	}, nil
+}
+
+// lockLoaded takes the node's lock and reloads the checkpoint under it (another plugin
+// instance may have changed it); the caller defers the unlock it returns.
+func (s *state) lockLoaded() (func(), error) {
+	unlock, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.reload(); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
 }
 
 // record appends the claim's record, as it is now, to the checkpoint journal.
@@ -164,95 +196,118 @@ func results(pc *PreparedClaim) []kubeletplugin.Device {
 	return out
 }
 
-// prepareClaim prepares the claim (prepare) and waits, after the node's lock is
-// released, for an MPS control daemon that starts in the background (a pod), holding the
-// claim's lock throughout: other claims' prepares and unprepares go on meanwhile.
-func (s *state) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+// prepareClaim prepares the claim (prepare), then, after the node's lock is released,
+// sets its GPUs' time-slices (nvidia-smi) and waits for an MPS control daemon that starts
+// in the background (a pod), both within ctx, holding the claim's lock throughout: other
+// claims' prepares and unprepares go on meanwhile. GPUs whose time-slices an earlier
+// unprepare or rollback of the claim left to give back get them back first, likewise.
+// batch is the kubelet's call that claim is in: the claims of one pod for this driver that
+// were not prepared yet.
+func (s *state) prepareClaim(ctx context.Context, claim *resourceapi.ResourceClaim, batch []*resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if err := checkClaimUID(claim.UID); err != nil {
 		return nil, err
 	}
 	defer s.claims.lock(claim.UID)()
-	devs, waitMPS, err := s.prepare(claim)
+	devs, waitMPS, pending, err := s.prepare(claim, batch)
+	if errors.Is(err, errTimeSlicesLeft) {
+		if err = s.finishRelease(ctx, claim.UID); err == nil {
+			devs, waitMPS, pending, err = s.prepare(claim, batch)
+		}
+	}
 	if err != nil {
 		return nil, err
+	}
+	if pending != nil {
+		if err := s.setTimeSlices(ctx, pending); err != nil {
+			return nil, err
+		}
 	}
 	return devs, s.mps.waitReady(ctx, waitMPS)
 }
 
-// prepare makes the claim's devices usable and returns them with their CDI ids. It is
-// idempotent: a prepared claim returns the same devices. A prepare that fails undoes
-// what it did, and only that (made).
-func (s *state) prepare(claim *resourceapi.ResourceClaim) (devs []kubeletplugin.Device, waitMPS string, err error) {
-	unlock, err := s.lock()
+// prepare makes the claim's devices usable and returns them with their CDI ids, and the
+// time-slices left to set once the node's lock is released. It is idempotent: a prepared
+// claim returns the same devices. A prepare that fails undoes what it did, and only that
+// (made). A claim whose earlier prepare or unprepare did not finish is rolled back
+// first; errTimeSlicesLeft says its GPUs' time-slices are left to give back
+// (finishRelease) before it is prepared.
+func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.ResourceClaim) (devs []kubeletplugin.Device, waitMPS string, pending *pendingTimeSlices, err error) {
+	unlock, err := s.lockLoaded()
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	defer unlock()
-	if err := s.reload(); err != nil {
-		return nil, "", err
-	}
 	uid := claim.UID
 	if pc := s.cp.Claims[uid]; pc != nil {
 		if pc.State == PrepareCompleted {
 			if !s.specs.Exists(string(uid)) {
 				if _, err := s.writeSpec(pc); err != nil {
-					return nil, "", err
+					return nil, "", nil, err
 				}
 			}
 			// Its MPS control daemon may have died (with an earlier plugin container).
 			before := pc.MPS
 			if err := s.mps.restore(pc, false); err != nil {
-				return nil, "", err
+				return nil, "", nil, err
 			}
 			if pc.MPS != before {
 				if err := s.record(pc, PointPrepareCompletedTorn); err != nil {
-					return nil, "", err
+					return nil, "", nil, err
 				}
 			}
-			return results(pc), s.mps.waitFor(pc), nil
+			return results(pc), s.mps.waitFor(pc), nil, nil
 		}
-		if err := s.rollback(pc, nil); err != nil {
-			return nil, "", err
+		if left, err := s.rollback(pc, nil); err != nil {
+			return nil, "", nil, err
+		} else if left {
+			return nil, "", nil, errTimeSlicesLeft
 		}
 	}
-	planned, err := s.planner.plan(claim)
+	reads := &claimReads{api: s.planner.api, claim: claim}
+	planned, err := s.planner.plan(claim, reads)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	if err := s.numberHAMi(claim, planned, reads, batch); err != nil {
+		return nil, "", nil, err
 	}
 	if err := s.checkExclusive(uid, planned); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if err := s.checkMIGPlacements(planned); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
 		State: PrepareStarted, Devices: planned}
 	if err := s.checkTimeSlices(pc); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	s.cp.Claims[uid] = pc
 	if err := s.record(pc, PointPrepareStartedTorn); err != nil {
 		delete(s.cp.Claims, uid)
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	m := &made{}
 	if err := s.hook.at(PointPrepareStarted); err != nil {
-		return nil, "", errors.Join(err, s.undo(pc, m))
+		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
 	rec, err := s.realize(pc, m)
 	if err != nil {
-		return nil, "", errors.Join(err, s.undo(pc, m))
+		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
 	pc.State = PrepareCompleted
 	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
 	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
 		pc.State = PrepareStarted
-		return nil, "", errors.Join(err, s.undo(pc, m))
+		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	return results(pc), s.mps.waitFor(pc), nil
+	if want := timeSlices(pc); len(want) > 0 {
+		pending = &pendingTimeSlices{uid: uid, ref: klog.KRef(pc.Namespace, pc.Name), want: want, made: m}
+	}
+	return results(pc), s.mps.waitFor(pc), pending, nil
 }
 
 // checkExclusive refuses devices that another claim prepared on this node holds.
@@ -320,9 +375,9 @@ func (m *made) setTimeSlice(gpu string) bool {
 	return m == nil || slices.Contains(m.timeSlices, gpu)
 }
 
-// realize creates the claim's MIG instances and directories, sets its GPUs'
-// time-slices, starts its MPS control daemon and writes its CDI spec, noting in m what it
-// changed on the GPUs. It returns the claim's completed record as JSON (the spec's
+// realize creates the claim's MIG instances and directories, starts its MPS control
+// daemon and writes its CDI spec, noting in m what it changed on the GPUs (its
+// time-slices are set once the node's lock is released: setTimeSlices). It returns the claim's completed record as JSON (the spec's
 // annotation).
 func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
 	for k := range pc.Devices {
@@ -345,17 +400,8 @@ func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
 			return nil, err
 		}
 	}
-	set, err := s.applyTimeSlices(pc)
-	m.timeSlices = set
-	if err != nil {
+	if err := makeVGPUFiles(pc); err != nil {
 		return nil, err
-	}
-	for _, d := range pc.Devices {
-		if dir := d.CDI.CacheDir; dir != "" {
-			if err := os.MkdirAll(dir, 0o750); err != nil {
-				return nil, fmt.Errorf("creating %s: %w", dir, err)
-			}
-		}
 	}
 	if err := s.mps.prepare(pc); err != nil {
 		return nil, err
@@ -438,7 +484,8 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	}
 	strategy := cfg.Render.MIG
 	planner := newPlanner(cfg.NodeName, inv, pool, node, cfg.CheckpointDir)
-	planner.priorities = newPodPriorities(cfg.SharePriorityThreshold, cfg.Client, logger)
+	planner.api = newAPIReader(cfg.Client)
+	planner.priorities = newPodPriorities(cfg.SharePriorityThreshold, planner.api, logger)
 	st := &state{
 		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
 		store:      newCheckpointStore(cfg.CheckpointDir, cfg.Hook, logger),

@@ -3,6 +3,7 @@ package kubeletplugin
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -53,8 +54,10 @@ type claimGPUUsage struct {
 	UID             types.UID
 	GPU             int
 	// MemoryUsed is the memory its processes use; MemoryLimit what its devices hold on
-	// the GPU (the share's memory, or the device's).
+	// the GPU (the share's memory, or the device's). MemoryKnown is false where NVML has
+	// no value for a process's memory (VALUE_NOT_AVAILABLE): then MemoryUsed is unknown.
 	MemoryUsed, MemoryLimit int64
+	MemoryKnown             bool
 	// SMUtil is its processes' SM utilization in percent of the GPU; SMKnown is false
 	// where NVML does not sample per-process utilization (MIG).
 	SMUtil  int
@@ -76,10 +79,11 @@ type claimGPUUsage struct {
 
 // gpuProcessUsage is what all the processes of one GPU use.
 type gpuProcessUsage struct {
-	GPU        int
-	MemoryUsed int64
-	SMUtil     int
-	SMKnown    bool
+	GPU         int
+	MemoryUsed  int64
+	MemoryKnown bool
+	SMUtil      int
+	SMKnown     bool
 	// Unclaimed counts the processes that belong to no prepared claim.
 	Unclaimed int
 }
@@ -90,13 +94,29 @@ type usageSnapshot struct {
 	gpus   []gpuProcessUsage
 }
 
-// gpuProcess is one process NVML reports on a GPU.
+// gpuProcess is one process NVML reports on a GPU; memKnown is false where NVML has no
+// value for its memory.
 type gpuProcess struct {
-	pid     uint32
-	memory  int64
-	sm      int
-	smKnown bool
+	pid      uint32
+	memory   int64
+	memKnown bool
+	sm       int
+	smKnown  bool
 }
+
+// processMemory is a process's used GPU memory as NVML reports it, and whether NVML knows
+// it: NVML answers VALUE_NOT_AVAILABLE (all bits set) where it cannot tell (without the
+// privilege to see other containers' processes, on some MIG devices), which read as a
+// number would be 16 EiB. No GPU has memory past int64 bytes, so no larger value is one.
+func processMemory(used uint64) (int64, bool) {
+	if used == uint64(math.MaxUint64) || used > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(used), true
+}
+
+// maxSMUtil is the most SM utilization, in percent, a process sample can say.
+const maxSMUtil = 100
 
 // usageSampler samples the GPUs' processes, at most every usageCacheAge.
 type usageSampler struct {
@@ -153,17 +173,19 @@ func (s *state) preparedView() ([]driver.GPU, []*PreparedClaim) {
 	return gpus, claims
 }
 
-// readProcesses asks NVML for GPU g's processes and their SM utilization.
-func (u *usageSampler) readProcesses(g driver.GPU) ([]gpuProcess, bool) {
+// readProcesses asks NVML for GPU g's processes and their SM utilization; listed is
+// false where NVML could not list them (ERROR_NOT_SUPPORTED, ...): then their memory is
+// unknown, not 0.
+func (u *usageSampler) readProcesses(g driver.GPU) (procs []gpuProcess, smKnown, listed bool) {
 	dev, ret := u.lib.DeviceGetHandleByUUID(g.UUID)
 	if ret != nvml.SUCCESS {
 		u.logger.V(4).Info("No handle for a GPU's processes", "gpu", g.Index, "return", ret)
-		return nil, false
+		return nil, false, false
 	}
 	infos, ret := dev.GetComputeRunningProcesses()
 	if ret != nvml.SUCCESS {
 		u.logger.V(4).Info("Reading a GPU's processes failed", "gpu", g.Index, "return", ret)
-		return nil, false
+		return nil, false, false
 	}
 	if u.lastSeen == nil {
 		u.lastSeen = map[int]uint64{}
@@ -172,11 +194,15 @@ func (u *usageSampler) readProcesses(g driver.GPU) ([]gpuProcess, bool) {
 	if floor := uint64(time.Now().Add(-2 * usageCacheAge).UnixMicro()); since < floor {
 		since = floor
 	}
-	sm, smKnown := map[uint32]nvml.ProcessUtilizationSample{}, true
+	sm := map[uint32]nvml.ProcessUtilizationSample{}
+	smKnown = true
 	samples, ret := dev.GetProcessUtilization(since)
 	switch ret {
 	case nvml.SUCCESS, nvml.ERROR_INSUFFICIENT_SIZE: // go-nvml's answer when there are none
 		for _, s := range samples {
+			if s.SmUtil > maxSMUtil { // not a percent: NVML has no value
+				smKnown = false
+			}
 			if s.TimeStamp >= sm[s.Pid].TimeStamp {
 				sm[s.Pid] = s
 			}
@@ -186,22 +212,28 @@ func (u *usageSampler) readProcesses(g driver.GPU) ([]gpuProcess, bool) {
 	default:
 		smKnown = false
 	}
-	var out []gpuProcess
-	for _, p := range infos {
-		out = append(out, gpuProcess{pid: p.Pid, memory: int64(p.UsedGpuMemory), sm: int(sm[p.Pid].SmUtil), smKnown: smKnown})
+	if !smKnown {
+		clear(sm)
 	}
-	return out, smKnown
+	for _, p := range infos {
+		mem, memKnown := processMemory(p.UsedGpuMemory)
+		if !memKnown {
+			u.logger.V(4).Info("NVML has no value for a process's GPU memory", "gpu", g.Index, "pid", p.Pid)
+		}
+		procs = append(procs, gpuProcess{pid: p.Pid, memory: mem, memKnown: memKnown, sm: int(sm[p.Pid].SmUtil), smKnown: smKnown})
+	}
+	return procs, smKnown, true
 }
 
 // take samples every GPU and attributes its processes to the prepared claims.
 func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 	gpus, claims := u.st.preparedView()
 	byGPU := map[int][]gpuProcess{}
-	smKnown := map[int]bool{}
+	smKnown, listed := map[int]bool{}, map[int]bool{}
 	var pids []uint32
 	for _, g := range gpus {
-		procs, known := u.readProcesses(g)
-		byGPU[g.Index], smKnown[g.Index] = procs, known
+		procs, known, ok := u.readProcesses(g)
+		byGPU[g.Index], smKnown[g.Index], listed[g.Index] = procs, known, ok
 		for _, p := range procs {
 			pids = append(pids, p.pid)
 		}
@@ -228,7 +260,7 @@ func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 				if !ok {
 					k = len(snap.claims)
 					at[pc.UID][idx] = k
-					snap.claims = append(snap.claims, claimGPUUsage{Namespace: pc.Namespace, Name: pc.Name, UID: pc.UID, GPU: idx, SMKnown: smKnown[idx]})
+					snap.claims = append(snap.claims, claimGPUUsage{Namespace: pc.Namespace, Name: pc.Name, UID: pc.UID, GPU: idx, MemoryKnown: listed[idx], SMKnown: smKnown[idx]})
 				}
 				c := &snap.claims[k]
 				limit := d.CDI.MemoryBytes
@@ -263,9 +295,10 @@ func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 		}
 	}
 	for _, g := range gpus {
-		total := gpuProcessUsage{GPU: g.Index, SMKnown: smKnown[g.Index]}
+		total := gpuProcessUsage{GPU: g.Index, MemoryKnown: listed[g.Index], SMKnown: smKnown[g.Index]}
 		for _, p := range byGPU[g.Index] {
 			total.MemoryUsed += p.memory
+			total.MemoryKnown = total.MemoryKnown && p.memKnown
 			total.SMUtil += p.sm
 			claimed := false
 			for _, uid := range owners[p.pid] {
@@ -275,6 +308,7 @@ func (u *usageSampler) take(ctx context.Context) *usageSnapshot {
 				}
 				c := &snap.claims[k]
 				c.MemoryUsed += p.memory
+				c.MemoryKnown = c.MemoryKnown && p.memKnown
 				c.SMUtil += p.sm
 				c.Processes++
 				claimed = true

@@ -62,7 +62,9 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, u := range snap.claims {
 		l := []string{u.Namespace, u.Name, strconv.Itoa(u.GPU)}
-		gauge(claimMemoryUsedDesc, float64(u.MemoryUsed), l...)
+		if u.MemoryKnown {
+			gauge(claimMemoryUsedDesc, float64(u.MemoryUsed), l...)
+		}
 		gauge(claimMemoryLimitDesc, float64(u.MemoryLimit), l...)
 		gauge(claimProcessesDesc, float64(u.Processes), l...)
 		if u.SMKnown {
@@ -78,7 +80,9 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, g := range snap.gpus {
 		idx := strconv.Itoa(g.GPU)
-		gauge(gpuMemoryUsedDesc, float64(g.MemoryUsed), idx)
+		if g.MemoryKnown {
+			gauge(gpuMemoryUsedDesc, float64(g.MemoryUsed), idx)
+		}
 		gauge(gpuUnclaimedDesc, float64(g.Unclaimed), idx)
 		if g.SMKnown {
 			gauge(gpuSMUtilDesc, float64(g.SMUtil), idx)

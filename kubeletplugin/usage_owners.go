@@ -56,7 +56,7 @@ type reservation struct {
 }
 
 func newProcessOwners(cfg Config, logger klog.Logger) *processOwners {
-	o := &processOwners{client: cfg.Client, proc: cfg.Usage.ProcRoot, lister: cfg.Usage.PodResources,
+	o := &processOwners{client: cfg.BackgroundClient, proc: cfg.Usage.ProcRoot, lister: cfg.Usage.PodResources,
 		socket: cfg.Usage.PodResourcesSocket, logger: logger, reserved: map[types.UID]reservation{}}
 	if o.proc == "" {
 		o.proc = "/proc"

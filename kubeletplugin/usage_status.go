@@ -23,10 +23,11 @@ type DeviceUsage struct {
 // UsageData is one device's usage. A claim's processes are attributed to the claim,
 // not to one of its devices: two devices of a claim on one GPU show the same use.
 type UsageData struct {
-	// MemoryUsedBytes is the memory the claim's processes use on the device's GPUs;
-	// MemoryLimitBytes the memory the device holds (the share's, or the device's).
-	MemoryUsedBytes  int64 `json:"memoryUsedBytes"`
-	MemoryLimitBytes int64 `json:"memoryLimitBytes"`
+	// MemoryUsedBytes is the memory the claim's processes use on the device's GPUs,
+	// absent where NVML has no value for a process's memory; MemoryLimitBytes the memory
+	// the device holds (the share's, or the device's).
+	MemoryUsedBytes  *int64 `json:"memoryUsedBytes,omitempty"`
+	MemoryLimitBytes int64  `json:"memoryLimitBytes"`
 	// SMUtilizationPercent is their SM utilization in percent of a GPU; absent where
 	// NVML does not sample it (MIG).
 	SMUtilizationPercent *int `json:"smUtilizationPercent,omitempty"`
@@ -57,11 +58,12 @@ func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int6
 	out := make([]UsageData, len(pc.Devices))
 	for k, d := range pc.Devices {
 		u := UsageData{ObservedAt: metav1.NewTime(now.Truncate(time.Second))}
-		smKnown := len(d.GPUs) > 0
-		sm := 0
+		smKnown, memKnown := len(d.GPUs) > 0, true
+		sm, mem := 0, int64(0)
 		for _, idx := range d.GPUs {
-			c := on[idx]
-			u.MemoryUsedBytes += c.MemoryUsed
+			c, ok := on[idx]
+			mem += c.MemoryUsed
+			memKnown = memKnown && (!ok || c.MemoryKnown)
 			u.Processes += c.Processes
 			sm += c.SMUtil
 			smKnown = smKnown && c.SMKnown
@@ -74,6 +76,9 @@ func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int6
 		}
 		if smKnown {
 			u.SMUtilizationPercent = &sm
+		}
+		if memKnown {
+			u.MemoryUsedBytes = &mem
 		}
 		if d.Type == api.TypeShare {
 			g, c := d.CDI.ComputePercent, 100
@@ -111,9 +116,13 @@ func usageChanged(was, now []UsageData) bool {
 			(a.SMUtilizationPercent == nil) != (b.SMUtilizationPercent == nil) {
 			return true
 		}
-		diff := max(a.MemoryUsedBytes-b.MemoryUsedBytes, b.MemoryUsedBytes-a.MemoryUsedBytes)
-		if diff >= 64<<20 && diff*20 >= b.MemoryLimitBytes {
+		if (a.MemoryUsedBytes == nil) != (b.MemoryUsedBytes == nil) {
 			return true
+		}
+		if a, b := a.MemoryUsedBytes, b.MemoryUsedBytes; a != nil {
+			if diff := max(*a-*b, *b-*a); diff >= 64<<20 && diff*20 >= now[k].MemoryLimitBytes {
+				return true
+			}
 		}
 		if d := intOf(a.SMUtilizationPercent) - intOf(b.SMUtilizationPercent); d >= 5 || d <= -5 {
 			return true
@@ -136,7 +145,7 @@ type usageStatus struct {
 // Usage.StatusInterval until ctx ends; nothing without an API client or a sampler.
 func (d *Driver) startUsageStatus(ctx context.Context) {
 	u := usageCollectorIn(d.metrics)
-	if u == nil || u.sampler.Load() == nil || d.cfg.Client == nil {
+	if u == nil || u.sampler.Load() == nil || d.cfg.BackgroundClient == nil {
 		return
 	}
 	every := d.cfg.Usage.StatusInterval
@@ -191,7 +200,7 @@ func (w *usageStatus) writeAll(ctx context.Context) {
 // writeUsage sets the data of the claim's status.devices entries of its prepared
 // devices to their usage, keeping the entries' other fields and other entries.
 func (d *Driver) writeUsage(ctx context.Context, pc *PreparedClaim, usages []UsageData) error {
-	claims := d.cfg.Client.ResourceV1().ResourceClaims(pc.Namespace)
+	claims := d.cfg.BackgroundClient.ResourceV1().ResourceClaims(pc.Namespace)
 	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
 	if err != nil {
 		return err

@@ -209,7 +209,7 @@ func TestUsageIsWrittenToTheClaimsDeviceStatus(t *testing.T) {
 	if n := statusWrites(); n != 1 {
 		t.Errorf("%d status writes, want 1", n)
 	}
-	if got.MemoryUsedBytes != 1<<30 || got.MemoryLimitBytes != 4<<30 || got.Processes != 1 ||
+	if got.MemoryUsedBytes == nil || *got.MemoryUsedBytes != 1<<30 || got.MemoryLimitBytes != 4<<30 || got.Processes != 1 ||
 		got.SMUtilizationPercent == nil || *got.SMUtilizationPercent != 20 ||
 		got.ComputeGuaranteePercent == nil || *got.ComputeGuaranteePercent != 30 || got.ComputeCapPercent == nil || *got.ComputeCapPercent != 30 {
 		t.Errorf("written usage = %+v", got)
@@ -224,8 +224,66 @@ func TestUsageIsWrittenToTheClaimsDeviceStatus(t *testing.T) {
 	set(3<<30, 60)
 	plugin.WriteUsageStatus(ctx, d)
 	got = written()
-	if n := statusWrites(); n != 2 || got.MemoryUsedBytes != 3<<30 || *got.SMUtilizationPercent != 60 {
+	if n := statusWrites(); n != 2 || got.MemoryUsedBytes == nil || *got.MemoryUsedBytes != 3<<30 || *got.SMUtilizationPercent != 60 {
 		t.Errorf("after a large change (%d status writes) the status has %+v", n, got)
+	}
+}
+
+// NVML's "no value" for a process's memory (VALUE_NOT_AVAILABLE, all bits set) and an SM
+// sample past 100 % are unknown usage: left out of the metrics and the claim's status,
+// never read as 16 EiB of memory or a utilization above the GPU's.
+func TestUsageNVMLCannotTellIsLeftOut(t *testing.T) {
+	u := newUsageNode(t)
+	d := u.newDriver(nil)
+	share := u.allocate(shareClaim("4Gi", "30", ""))
+	mustPrepare(t, d, share)
+	gpu := gpuOf(t, share)
+	idx, _ := strconv.Atoi(gpu)
+	const podUID = types.UID("7c9e6679-7425-40de-944b-e07fc1f90ae7")
+	u.runPod(t, share, "trainer", podUID)
+	u.process(t, 600, podUID)
+	if err := nvmlsim.SetProcesses(u.backend.NVML, idx, []nvmlsim.Process{
+		{PID: 600, UsedMemoryBytes: ^uint64(0), SMUtil: ^uint32(0)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := scrape(t, serveMetrics(t, d))
+	l := `{claim="` + share.Name + `",gpu="` + gpu + `",namespace="default"}`
+	for _, absent := range []string{
+		`gpudra_plugin_claim_memory_used_bytes` + l,
+		`gpudra_plugin_claim_sm_utilization_percent` + l,
+		`gpudra_plugin_gpu_memory_used_bytes{gpu="` + gpu + `"}`,
+		`gpudra_plugin_gpu_sm_utilization_percent{gpu="` + gpu + `"}`,
+	} {
+		if strings.Contains(got, absent+" ") {
+			t.Errorf("metrics have %s although NVML has no value for it:\n%s", absent, grepUsage(got))
+		}
+	}
+	for _, want := range []string{
+		`gpudra_plugin_claim_memory_limit_bytes` + l + ` 4.294967296e+09`,
+		`gpudra_plugin_claim_processes` + l + ` 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, grepUsage(got))
+		}
+	}
+
+	plugin.WriteUsageStatus(context.Background(), d)
+	c, err := u.client.ResourceV1().ResourceClaims(share.Namespace).Get(context.Background(), share.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Status.Devices) != 1 || c.Status.Devices[0].Data == nil {
+		t.Fatalf("status.devices = %+v, want the share's usage", c.Status.Devices)
+	}
+	raw := string(c.Status.Devices[0].Data.Raw)
+	for _, absent := range []string{"memoryUsedBytes", "smUtilizationPercent"} {
+		if strings.Contains(raw, absent) {
+			t.Errorf("status usage %s has %s although NVML has no value for it", raw, absent)
+		}
+	}
+	if !strings.Contains(raw, `"processes":1`) || !strings.Contains(raw, `"memoryLimitBytes":4294967296`) {
+		t.Errorf("status usage %s lacks the known process count and limit", raw)
 	}
 }
 

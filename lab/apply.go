@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
@@ -135,15 +137,24 @@ func objectName(o *unstructured.Unstructured) string {
 func ptrTrue() *bool { t := true; return &t }
 
 // DecodeManifests splits multi-document YAML (or JSON) into objects, skipping empty documents.
+// Whole numbers are int64, as in objects read from the API server (unstructured.NestedInt64
+// reads a Job's parallelism).
 func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var out []*unstructured.Unstructured
 	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
 				return out, nil
 			}
+			return nil, err
+		}
+		if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			continue // an empty document
+		}
+		var m map[string]any
+		if err := utiljson.Unmarshal(raw, &m); err != nil {
 			return nil, err
 		}
 		if len(m) == 0 {

@@ -82,6 +82,7 @@ func (u *upper) chartValues() ([]byte, error) {
 		HostNetwork        bool                `json:"hostNetwork,omitempty"`
 		MetricsPort        int                 `json:"metricsPort,omitempty"`
 		MetricsHost        string              `json:"metricsHost,omitempty"`
+		MetricsSecure      *bool               `json:"metricsSecure,omitempty"`
 		DriverRoot         string              `json:"driverRoot,omitempty"`
 		PluginDataDir      string              `json:"pluginDataDir,omitempty"`
 		KubeletRegistryDir string              `json:"kubeletRegistryDir,omitempty"`
@@ -121,7 +122,8 @@ func (u *upper) chartValues() ([]byte, error) {
 			NodeSelector: map[string]string{LabelHostname: n.Name},
 			Tolerations:  []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			// A kubelet on 127.0.0.1 reports no node address (status.hostIP).
-			HostNetwork: true, MetricsPort: u.port("metrics-" + n.Name), MetricsHost: "127.0.0.1", DriverRoot: p.driverRoot,
+			// Its metrics on loopback, over HTTP as the lab's other plugins: the tests read them.
+			HostNetwork: true, MetricsPort: u.port("metrics-" + n.Name), MetricsHost: "127.0.0.1", MetricsSecure: ptrTo(false), DriverRoot: p.driverRoot,
 			PluginDataDir: filepath.Join(p.dir, "plugin"), KubeletRegistryDir: filepath.Join(p.kubelet, "root", "plugins_registry"), CDIRoot: p.cdi,
 			NvidiaCDIHook: u.tc.CDIHook,
 		})
@@ -334,10 +336,17 @@ func (u *upper) startChartPlugins(ctx context.Context) error {
 			"--cdi-root="+filepath.Join(d, "cdi"), "--checkpoint-dir="+filepath.Join(d, "checkpoint"),
 			// On this machine, not in a container: the driver root is where --driver-root says.
 			"--container-driver-root=",
-			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(u.port("metrics-"+n.Name)))
+			// Plain HTTP, on loopback only: the lab's tests scrape it without a token.
+			"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(u.port("metrics-"+n.Name)), "--metrics-secure=false")
 		if err != nil {
 			return &ComponentError{Component: name, Err: err}
 		}
+		// The ConfigMaps the pod mounts (the chart's MIG layouts), as files on this machine.
+		mounts, err := configMapMounts(ctx, u.client, pod, d)
+		if err != nil {
+			return &ComponentError{Component: name, Err: err}
+		}
+		argv = inMounts(argv, mounts)
 		if u.opts.PluginBinary != "" {
 			argv[0] = u.opts.PluginBinary
 		}

@@ -30,6 +30,7 @@ func TestChartValuesOnePoolPerProfile(t *testing.T) {
 				MetricsPort                                                         int  `json:"metricsPort"`
 				MetricsHost, DriverRoot, PluginDataDir, KubeletRegistryDir, CDIRoot string
 				NvidiaCDIHook                                                       string `json:"nvidiaCDIHook"`
+				MetricsSecure                                                       *bool  `json:"metricsSecure"`
 			} `json:"pools"`
 		} `json:"kubeletPlugin"`
 		KubernetesService struct{ Host, Port string } `json:"kubernetesService"`
@@ -48,7 +49,7 @@ func TestChartValuesOnePoolPerProfile(t *testing.T) {
 		len(real.Tolerations) != 1 || real.Tolerations[0].Key != RealNodeTaint || !real.HostNetwork ||
 		real.MetricsHost != "127.0.0.1" || real.MetricsPort != 9500 || real.DriverRoot != "/lab/nodes/r/driver-root" ||
 		real.PluginDataDir != "/lab/nodes/r/plugin" || real.KubeletRegistryDir != "/lab/nodes/r/kubelet/root/plugins_registry" ||
-		real.CDIRoot != "/lab/nodes/r/cdi" || real.NvidiaCDIHook != "/tc/nvidia-cdi-hook" {
+		real.CDIRoot != "/lab/nodes/r/cdi" || real.NvidiaCDIHook != "/tc/nvidia-cdi-hook" || real.MetricsSecure == nil || *real.MetricsSecure {
 		t.Errorf("real node's pool %+v", real)
 	}
 	if v.KubernetesService.Host != "127.0.0.1" || v.KubernetesService.Port != "6443" {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -45,13 +46,18 @@ type DemoOptions struct {
 	Up Options
 	// Examples is the folder of example claims; default <repo>/deployments/examples.
 	Examples string
-	// Timeout bounds the wait for every example pod to run.
+	// Queues is the folder of the Kueue samples the demo's queue step applies and submits;
+	// default <repo>/deployments/kueue.
+	Queues string
+	// Timeout bounds each wait: for every example pod to run, for Kueue to admit the demo's
+	// gang and for its answer to the job too big for its queue.
 	Timeout time.Duration
 }
 
 // Demo brings the lab up (or uses the one running in the same folder), applies the worked
 // examples, waits until the scheduler allocated their claims and their pods run, and prints
-// what went where.
+// what went where. With Kueue it then submits a gang and a job too big for its queue to the
+// sample queues (demoQueuesStep).
 func Demo(ctx context.Context, opts DemoOptions) error {
 	out := opts.Up.Progress
 	if out == nil {
@@ -67,12 +73,15 @@ func Demo(ctx context.Context, opts DemoOptions) error {
 	if opts.Timeout == 0 {
 		opts.Timeout = 2 * time.Minute
 	}
+	repo, repoErr := RepoRoot(".")
 	if opts.Examples == "" {
-		repo, err := RepoRoot(".")
-		if err != nil {
-			return err
+		if repoErr != nil {
+			return repoErr
 		}
 		opts.Examples = filepath.Join(repo, "deployments", "examples")
+	}
+	if opts.Queues == "" && repoErr == nil {
+		opts.Queues = filepath.Join(repo, "deployments", "kueue")
 	}
 	objs, err := ReadManifests(opts.Examples)
 	if err != nil {
@@ -96,8 +105,16 @@ func Demo(ctx context.Context, opts DemoOptions) error {
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	ap, err := NewApplier(cfg)
 	if err != nil {
+		return err
+	}
+	// The README's MIG flow, before the examples: mig-slice.yaml can use the instances.
+	if err := demoMIGLayoutStep(ctx, out, cs, s, opts.Timeout); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\nApplying the examples in %s:\n", opts.Examples)
@@ -134,6 +151,9 @@ func Demo(ctx context.Context, opts DemoOptions) error {
 		return fmt.Errorf("not every example pod runs after %s", opts.Timeout)
 	}
 	fmt.Fprintf(out, "\nAll %d example pods run (allocated in %s).\n", want, time.Since(start).Round(100*time.Millisecond))
+	if err := demoQueuesStep(ctx, out, cs, dyn, ap, s, opts.Queues, opts.Timeout); err != nil {
+		return err
+	}
 	if err := demoRealNode(ctx, out, cs, s, opts.Timeout); err != nil {
 		return err
 	}
@@ -245,10 +265,18 @@ Continue with kubectl (any recent one; the lab's own is %[1]s):
   kubectl get nodes -L %[3]s,%[4]s,%[5]s
   kubectl get resourceslices
   kubectl get resourceclaims -n %[6]s
-  kubectl describe resourceclaim -n %[7]s nvlink-quad
+  kubectl describe resourceclaim -n %[7]s nvlink-quad%[11]s
   %[9]s lab status%[8]s
 
 Tear the lab down (stops every process it started and removes %[10]s):
   %[9]s lab down%[8]s
-`, s.Kubectl, kc, api.LabelRack, api.LabelToR, LabelProfile, DemoNamespace, DemoNamespace, dirFlag, os.Args[0], s.Dir)
+`, s.Kubectl, kc, api.LabelRack, api.LabelToR, LabelProfile, DemoNamespace, DemoNamespace, dirFlag, os.Args[0], s.Dir, queueSteps(s))
+}
+
+// queueSteps are the next steps' lines about the demo's queues; none without Kueue.
+func queueSteps(s *State) string {
+	if !s.Kueue {
+		return ""
+	}
+	return fmt.Sprintf("\n  kubectl get clusterqueues,workloads -A\n  %s explain job/%s -n team-b", os.Args[0], DemoTooBigJob)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -104,6 +105,24 @@ func kustomizeKueue(o *unstructured.Unstructured) *unstructured.Unstructured {
 	case "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
 	default:
 		o.SetNamespace(kueueNamespace)
+	}
+	// A role's resourceNames that name the webhook configurations follow their prefixed
+	// names, as kustomize's name references do (Kueue v0.19 may update only its own).
+	if rules, ok, _ := unstructured.NestedSlice(o.Object, "rules"); ok {
+		for _, r := range rules {
+			m, _ := r.(map[string]any)
+			resources, _ := m["resources"].([]any)
+			names, _ := m["resourceNames"].([]any)
+			if len(names) == 0 || !slices.ContainsFunc(resources, func(r any) bool {
+				return r == "mutatingwebhookconfigurations" || r == "validatingwebhookconfigurations"
+			}) {
+				continue
+			}
+			for k, n := range names {
+				names[k] = kueuePrefix + fmt.Sprint(n)
+			}
+		}
+		_ = unstructured.SetNestedSlice(o.Object, rules, "rules")
 	}
 	if ref, ok, _ := unstructured.NestedString(o.Object, "roleRef", "name"); ok {
 		_ = unstructured.SetNestedField(o.Object, kueuePrefix+ref, "roleRef", "name")

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,11 +21,11 @@ func kueueConfigDir(t *testing.T) string {
 		}
 	}
 	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
-		if d := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "kueue@v0.17.0", "config", "components"); dirExists(d) {
+		if d := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "kueue@v0.19.2", "config", "components"); dirExists(d) {
 			return d
 		}
 	}
-	lacking(t, "Kueue v0.17.0 manifests are neither in the toolchain cache nor in the Go module cache: run make toolchain (or go mod download sigs.k8s.io/kueue)")
+	lacking(t, "Kueue v0.19.2 manifests are neither in the toolchain cache nor in the Go module cache: run make toolchain (or go mod download sigs.k8s.io/kueue)")
 	return ""
 }
 
@@ -68,6 +69,21 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	if "system:serviceaccount:"+kueueNamespace+":kueue-controller-manager" != kueueUser {
 		t.Errorf("Kueue's client certificate user %s does not match its RBAC subject", kueueUser)
 	}
+	// Kueue updates only its own webhook configurations, by their prefixed names.
+	rules, _, _ := unstructured.NestedSlice(kinds["ClusterRole/kueue-manager-role"].Object, "rules")
+	mayUpdate := map[string]bool{}
+	for _, r := range rules {
+		m := r.(map[string]any)
+		names, _ := m["resourceNames"].([]any)
+		for _, n := range names {
+			mayUpdate[fmt.Sprint(n)] = true
+		}
+	}
+	for _, name := range []string{"kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration"} {
+		if !mayUpdate[name] {
+			t.Errorf("ClusterRole kueue-manager-role names no %s: Kueue could not put its certificate in it (resourceNames %v)", name, mayUpdate)
+		}
+	}
 	sawJob := false
 	for _, k := range []string{"MutatingWebhookConfiguration/kueue-mutating-webhook-configuration", "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration"} {
 		hooks, _, _ := unstructured.NestedSlice(kinds[k].Object, "webhooks")
@@ -84,7 +100,7 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	}
 }
 
-// The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 50)
+// The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 300)
 // with gpudra's fields merged over it and the lab's addresses.
 func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", func(name string) int {
@@ -111,12 +127,12 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ClientConnection.QPS != 50 || cfg.ClientConnection.Burst != 100 {
-		t.Errorf("clientConnection = %+v, want Kueue's shipped qps 50 burst 100", cfg.ClientConnection)
+	if cfg.ClientConnection.QPS != 300 || cfg.ClientConnection.Burst != 500 {
+		t.Errorf("clientConnection = %+v, want Kueue v0.19.2's shipped qps 300 burst 500", cfg.ClientConnection)
 	}
 	// gpudra's file raises the Workload reconcilers (admission checks add Workload writes)
 	// and keeps Kueue's shipped values for the other kinds.
-	if got := cfg.Controller.GroupKindConcurrency; got["Workload.kueue.x-k8s.io"] != 20 || got["Job.batch"] != 5 || got["ClusterQueue.kueue.x-k8s.io"] != 1 {
+	if got := cfg.Controller.GroupKindConcurrency; got["Workload.kueue.x-k8s.io"] != 20 || got["Job.batch"] != 5 || got["ClusterQueue.kueue.x-k8s.io"] != 5 {
 		t.Errorf("groupKindConcurrency = %v, want gpudra's 20 Workload reconcilers and Kueue's shipped values for the rest", got)
 	}
 	if len(cfg.Resources.DeviceClassMappings) == 0 || cfg.WaitForPodsReady.Timeout != "5m" {
@@ -125,7 +141,7 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	if cfg.Webhook.Host != "127.0.0.1" || cfg.Webhook.Port != 3 {
 		t.Errorf("webhook = %+v, want the lab's 127.0.0.1:3", cfg.Webhook)
 	}
-	if !cfg.FeatureGates["DynamicResourceAllocation"] || cfg.FeatureGates["VisibilityOnDemand"] {
+	if !cfg.FeatureGates["KueueDRAIntegrationConsumableCapacity"] || cfg.FeatureGates["VisibilityOnDemand"] {
 		t.Errorf("featureGates = %v", cfg.FeatureGates)
 	}
 }

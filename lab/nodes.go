@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/deployments"
 )
 
 // kwokAnnotation marks the nodes kwok manages.
@@ -156,17 +157,38 @@ func (u *upper) pluginArgv(binary string, n Node, kubeconfig string) []string {
 		"--node-name=" + n.Name, "--nvml=sim:" + n.Profile, "--kubeconfig=" + kubeconfig,
 		"--plugin-data-dir=" + filepath.Join(d, "plugin"), "--registrar-dir=" + filepath.Join(d, "registry"),
 		"--cdi-root=" + filepath.Join(d, "cdi"), "--checkpoint-dir=" + filepath.Join(d, "checkpoint"),
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(u.port("metrics-"+n.Name)),
+		// Plain HTTP, on loopback only: the lab's tests scrape it without a token.
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(u.port("metrics-"+n.Name)), "--metrics-secure=false",
 	}
 	if n.MIG != "" {
 		argv = append(argv, "--mig="+n.MIG)
 	}
+	if migLayoutsApply(n.MIG) {
+		// The chart's layouts, as the chart mounts them: a node label names one of them.
+		argv = append(argv, "--mig-layouts="+u.layout.MIGLayouts())
+	}
 	return argv
+}
+
+// migLayoutsApply says whether a plugin with --mig=mig ("" for the plugin's default,
+// static) applies the MIG layout its node's label names.
+func migLayoutsApply(mig string) bool { return mig == "" || mig == "static" }
+
+// writeMIGLayouts writes the chart's default MIG layouts where pluginArgv points.
+func (u *upper) writeMIGLayouts() error {
+	data, err := deployments.MIGLayouts()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(u.layout.MIGLayouts(), data, 0o644)
 }
 
 // startPlugins starts one gpudra-kubelet-plugin per node and waits until every node's pool
 // of ResourceSlices is complete.
 func (u *upper) startPlugins(ctx context.Context, binary string) error {
+	if err := u.writeMIGLayouts(); err != nil {
+		return err
+	}
 	var cs []Component
 	nodes := u.kwokNodes()
 	for _, n := range nodes {

@@ -28,6 +28,10 @@ func (l Layout) PIDFile(component string) string {
 func (l Layout) BinDir() string               { return filepath.Join(l.Root, "bin") }
 func (l Layout) NodeDir(node string) string   { return filepath.Join(l.Root, "nodes", node) }
 func (l Layout) ComponentDir(c string) string { return filepath.Join(l.Root, "components", c) }
+
+// MIGLayouts is the file of MIG layouts (the chart's defaults) that plugins run as processes
+// read with --mig-layouts.
+func (l Layout) MIGLayouts() string { return filepath.Join(l.Root, "mig-layouts.yaml") }
 func (l Layout) ComponentKubeconfig(c string) string {
 	return filepath.Join(l.Root, "components", c, "kubeconfig")
 }

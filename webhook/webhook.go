@@ -6,12 +6,14 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -32,47 +34,9 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 	if req.Operation == admissionv1.Delete {
 		return admission.Allowed("")
 	}
-	var configs []configAt
-	var tiers func() field.ErrorList
-	switch req.Kind.Kind {
-	case "ResourceClaim":
-		var o resourceapi.ResourceClaim
-		if err := json.Unmarshal(req.Object.Raw, &o); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		configs = claimConfigs(o.Spec, field.NewPath("spec"))
-		tiers = shareTiers(o.Spec, field.NewPath("spec"))
-	case "ResourceClaimTemplate":
-		var o resourceapi.ResourceClaimTemplate
-		if err := json.Unmarshal(req.Object.Raw, &o); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		configs = claimConfigs(o.Spec.Spec, field.NewPath("spec", "spec"))
-		tiers = shareTiers(o.Spec.Spec, field.NewPath("spec", "spec"))
-	case "DeviceClass":
-		var o resourceapi.DeviceClass
-		if err := json.Unmarshal(req.Object.Raw, &o); err != nil {
-			return admission.Errored(http.StatusBadRequest, err)
-		}
-		for k, c := range o.Spec.Config {
-			configs = append(configs, configAt{c.Opaque, field.NewPath("spec", "config").Index(k).Child("opaque", "parameters")})
-		}
-	default:
-		return admission.Allowed(fmt.Sprintf("%s carries no gpudra configuration", req.Kind.Kind))
-	}
-	var errs field.ErrorList
-	for _, c := range configs {
-		if c.opaque == nil || c.opaque.Driver != api.DriverName {
-			continue
-		}
-		if err := api.ValidateOpaque(c.opaque.Parameters.Raw, c.path); err != nil {
-			errs = append(errs, field.Invalid(c.path, "", err.Error()))
-		}
-	}
-	if len(errs) == 0 && tiers != nil {
-		for _, e := range tiers() {
-			errs = append(errs, &field.Error{Type: e.Type, Field: e.Field, Detail: e.Error()})
-		}
+	errs, err := Validate(req.Kind.Kind, req.Object.Raw)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if len(errs) > 0 {
 		msgs := ""
@@ -80,11 +44,79 @@ func (Handler) Handle(_ context.Context, req admission.Request) admission.Respon
 			if k > 0 {
 				msgs += "; "
 			}
-			msgs += e.Detail
+			msgs += e.Error()
 		}
 		return admission.Denied("invalid gpu.gpudra.dev configuration: " + msgs)
 	}
 	return admission.Allowed("")
+}
+
+// Validate checks the gpudra configs of one object of kind (ResourceClaim,
+// ResourceClaimTemplate or DeviceClass; other kinds carry none), given as JSON: each
+// config decoded strictly and validated, then the share tiers of a claim's requests. The
+// errors carry the field paths; err is set only when raw is not an object of that kind.
+func Validate(kind string, raw []byte) (field.ErrorList, error) {
+	var configs []configAt
+	var tiers func() field.ErrorList
+	switch kind {
+	case "ResourceClaim":
+		var o resourceapi.ResourceClaim
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return nil, err
+		}
+		configs = claimConfigs(o.Spec, field.NewPath("spec"))
+		tiers = shareTiers(o.Spec, field.NewPath("spec"))
+	case "ResourceClaimTemplate":
+		var o resourceapi.ResourceClaimTemplate
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return nil, err
+		}
+		configs = claimConfigs(o.Spec.Spec, field.NewPath("spec", "spec"))
+		tiers = shareTiers(o.Spec.Spec, field.NewPath("spec", "spec"))
+	case "DeviceClass":
+		var o resourceapi.DeviceClass
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return nil, err
+		}
+		for k, c := range o.Spec.Config {
+			configs = append(configs, configAt{c.Opaque, field.NewPath("spec", "config").Index(k).Child("opaque", "parameters")})
+		}
+		tiers = classTiers(o)
+	default:
+		return nil, nil
+	}
+	var errs field.ErrorList
+	for _, c := range configs {
+		if c.opaque == nil || c.opaque.Driver != api.DriverName {
+			continue
+		}
+		errs = append(errs, fieldErrors(api.ValidateOpaque(c.opaque.Parameters.Raw, c.path), c.path)...)
+	}
+	if len(errs) == 0 && tiers != nil {
+		errs = append(errs, tiers()...)
+	}
+	return errs, nil
+}
+
+// fieldErrors lists err's field errors (ValidateOpaque's aggregate); any other error is
+// one error at path.
+func fieldErrors(err error, path *field.Path) field.ErrorList {
+	if err == nil {
+		return nil
+	}
+	var fe *field.Error
+	var agg utilerrors.Aggregate
+	switch {
+	case errors.As(err, &agg):
+		var out field.ErrorList
+		for _, e := range agg.Errors() {
+			out = append(out, fieldErrors(e, path)...)
+		}
+		return out
+	case errors.As(err, &fe):
+		return field.ErrorList{fe}
+	}
+	return field.ErrorList{field.Invalid(path, "", err.Error())}
 }
 
 type configAt struct {
@@ -103,39 +135,77 @@ func claimConfigs(spec resourceapi.ResourceClaimSpec, path *field.Path) []config
 // shareTiers checks each valid GpuConfig's share tier against the compute the requests it
 // applies to ask for: a Guaranteed share needs a compute request (its floor) no higher than
 // its computeLimit, a BestEffort share none, and a tier other than Fixed only applies to
-// requests of the share class. It runs once every config decodes.
+// requests of the share class. A share's compute request out of range is refused. It runs
+// once every config decodes.
 func shareTiers(spec resourceapi.ResourceClaimSpec, path *field.Path) func() field.ErrorList {
 	return func() field.ErrorList {
-		var errs field.ErrorList
+		requests, errs := exactRequests(spec, path)
 		for k, c := range spec.Devices.Config {
-			if c.Opaque == nil || c.Opaque.Driver != api.DriverName {
+			limits := shareLimits(c.Opaque)
+			if limits == nil {
 				continue
 			}
-			obj, err := api.Decode(c.Opaque.Parameters.Raw)
-			if err != nil {
-				continue
-			}
-			gc, ok := obj.(*api.GpuConfig)
-			if !ok || gc.Limits == nil {
-				continue
-			}
-			gc.Normalize()
 			at := path.Child("devices", "config").Index(k).Child("opaque", "parameters", "limits")
-			for _, r := range exactRequests(spec) {
+			for _, r := range requests {
 				if len(c.Requests) > 0 && !slices.Contains(c.Requests, r.name) && !slices.Contains(c.Requests, r.parent) {
 					continue
 				}
 				if r.class != api.DeviceClassShare {
-					if gc.Limits.Policy != api.PolicyFixed || gc.Limits.ComputeLimit != nil || gc.Limits.Priority != "" {
+					if hasTier(limits) {
 						errs = append(errs, field.Invalid(at, "", fmt.Sprintf("request %q asks for DeviceClass %s: a share's policy, computeLimit and priority apply only to requests of %s", r.name, r.class, api.DeviceClassShare)))
 					}
 					continue
 				}
-				errs = append(errs, gc.Limits.ValidateFor(at, r.compute)...)
+				if r.compute >= 0 {
+					errs = append(errs, limits.ValidateFor(at, r.compute)...)
+				}
 			}
 		}
 		return errs
 	}
+}
+
+// classTiers checks the share tier of a DeviceClass's GpuConfigs as a claim's are checked
+// for a request of that class: a tier other than Fixed only in the share class. The compute
+// its claims will request is not known here; prepare checks the tier against it.
+func classTiers(class resourceapi.DeviceClass) func() field.ErrorList {
+	return func() field.ErrorList {
+		if class.Name == api.DeviceClassShare {
+			return nil
+		}
+		var errs field.ErrorList
+		for k, c := range class.Spec.Config {
+			if limits := shareLimits(c.Opaque); limits != nil && hasTier(limits) {
+				at := field.NewPath("spec", "config").Index(k).Child("opaque", "parameters", "limits")
+				errs = append(errs, field.Invalid(at, "", fmt.Sprintf("DeviceClass %s is not %s: a share's policy, computeLimit and priority apply only to that class's requests", class.Name, api.DeviceClassShare)))
+			}
+		}
+		return errs
+	}
+}
+
+// shareLimits are the normalized limits of a gpudra GpuConfig that sets them; nil for
+// anything else.
+func shareLimits(opaque *resourceapi.OpaqueDeviceConfiguration) *api.ShareLimits {
+	if opaque == nil || opaque.Driver != api.DriverName {
+		return nil
+	}
+	obj, err := api.Decode(opaque.Parameters.Raw)
+	if err != nil {
+		return nil
+	}
+	gc, ok := obj.(*api.GpuConfig)
+	if !ok || gc.Limits == nil {
+		return nil
+	}
+	gc.Normalize()
+	return gc.Limits
+}
+
+// hasTier is whether normalized limits set a share's tier: a policy other than Fixed, a
+// computeLimit or a priority.
+func hasTier(l *api.ShareLimits) bool {
+	return l.Policy != api.PolicyFixed || l.ComputeLimit != nil || l.Priority != ""
 }
 
 type exactRequest struct {
@@ -144,27 +214,37 @@ type exactRequest struct {
 }
 
 // exactRequests lists a claim's requests and first-available subrequests ("req/sub"),
-// with the compute capacity each asks for (0 when it asks for none: the share's default).
-func exactRequests(spec resourceapi.ResourceClaimSpec) []exactRequest {
-	compute := func(c *resourceapi.CapacityRequirements) int {
-		if c == nil {
+// with the compute capacity each share asks for (0 when it asks for none: the share's
+// default). A share's compute request out of range is an error naming its path, and its
+// compute -1.
+func exactRequests(spec resourceapi.ResourceClaimSpec, path *field.Path) ([]exactRequest, field.ErrorList) {
+	var errs field.ErrorList
+	compute := func(class string, c *resourceapi.CapacityRequirements, at *field.Path) int {
+		if c == nil || class != api.DeviceClassShare {
 			return 0
 		}
 		for _, name := range []resourceapi.QualifiedName{api.CapCompute, api.DriverName + "/" + api.CapCompute} {
 			if q, ok := c.Requests[name]; ok {
-				return int(q.Value())
+				percent, err := api.ComputePercent(at.Child("capacity", "requests").Key(string(name)), q)
+				if err != nil {
+					errs = append(errs, err)
+					return -1
+				}
+				return percent
 			}
 		}
 		return 0
 	}
 	var out []exactRequest
-	for _, r := range spec.Devices.Requests {
+	requests := path.Child("devices", "requests")
+	for i, r := range spec.Devices.Requests {
 		if e := r.Exactly; e != nil {
-			out = append(out, exactRequest{name: r.Name, class: e.DeviceClassName, compute: compute(e.Capacity)})
+			out = append(out, exactRequest{name: r.Name, class: e.DeviceClassName, compute: compute(e.DeviceClassName, e.Capacity, requests.Index(i).Child("exactly"))})
 		}
-		for _, sub := range r.FirstAvailable {
-			out = append(out, exactRequest{name: r.Name + "/" + sub.Name, parent: r.Name, class: sub.DeviceClassName, compute: compute(sub.Capacity)})
+		for j, sub := range r.FirstAvailable {
+			out = append(out, exactRequest{name: r.Name + "/" + sub.Name, parent: r.Name, class: sub.DeviceClassName,
+				compute: compute(sub.DeviceClassName, sub.Capacity, requests.Index(i).Child("firstAvailable").Index(j))})
 		}
 	}
-	return out
+	return out, errs
 }

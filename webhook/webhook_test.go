@@ -56,6 +56,20 @@ func shareClaim(compute, limits string) *resourceapi.ResourceClaim {
 	return c
 }
 
+// firstAvailableShareClaim asks for a whole GPU or else a share with compute percent, with a
+// Guaranteed GpuConfig for the share.
+func firstAvailableShareClaim(compute string) *resourceapi.ResourceClaim {
+	c := shareClaim("", `{"policy":"Guaranteed"}`)
+	c.Spec.Devices.Requests[0].Exactly = nil
+	c.Spec.Devices.Requests[0].FirstAvailable = []resourceapi.DeviceSubRequest{
+		{Name: "whole", DeviceClassName: "gpu.gpudra.dev"},
+		{Name: "share", DeviceClassName: "gpu-share.gpudra.dev", Capacity: &resourceapi.CapacityRequirements{
+			Requests: map[resourceapi.QualifiedName]resource.Quantity{"compute": resource.MustParse(compute)}}},
+	}
+	c.Spec.Devices.Config[0].Requests = []string{"gpu/share"}
+	return c
+}
+
 func TestHandlerChecksShareTiersAgainstTheRequests(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -77,12 +91,75 @@ func TestHandlerChecksShareTiersAgainstTheRequests(t *testing.T) {
 			[]string{"limits.policy", `"Fixed"`, `"Guaranteed"`, `"BestEffort"`}},
 		{"a computeLimit on a Fixed share is refused", shareClaim("10", `{"computeLimit":50}`), false,
 			[]string{"limits.computeLimit", "capped at its compute request"}},
+		{"a compute request far beyond 100 % is refused, not wrapped", shareClaim("18446744073709551646", `{"policy":"Guaranteed"}`), false,
+			[]string{"spec.devices.requests[0].exactly.capacity.requests[compute]", "must be from 0 to 100"}},
+		{"a compute request of 1e30 is refused", shareClaim("1e30", `{"policy":"Guaranteed","computeLimit":100}`), false,
+			[]string{"spec.devices.requests[0].exactly.capacity.requests[compute]", "must be from 0 to 100"}},
+		{"a compute request past int64 is refused", shareClaim("9223372036854775808", `{"policy":"Guaranteed"}`), false,
+			[]string{"requests[compute]", "must be from 0 to 100"}},
+		{"a compute request just above 100 % is refused", shareClaim("101", `{"policy":"Guaranteed"}`), false,
+			[]string{"requests[compute]", "must be from 0 to 100"}},
+		{"a negative compute request is refused", shareClaim("-30", `{"policy":"Guaranteed"}`), false,
+			[]string{"requests[compute]", "must be from 0 to 100"}},
+		{"a huge compute request is refused without a tier", shareClaim("1e30", `{}`), false,
+			[]string{"requests[compute]", "must be from 0 to 100"}},
+		{"a subrequest's huge compute request is refused at its path", firstAvailableShareClaim("1e30"), false,
+			[]string{"spec.devices.requests[0].firstAvailable[1].capacity.requests[compute]", "must be from 0 to 100"}},
+		{"a fractional compute request rounds up to the floor", shareClaim("0.5", `{"policy":"Guaranteed","computeLimit":1}`), true, nil},
+		{"all of the GPU is a valid floor", shareClaim("100", `{"policy":"Guaranteed"}`), true, nil},
 		{"a tier on a whole GPU is refused", claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"policy":"Guaranteed"}}`), false,
 			[]string{"request \"gpu\" asks for DeviceClass gpu.gpudra.dev", "only to requests of gpu-share.gpudra.dev"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := Handler{}.Handle(context.Background(), request(t, "ResourceClaim", tc.claim))
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v: %s", resp.Allowed, resp.Result.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(resp.Result.Message, w) {
+					t.Errorf("message %q lacks %q", resp.Result.Message, w)
+				}
+			}
+		})
+	}
+}
+
+// deviceClassWith is DeviceClass name with one gpudra GpuConfig with the given limits.
+func deviceClassWith(name, limits string) *resourceapi.DeviceClass {
+	c := &resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Config: []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.gpudra.dev", Parameters: runtime.RawExtension{
+			Raw: []byte(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":` + limits + `}`)}}}}}}}
+	c.Name = name
+	return c
+}
+
+func TestHandlerChecksDeviceClassTiers(t *testing.T) {
+	tests := []struct {
+		name    string
+		class   *resourceapi.DeviceClass
+		allowed bool
+		want    []string
+	}{
+		{"a Guaranteed tier in the share class is admitted", deviceClassWith("gpu-share.gpudra.dev", `{"policy":"Guaranteed","computeLimit":80}`), true, nil},
+		{"a capped BestEffort tier in the share class is admitted", deviceClassWith("gpu-share.gpudra.dev", `{"policy":"BestEffort","computeLimit":50}`), true, nil},
+		{"a Fixed config with an enforcement in any class is admitted", deviceClassWith("gpu.gpudra.dev", `{"enforcement":"MPS"}`), true, nil},
+		{"a tier in the whole-GPU class is refused", deviceClassWith("gpu.gpudra.dev", `{"policy":"Guaranteed"}`), false,
+			[]string{"spec.config[0].opaque.parameters.limits", "DeviceClass gpu.gpudra.dev is not gpu-share.gpudra.dev"}},
+		{"a priority in the NVLink group class is refused", deviceClassWith("nvlink-group.gpudra.dev", `{"priority":"High"}`), false,
+			[]string{"spec.config[0].opaque.parameters.limits", "policy, computeLimit and priority"}},
+		{"a computeLimit in a class of its own is refused", deviceClassWith("team-a.example.com", `{"policy":"BestEffort","computeLimit":20}`), false,
+			[]string{"DeviceClass team-a.example.com is not gpu-share.gpudra.dev"}},
+		{"a High BestEffort tier in the share class is refused", deviceClassWith("gpu-share.gpudra.dev", `{"policy":"BestEffort","priority":"High"}`), false,
+			[]string{"spec.config[0].opaque.parameters.limits.priority", "always yields"}},
+		{"a computeLimit past 100 in the share class is refused", deviceClassWith("gpu-share.gpudra.dev", `{"policy":"Guaranteed","computeLimit":1000}`), false,
+			[]string{"spec.config[0].opaque.parameters.limits.computeLimit", "between 1 and 100"}},
+		{"a computeLimit that overflows an int is refused", deviceClassWith("gpu-share.gpudra.dev", `{"policy":"Guaranteed","computeLimit":1e30}`), false,
+			[]string{"spec.config[0].opaque.parameters", "computeLimit"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := Handler{}.Handle(context.Background(), request(t, "DeviceClass", tc.class))
 			if resp.Allowed != tc.allowed {
 				t.Fatalf("allowed = %v: %s", resp.Allowed, resp.Result.Message)
 			}
@@ -206,5 +283,31 @@ func TestInjectCABundle(t *testing.T) {
 	}
 	if err := InjectCABundle(context.Background(), c, "missing", ca); err == nil || !strings.Contains(err.Error(), "ValidatingWebhookConfiguration missing") {
 		t.Errorf("a missing configuration: err %v, want one naming it", err)
+	}
+}
+
+// Validate gives each problem of each config as its own field error, with its path.
+func TestValidateGivesFieldErrors(t *testing.T) {
+	claim := `{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"c"},
+	 "spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu.gpudra.dev"}}],
+	  "config":[{"opaque":{"driver":"gpu.gpudra.dev","parameters":{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig",
+	   "sharing":{"strategy":"MPS","mps":{"defaultActiveThreadPercentage":0}},"limits":{"enforcement":"Maybe"}}}}]}}}`
+	errs, err := Validate("ResourceClaim", []byte(claim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Field)
+	}
+	want := []string{
+		"spec.devices.config[0].opaque.parameters.sharing.mps.defaultActiveThreadPercentage",
+		"spec.devices.config[0].opaque.parameters.limits.enforcement",
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("fields %v, want %v", got, want)
+	}
+	if errs, err := Validate("Pod", []byte(`{}`)); err != nil || len(errs) > 0 {
+		t.Errorf("a Pod: %v, %v; want nothing", errs, err)
 	}
 }

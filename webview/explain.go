@@ -2,16 +2,13 @@ package webview
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
@@ -58,20 +55,28 @@ type Explain struct {
 	Error                 string
 }
 
-// state builds the allocator's view of the cluster from the caches, as
-// allocation.FromCluster does from lists.
-func (s *Server) state() (*allocation.State, allocation.Holders, []*resourceapi.ResourceClaim, error) {
-	classes, err := s.classes.List(labels.Everything())
+// state builds the allocator's view of the cluster from the cached objects the caller
+// may read, as allocation.FromCluster does from lists.
+func (s *Server) state(sc *scope) (*allocation.State, allocation.Holders, []*resourceapi.ResourceClaim, error) {
+	var classes []*resourceapi.DeviceClass
+	var sl []*resourceapi.ResourceSlice
+	var err error
+	if sc.canCluster(classesResource) {
+		if classes, err = s.src.classes(sc.ctx); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if sc.canCluster(slicesResource) {
+		if sl, err = s.src.slices(sc.ctx); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	claims, err := s.visibleClaims(sc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sl, err := s.slices.List(labels.Everything())
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	claims, err := s.claims.List(labels.Everything())
-	if err != nil {
-		return nil, nil, nil, err
+	if sc.err != nil {
+		return nil, nil, nil, sc.err
 	}
 	st := allocation.New(classes, sl)
 	holders := allocation.Holders{}
@@ -84,44 +89,50 @@ func (s *Server) state() (*allocation.State, allocation.Holders, []*resourceapi.
 	return st, holders, claims, nil
 }
 
-func (s *Server) explainClaim(ctx context.Context, ns, name string) Explain {
+func (s *Server) explainClaim(sc *scope, ns, name string) Explain {
 	e := Explain{Kind: "claim", Namespace: ns, Name: name}
-	st, holders, claims, err := s.state()
+	st, holders, claims, err := s.state(sc)
 	if err != nil {
 		e.Error = err.Error()
 		return e
 	}
-	e.Claims = []ClaimView{s.claimView(ctx, st, holders, claims, ns, name, nil)}
+	e.Claims = []ClaimView{s.claimView(sc, st, holders, claims, ns, name, nil)}
 	return e
 }
 
-func (s *Server) explainPod(ctx context.Context, ns, name string) Explain {
+func (s *Server) explainPod(sc *scope, ns, name string) Explain {
 	e := Explain{Kind: "pod", Namespace: ns, Name: name}
-	pod, err := s.pods.Pods(ns).Get(name)
+	pods, err := s.visiblePods(sc)
+	if err == nil && sc.err != nil {
+		err = sc.err
+	}
 	if err != nil {
-		if apierrors.IsNotFound(err) {
-			e.Error = fmt.Sprintf("pod %s/%s not found", ns, name)
-		} else {
-			e.Error = err.Error()
-		}
+		e.Error = err.Error()
 		return e
 	}
-	st, holders, claims, err := s.state()
+	var pod *corev1.Pod
+	for _, p := range pods {
+		if p.Namespace == ns && p.Name == name {
+			pod = p
+		}
+	}
+	if pod == nil {
+		e.Error = fmt.Sprintf("pod %s/%s not found", ns, name)
+		return e
+	}
+	st, holders, claims, err := s.state(sc)
 	if err != nil {
 		e.Error = err.Error()
 		return e
 	}
 	pv := &PodView{Namespace: ns, Name: name, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName}
 	e.Pod = pv
-	nodes, err := s.nodes.List(labels.Everything())
-	if err != nil {
-		e.Error = err.Error()
-		return e
-	}
-	pods, err := s.pods.List(labels.Everything())
-	if err != nil {
-		e.Error = err.Error()
-		return e
+	var nodes []*corev1.Node
+	if sc.canCluster(nodesResource) {
+		if nodes, err = s.src.nodes(sc.ctx); err != nil {
+			e.Error = err.Error()
+			return e
+		}
 	}
 	onNode := map[string][]*corev1.Pod{}
 	for _, p := range pods {
@@ -129,7 +140,7 @@ func (s *Server) explainPod(ctx context.Context, ns, name string) Explain {
 			onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p)
 		}
 	}
-	logger := klog.FromContext(ctx)
+	logger := klog.FromContext(sc.ctx)
 	ruledOut := map[string]string{}
 	pv.Nodes = len(nodes)
 	for _, n := range nodes {
@@ -145,12 +156,12 @@ func (s *Server) explainPod(ctx context.Context, ns, name string) Explain {
 		return e
 	}
 	for _, n := range names {
-		e.Claims = append(e.Claims, s.claimView(ctx, st, holders, claims, ns, n, ruledOut))
+		e.Claims = append(e.Claims, s.claimView(sc, st, holders, claims, ns, n, ruledOut))
 	}
 	return e
 }
 
-func (s *Server) claimView(ctx context.Context, st *allocation.State, holders allocation.Holders, claims []*resourceapi.ResourceClaim, ns, name string, ruledOut map[string]string) ClaimView {
+func (s *Server) claimView(sc *scope, st *allocation.State, holders allocation.Holders, claims []*resourceapi.ResourceClaim, ns, name string, ruledOut map[string]string) ClaimView {
 	v := ClaimView{Namespace: ns, Name: name}
 	var cl *resourceapi.ResourceClaim
 	for _, c := range claims {
@@ -186,7 +197,7 @@ func (s *Server) claimView(ctx context.Context, st *allocation.State, holders al
 		if a.NodeSelector != nil {
 			v.NodeSelector = nodeSelector(a.NodeSelector)
 		}
-		c, err := s.snapshot()
+		c, err := s.snapshot(sc)
 		for _, r := range a.Devices.Results {
 			rv := ResultView{Request: r.Request, Driver: r.Driver, Pool: r.Pool, Device: r.Device, Consumed: capacityRequests(r.ConsumedCapacity)}
 			if err == nil {
@@ -201,7 +212,7 @@ func (s *Server) claimView(ctx context.Context, st *allocation.State, holders al
 		}
 		return v
 	}
-	nodes, err := st.ExplainFiltered(ctx, cl, holders, ruledOut)
+	nodes, err := st.ExplainFiltered(sc.ctx, cl, holders, ruledOut)
 	if err != nil {
 		v.Error = err.Error()
 		return v

@@ -122,18 +122,18 @@ func toUnstructured(t *testing.T, obj runtime.Object, kind string) *unstructured
 func kueueObjects(t *testing.T) []runtime.Object {
 	quota := func(n string) kueue.ResourceGroup {
 		return kueue.ResourceGroup{
-			CoveredResources: []corev1.ResourceName{api.ExtendedResourceGPU},
+			CoveredResources: []corev1.ResourceName{api.QuotaGPUPercent},
 			Flavors: []kueue.FlavorQuotas{{Name: "h100", Resources: []kueue.ResourceQuota{{
-				Name: api.ExtendedResourceGPU, NominalQuota: resource.MustParse(n)}}}},
+				Name: api.QuotaGPUPercent, NominalQuota: resource.MustParse(n)}}}},
 		}
 	}
 	cqA := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "team-a"},
-		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{quota("8")},
+		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{quota("800")},
 			AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "gpudra-topology"}}}},
 		Status: kueue.ClusterQueueStatus{PendingWorkloads: 1, AdmittedWorkloads: 2, ReservingWorkloads: 2,
-			FlavorsUsage: []kueue.FlavorUsage{{Name: "h100", Resources: []kueue.ResourceUsage{{Name: api.ExtendedResourceGPU, Total: resource.MustParse("6")}}}}}}
+			FlavorsUsage: []kueue.FlavorUsage{{Name: "h100", Resources: []kueue.ResourceUsage{{Name: api.QuotaGPUPercent, Total: resource.MustParse("650")}}}}}}
 	cqB := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "team-b"},
-		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{quota("8")}}}
+		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{quota("800")}}}
 	cohort := &kueue.Cohort{ObjectMeta: metav1.ObjectMeta{Name: "research"}}
 	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "default"}, Spec: kueue.LocalQueueSpec{ClusterQueue: "team-a"}}
 	ac := &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}}
@@ -250,8 +250,9 @@ func waitWatching(t *testing.T, f *fixture) {
 		}
 		seen := false
 		for n := 0; n < 20 && !seen; n++ {
-			_, errPod := f.srv.pods.Pods("kube-system").Get(name)
-			_, errClaim := f.srv.claims.ResourceClaims("kube-system").Get(name)
+			src := f.srv.src.(*informerSource)
+			_, errPod := src.podL.Pods("kube-system").Get(name)
+			_, errClaim := src.claimL.ResourceClaims("kube-system").Get(name)
 			seen = errPod == nil && errClaim == nil
 			if !seen {
 				time.Sleep(10 * time.Millisecond)

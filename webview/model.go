@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/labels"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -210,25 +209,49 @@ func parseMembers(s string) []int {
 	return out
 }
 
-// snapshot joins the informers' objects.
-func (s *Server) snapshot() (*Cluster, error) {
-	nodes, err := s.nodes.List(labels.Everything())
+// snapshot joins the cached objects the request's caller may read.
+func (s *Server) snapshot(sc *scope) (*Cluster, error) {
+	var nodes []*corev1.Node
+	var sl []*resourceapi.ResourceSlice
+	var err error
+	if sc.canCluster(nodesResource) {
+		if nodes, err = s.src.nodes(sc.ctx); err != nil {
+			return nil, err
+		}
+	}
+	if sc.canCluster(slicesResource) {
+		if sl, err = s.src.slices(sc.ctx); err != nil {
+			return nil, err
+		}
+	}
+	claims, err := s.visibleClaims(sc)
 	if err != nil {
 		return nil, err
 	}
-	sl, err := s.slices.List(labels.Everything())
+	pods, err := s.visiblePods(sc)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := s.claims.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	pods, err := s.pods.List(labels.Everything())
-	if err != nil {
-		return nil, err
+	if sc.err != nil {
+		return nil, sc.err
 	}
 	return buildCluster(nodes, sl, claims, pods), nil
+}
+
+func (s *Server) visibleClaims(sc *scope) ([]*resourceapi.ResourceClaim, error) {
+	claims, err := s.src.claims(sc.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return namespaced(sc, claimsResource, claims, func(c *resourceapi.ResourceClaim) string { return c.Namespace }), nil
+}
+
+func (s *Server) visiblePods(sc *scope) ([]*corev1.Pod, error) {
+	pods, err := s.src.pods(sc.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return namespaced(sc, podsResource, pods, func(p *corev1.Pod) string { return p.Namespace }), nil
 }
 
 func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, pods []*corev1.Pod) *Cluster {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -16,10 +19,12 @@ var pageNames = []string{"cluster", "node", "queues", "explain"}
 
 type pageTemplate struct{ *template.Template }
 
-// page is what every template gets: Base for links, the page's title and data.
+// page is what every template gets: Base for links, the page's title and data, and the
+// resources of which the caller may not read some or all (left out of the page).
 type page struct {
 	Base, Title, Nav string
 	Generated        string
+	Hidden           []string
 	Data             any
 }
 
@@ -45,6 +50,9 @@ var funcs = template.FuncMap{
 		}
 		return n * 100 / total
 	},
+	// width is the class of a width in percent, clamped to 0..100 (style.css has one
+	// class per percent).
+	"width":      func(percent int) string { return "w-" + strconv.Itoa(min(100, max(0, percent))) },
 	"labelBlock": func(l map[string]string) string { return l[api.LabelBlock] },
 	"labelRack":  func(l map[string]string) string { return l[api.LabelRack] },
 	"shortUUID": func(s string) string {
@@ -68,14 +76,21 @@ func parsePages() (map[string]*pageTemplate, error) {
 }
 
 // page renders a page; with ?fragment=1 only its content, which the script swaps in.
-func (s *Server) page(name string, build func(*http.Request) (title, nav string, data any, status int)) http.HandlerFunc {
+// A request whose caller's rights could not be checked fails with 500.
+func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav string, data any, status int)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready() {
 			http.Error(w, "the dashboard's caches are still filling; try again in a moment", http.StatusServiceUnavailable)
 			return
 		}
-		title, nav, data, status := build(r)
-		p := page{Base: s.base, Title: title, Nav: nav, Data: data, Generated: time.Now().UTC().Format("15:04:05")}
+		sc := s.scope(r)
+		title, nav, data, status := build(r, sc)
+		if sc.err != nil {
+			klog.FromContext(r.Context()).Error(sc.err, "Checking what the caller may read", "path", r.URL.Path)
+			http.Error(w, "checking what you may read: "+sc.err.Error(), http.StatusInternalServerError)
+			return
+		}
+		p := page{Base: s.base, Title: title, Nav: nav, Data: data, Hidden: sc.hidden, Generated: time.Now().UTC().Format("15:04:05")}
 		tmpl := "layout"
 		if r.URL.Query().Get("fragment") != "" {
 			tmpl = "content"
@@ -101,8 +116,8 @@ type ClusterPage struct {
 	Error   string
 }
 
-func (s *Server) clusterPage(*http.Request) (string, string, any, int) {
-	c, err := s.snapshot()
+func (s *Server) clusterPage(_ *http.Request, sc *scope) (string, string, any, int) {
+	c, err := s.snapshot(sc)
 	if err != nil {
 		return "Cluster", "cluster", ClusterPage{Error: err.Error()}, http.StatusInternalServerError
 	}
@@ -118,9 +133,9 @@ type NodePage struct {
 	Error  string
 }
 
-func (s *Server) nodePage(r *http.Request) (string, string, any, int) {
+func (s *Server) nodePage(r *http.Request, sc *scope) (string, string, any, int) {
 	name := r.PathValue("name")
-	c, err := s.snapshot()
+	c, err := s.snapshot(sc)
 	if err != nil {
 		return name, "cluster", NodePage{Name: name, Error: err.Error()}, http.StatusInternalServerError
 	}
@@ -144,13 +159,13 @@ func (s *Server) nodePage(r *http.Request) (string, string, any, int) {
 	return "Node " + name, "cluster", NodePage{Name: name, Node: n, Matrix: n.nvlinkMatrix(), Gangs: gangs}, http.StatusOK
 }
 
-func (s *Server) queuesPage(*http.Request) (string, string, any, int) {
-	return "Queues", "queues", s.queues(), http.StatusOK
+func (s *Server) queuesPage(_ *http.Request, sc *scope) (string, string, any, int) {
+	return "Queues", "queues", s.queues(sc), http.StatusOK
 }
 
-func (s *Server) claimPage(r *http.Request) (string, string, any, int) {
+func (s *Server) claimPage(r *http.Request, sc *scope) (string, string, any, int) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	e := s.explainClaim(r.Context(), ns, name)
+	e := s.explainClaim(sc, ns, name)
 	status := http.StatusOK
 	if len(e.Claims) == 1 && !e.Claims[0].Found {
 		status = http.StatusNotFound
@@ -158,9 +173,9 @@ func (s *Server) claimPage(r *http.Request) (string, string, any, int) {
 	return "Claim " + ns + "/" + name, "", e, status
 }
 
-func (s *Server) podPage(r *http.Request) (string, string, any, int) {
+func (s *Server) podPage(r *http.Request, sc *scope) (string, string, any, int) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	e := s.explainPod(r.Context(), ns, name)
+	e := s.explainPod(sc, ns, name)
 	status := http.StatusOK
 	if e.Pod == nil {
 		status = http.StatusNotFound

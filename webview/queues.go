@@ -3,11 +3,12 @@ package webview
 import (
 	"cmp"
 	"slices"
+	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -15,7 +16,7 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// QueueView is one ClusterQueue's quota and usage in gpudra.dev/gpu.
+// QueueView is one ClusterQueue's quota and usage in GPUs (its gpudra.dev/gpu-percent / 100).
 type QueueView struct {
 	Name, Cohort                        string
 	Nominal, Borrowing, Usage, Borrowed string
@@ -55,40 +56,41 @@ type Queues struct {
 	Pending []PendingWorkload
 }
 
-func list[T any](s *Server, gvr schema.GroupVersionResource) []T {
-	l := s.kueueList[gvr]
-	if l == nil {
+// readKueue reads the cached objects of one Kueue resource the caller may read, typed.
+func readKueue[T any](s *Server, sc *scope, gvr schema.GroupVersionResource, namespaced bool) []T {
+	if !namespaced && !sc.canCluster(gvr.GroupResource()) {
 		return nil
 	}
-	objs, err := l.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
+	objs := s.src.kueueList(sc.ctx, gvr)
 	out := make([]T, 0, len(objs))
 	for _, o := range objs {
-		u, ok := o.(*unstructured.Unstructured)
-		if !ok {
+		m, err := meta.Accessor(o)
+		if err != nil || (namespaced && !sc.can(gvr.GroupResource(), m.GetNamespace())) {
 			continue
 		}
-		var v T
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err == nil {
-			out = append(out, v)
+		if typed, ok := any(o).(*T); ok {
+			out = append(out, *typed)
+		} else if u, ok := o.(*unstructured.Unstructured); ok {
+			var v T
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err == nil {
+				out = append(out, v)
+			}
 		}
 	}
 	return out
 }
 
-func (s *Server) queues() Queues {
-	q := Queues{Served: s.kueue}
-	if !s.kueue {
+func (s *Server) queues(sc *scope) Queues {
+	q := Queues{Served: s.src.kueueServed()}
+	if !q.Served {
 		return q
 	}
 	for _, gvr := range KueueResources {
-		if inf := s.kueueInf[gvr]; inf != nil && !inf.HasSynced() {
+		if !s.src.kueueRead(gvr) {
 			q.Unread = append(q.Unread, gvr.Resource)
 		}
 	}
-	gpu := api.ExtendedResourceGPU
+	gpu := api.QuotaGPUPercent
 	cohorts := map[string]*CohortView{}
 	cohortOf := func(name string) *CohortView {
 		c := cohorts[name]
@@ -98,12 +100,12 @@ func (s *Server) queues() Queues {
 		}
 		return c
 	}
-	for _, c := range list[kueue.Cohort](s, cohortsGVR) {
+	for _, c := range readKueue[kueue.Cohort](s, sc, cohortsGVR, false) {
 		cohortOf(c.Name).Parent = string(c.Spec.ParentName)
 	}
 	cohortNominal := map[string]*resource.Quantity{}
 	cohortUsage := map[string]*resource.Quantity{}
-	for _, cq := range list[kueue.ClusterQueue](s, clusterQueuesGVR) {
+	for _, cq := range readKueue[kueue.ClusterQueue](s, sc, clusterQueuesGVR, false) {
 		v := QueueView{Name: cq.Name, Cohort: string(cq.Spec.CohortName),
 			Pending: cq.Status.PendingWorkloads, Reserving: cq.Status.ReservingWorkloads, Admitted: cq.Status.AdmittedWorkloads}
 		var borrowing resource.Quantity
@@ -136,10 +138,10 @@ func (s *Server) queues() Queues {
 				}
 			}
 		}
-		v.Nominal, v.Usage, v.Borrowed = v.nominal.String(), v.usage.String(), borrowed.String()
+		v.Nominal, v.Usage, v.Borrowed = gpus(v.nominal), gpus(v.usage), gpus(borrowed)
 		v.Borrowing = "-"
 		if hasBorrowing {
-			v.Borrowing = borrowing.String()
+			v.Borrowing = gpus(borrowing)
 		} else if v.Cohort != "" {
 			v.Borrowing = "unlimited"
 		}
@@ -159,7 +161,7 @@ func (s *Server) queues() Queues {
 	}
 	for name, c := range cohorts {
 		if n := cohortNominal[name]; n != nil {
-			c.Nominal, c.Usage = n.String(), cohortUsage[name].String()
+			c.Nominal, c.Usage = gpus(*n), gpus(*cohortUsage[name])
 		}
 		slices.Sort(c.Queues)
 		q.Cohorts = append(q.Cohorts, *c)
@@ -168,16 +170,16 @@ func (s *Server) queues() Queues {
 	slices.SortFunc(q.Queues, func(a, b QueueView) int { return cmp.Compare(a.Name, b.Name) })
 
 	ours := map[string]bool{}
-	for _, ac := range list[kueue.AdmissionCheck](s, admissionChecksGVR) {
+	for _, ac := range readKueue[kueue.AdmissionCheck](s, sc, admissionChecksGVR, false) {
 		if ac.Spec.ControllerName == api.AdmissionCheckController {
 			ours[ac.Name] = true
 		}
 	}
 	localQueues := map[string]string{}
-	for _, lq := range list[kueue.LocalQueue](s, localQueuesGVR) {
+	for _, lq := range readKueue[kueue.LocalQueue](s, sc, localQueuesGVR, true) {
 		localQueues[lq.Namespace+"/"+lq.Name] = string(lq.Spec.ClusterQueue)
 	}
-	for _, wl := range list[kueue.Workload](s, workloadsGVR) {
+	for _, wl := range readKueue[kueue.Workload](s, sc, workloadsGVR, true) {
 		if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) ||
 			meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
 			continue
@@ -213,4 +215,13 @@ func (s *Server) queues() Queues {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Created, b.Created), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
 	return q
+}
+
+// gpus writes an amount of gpudra.dev/gpu-percent in GPUs: "4", "2.5", "0.13".
+func gpus(percent resource.Quantity) string {
+	v := percent.Value()
+	if v%100 == 0 {
+		return strconv.FormatInt(v/100, 10)
+	}
+	return strings.TrimRight(strconv.FormatFloat(float64(v)/100, 'f', 2, 64), "0")
 }

@@ -16,13 +16,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	listersv1 "k8s.io/client-go/listers/core/v1"
-	resourcelisters "k8s.io/client-go/listers/resource/v1"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 )
 
 //go:embed static templates
@@ -42,17 +36,20 @@ var (
 // KueueResources are the Kueue resources the queues page watches.
 var KueueResources = []schema.GroupVersionResource{clusterQueuesGVR, cohortsGVR, localQueuesGVR, workloadsGVR, admissionChecksGVR}
 
-// KueueSyncTimeout is how long Start waits for Kueue's objects before it serves without
-// those it could not read (a user without list on cohorts, say).
-var KueueSyncTimeout = 10 * time.Second
-
 // Options configure a Server.
 type Options struct {
-	// Kube reads nodes, pods and the DRA API.
+	// Kube reads nodes, pods and the DRA API through informers the Server runs.
 	Kube kubernetes.Interface
-	// Dynamic reads Kueue's objects; nil, or a cluster that does not serve
+	// Dynamic reads Kueue's objects beside Kube; nil, or a cluster that does not serve
 	// kueue.x-k8s.io/v1beta2, leaves the queues page empty.
 	Dynamic dynamic.Interface
+	// Cache, instead of Kube and Dynamic, is a controller-runtime cache its owner starts
+	// (a manager's): the Server reads through it and keeps no objects of its own. Kueue's
+	// kinds must be in its scheme.
+	Cache Cache
+	// Access, when set, says for each request what its caller may read; nil shows
+	// everything the Server reads.
+	Access func(*http.Request) Access
 	// Base is the URL path the handler is mounted at ("" or "/dashboard"); links carry it.
 	Base string
 	// Debounce is how long a burst of changes is collected before one "changed" event
@@ -66,17 +63,7 @@ type Server struct {
 	base  string
 	pages map[string]*pageTemplate
 	mux   *http.ServeMux
-
-	kube      informers.SharedInformerFactory
-	dyn       dynamicinformer.DynamicSharedInformerFactory
-	kueue     bool
-	nodes     listersv1.NodeLister
-	pods      listersv1.PodLister
-	slices    resourcelisters.ResourceSliceLister
-	claims    resourcelisters.ResourceClaimLister
-	classes   resourcelisters.DeviceClassLister
-	kueueList map[schema.GroupVersionResource]cache.GenericLister
-	kueueInf  map[schema.GroupVersionResource]cache.SharedIndexInformer
+	src   source
 
 	mu      sync.Mutex
 	synced  bool
@@ -87,13 +74,21 @@ type Server struct {
 
 // New makes a Server; Start begins watching.
 func New(o Options) (*Server, error) {
-	if o.Kube == nil {
-		return nil, fmt.Errorf("webview: no Kubernetes client")
+	var src source
+	switch {
+	case o.Cache != nil && (o.Kube != nil || o.Dynamic != nil):
+		return nil, fmt.Errorf("webview: both a cache and clients to read with; give one")
+	case o.Cache != nil:
+		src = &cacheSource{c: o.Cache}
+	case o.Kube != nil:
+		src = &informerSource{kubeClient: o.Kube, dynClient: o.Dynamic}
+	default:
+		return nil, fmt.Errorf("webview: no Kubernetes client or cache")
 	}
 	if o.Debounce <= 0 {
 		o.Debounce = 250 * time.Millisecond
 	}
-	s := &Server{opts: o, base: strings.TrimSuffix(o.Base, "/"), subs: map[chan uint64]struct{}{}}
+	s := &Server{opts: o, base: strings.TrimSuffix(o.Base, "/"), subs: map[chan uint64]struct{}{}, src: src}
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -102,70 +97,11 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Start starts the informers and waits until their caches are filled; they stop with ctx.
+// Start fills the caches (with Options.Cache, waits until they are filled) and watches
+// them until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	s.kube = informers.NewSharedInformerFactory(s.opts.Kube, 0)
-	handler := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.changed() },
-		UpdateFunc: func(any, any) { s.changed() },
-		DeleteFunc: func(any) { s.changed() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{
-		s.kube.Core().V1().Nodes().Informer(),
-		s.kube.Core().V1().Pods().Informer(),
-		s.kube.Resource().V1().ResourceSlices().Informer(),
-		s.kube.Resource().V1().ResourceClaims().Informer(),
-		s.kube.Resource().V1().DeviceClasses().Informer(),
-	} {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return err
-		}
-	}
-	s.nodes = s.kube.Core().V1().Nodes().Lister()
-	s.pods = s.kube.Core().V1().Pods().Lister()
-	s.slices = s.kube.Resource().V1().ResourceSlices().Lister()
-	s.claims = s.kube.Resource().V1().ResourceClaims().Lister()
-	s.classes = s.kube.Resource().V1().DeviceClasses().Lister()
-	if s.opts.Dynamic != nil {
-		if _, err := s.opts.Kube.Discovery().ServerResourcesForGroupVersion(KueueGroupVersion.String()); err == nil {
-			s.kueue = true
-		} else {
-			logger.Info("Kueue's API is not served; the queues page stays empty", "groupVersion", KueueGroupVersion.String(), "err", err)
-		}
-	}
-	if s.kueue {
-		s.dyn = dynamicinformer.NewDynamicSharedInformerFactory(s.opts.Dynamic, 0)
-		s.kueueList = map[schema.GroupVersionResource]cache.GenericLister{}
-		s.kueueInf = map[schema.GroupVersionResource]cache.SharedIndexInformer{}
-		for _, gvr := range KueueResources {
-			inf := s.dyn.ForResource(gvr)
-			if _, err := inf.Informer().AddEventHandler(handler); err != nil {
-				return err
-			}
-			s.kueueList[gvr] = inf.Lister()
-			s.kueueInf[gvr] = inf.Informer()
-		}
-	}
-	s.kube.Start(ctx.Done())
-	if s.dyn != nil {
-		s.dyn.Start(ctx.Done())
-	}
-	for typ, ok := range s.kube.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("webview: the %v cache did not fill", typ)
-		}
-	}
-	if s.dyn != nil {
-		// Kueue's objects are not required: a cluster or a user that cannot list some of
-		// them still gets the other pages; the queues page names those not read yet.
-		wait, cancel := context.WithTimeout(ctx, KueueSyncTimeout)
-		for gvr, ok := range s.dyn.WaitForCacheSync(wait.Done()) {
-			if !ok {
-				logger.Info("Kueue objects not read yet; the queues page goes without them until they are", "resource", gvr.Resource)
-			}
-		}
-		cancel()
+	if err := s.src.start(ctx, s.changed); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.synced = true
@@ -220,8 +156,9 @@ func (s *Server) closeSubscribers() {
 	}
 }
 
-// ServeHTTP serves the pages under Options.Base.
+// ServeHTTP serves the pages under Options.Base, every response with SecurityHeaders.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
 	if s.base != "" {
 		http.StripPrefix(s.base, s.mux).ServeHTTP(w, r)
 		return

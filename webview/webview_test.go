@@ -21,6 +21,16 @@ import (
 
 func get(t *testing.T, url string, want int) string {
 	t.Helper()
+	status, body := fetch(t, url)
+	if status != want {
+		t.Fatalf("GET %s: status %d, want %d:\n%s", url, status, want, body)
+	}
+	return body
+}
+
+// fetch gets url and returns its status and body, whatever the status.
+func fetch(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -30,10 +40,7 @@ func get(t *testing.T, url string, want int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != want {
-		t.Fatalf("GET %s: status %d, want %d:\n%s", url, resp.StatusCode, want, body)
-	}
-	return string(body)
+	return resp.StatusCode, string(body)
 }
 
 func contains(t *testing.T, page string, want ...string) {
@@ -87,7 +94,7 @@ func TestNodePage(t *testing.T) {
 		"memory 20Gi of ", "memory 40Gi of ", "compute 30 of 100", "compute 50 of 100",
 		`<td class="clique" title="clique">●</td>`, "clique nvlink-0-1-2-3-4-5-6-7")
 	// The two shares' bars: 30% and 50% compute.
-	contains(t, page, `class="fill compute" style="width: 30%"`, `class="fill compute" style="width: 50%"`)
+	contains(t, page, `class="fill compute w-30"`, `class="fill compute w-50"`)
 
 	page = get(t, f.http.URL+"/nodes/"+nodeB, http.StatusOK)
 	contains(t, page, `<tr data-gpu="7" class="unhealthy">`, `<span class="badge bad">gpu.gpudra.dev/unhealthy=XidCritical:NoSchedule</span>`)
@@ -99,7 +106,7 @@ func TestQueuesPage(t *testing.T) {
 	f := newFixture(t)
 	page := get(t, f.http.URL+"/queues", http.StatusOK)
 	contains(t, page, `<tr data-queue="team-a">`, `<tr data-queue="team-b">`, "<td>research</td>", "team-a, team-b",
-		"6 of 8", "unlimited",
+		"6.5 of 8", "unlimited",
 		"team-a/job-big-train-1a2b3", "(job/big-train)", "default → team-a", `<span class="badge ok">reserved</span>`,
 		`<span class="badge check Pending">Pending</span>`, "pod set main: 16 pods need one rack; the best rack fits 7 now")
 }
@@ -166,9 +173,11 @@ func TestPodPageExplainsPending(t *testing.T) {
 	}
 	var page string
 	eventually(t, func() bool {
-		page = get(t, f.http.URL+"/pods/team-a/big-0", http.StatusOK)
-		// The pod and its claims reach their informers in any order.
-		return strings.Contains(page, "big-0-one") && !strings.Contains(page, "not found")
+		// The pod and its claims reach their informers in any order: the
+		// page is a 404 until the pod has arrived.
+		var status int
+		status, page = fetch(t, f.http.URL+"/pods/team-a/big-0")
+		return status == http.StatusOK && strings.Contains(page, "big-0-one") && !strings.Contains(page, "not found")
 	})
 	// Node a has 6 GPUs free, node b 7 healthy ones: 8 fit nowhere, 1 fits on both.
 	contains(t, page, "Pod team-a/big-0", "not scheduled", "rule out none of the 2 nodes",

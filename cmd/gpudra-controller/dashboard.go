@@ -10,13 +10,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	"github.com/gpudra/gpudra/webview"
 )
@@ -25,45 +22,26 @@ import (
 // non-resource URLs /dashboard and /dashboard/* (a SubjectAccessReview per request path).
 const dashboardPath = "/dashboard"
 
-// dashboard serves the web view over HTTPS at --dashboard-bind-address, to callers the API
-// server authenticates (TokenReview) and authorizes (SubjectAccessReview), on every
-// replica.
+// dashboard serves the web view over HTTPS at --dashboard-bind-address, on every
+// replica, to callers the API server authenticates (TokenReview) and authorizes
+// (SubjectAccessReview). It reads through the manager's cache and shows each caller only
+// what the caller may list.
 type dashboard struct {
 	addr, certDir string
 	cfg           *rest.Config
 	httpClient    *http.Client
+	cache         webview.Cache
 }
 
 // NeedLeaderElection is false: every replica serves the dashboard.
 func (dashboard) NeedLeaderElection() bool { return false }
 
-// authorized wraps h in controller-runtime's authentication and authorization filter, the
-// one the secure metrics use.
-func authorized(cfg *rest.Config, httpClient *http.Client, h http.Handler) (http.Handler, error) {
-	filter, err := filters.WithAuthenticationAndAuthorization(cfg, httpClient)
-	if err != nil {
-		return nil, err
-	}
-	return filter(klog.NewKlogr().WithName("dashboard"), h)
-}
-
 func (d dashboard) Start(ctx context.Context) error {
-	kube, err := kubernetes.NewForConfigAndClient(d.cfg, d.httpClient)
+	auth, err := newCallerAuth(d.cfg, d.httpClient)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfigAndClient(d.cfg, d.httpClient)
-	if err != nil {
-		return err
-	}
-	view, err := webview.New(webview.Options{Kube: kube, Dynamic: dyn, Base: dashboardPath})
-	if err != nil {
-		return err
-	}
-	mux := http.NewServeMux()
-	mux.Handle(dashboardPath+"/", view)
-	mux.Handle(dashboardPath, http.RedirectHandler(dashboardPath+"/", http.StatusFound))
-	h, err := authorized(d.cfg, d.httpClient, mux)
+	view, err := webview.New(webview.Options{Cache: d.cache, Base: dashboardPath, Access: auth.access})
 	if err != nil {
 		return err
 	}
@@ -75,10 +53,10 @@ func (d dashboard) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--dashboard-bind-address=%s: %w", d.addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: auth.wrap(dashboardMux(view)), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		if err := view.Start(ctx); err != nil && ctx.Err() == nil {
-			klog.FromContext(ctx).Error(err, "dashboard caches")
+			klog.FromContext(ctx).Error(err, "Dashboard caches")
 		}
 	}()
 	go func() {
@@ -92,6 +70,13 @@ func (d dashboard) Start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+func dashboardMux(view http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(dashboardPath+"/", view)
+	mux.Handle(dashboardPath, http.RedirectHandler(dashboardPath+"/", http.StatusFound))
+	return mux
 }
 
 // tlsConfig serves tls.crt and tls.key from --dashboard-cert-dir, reloaded when they

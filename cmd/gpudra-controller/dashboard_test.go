@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,11 +11,24 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/webview"
 )
 
-// reviewer is an API server that answers TokenReviews (token "alice-token" is alice) and
-// SubjectAccessReviews (alice may get /dashboard and /dashboard/*).
+// reviewer is an API server that answers TokenReviews ("alice-token" is alice, and a
+// review of "outage-token" fails) and SubjectAccessReviews: alice may get /dashboard and
+// /dashboard/*, and list in namespace team-b only.
 func reviewer(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -24,6 +38,11 @@ func reviewer(t *testing.T) *httptest.Server {
 			if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
 				t.Error(err)
 			}
+			if tr.Spec.Token == "outage-token" {
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd is down"})
+				return
+			}
 			tr.Status = authnv1.TokenReviewStatus{Authenticated: tr.Spec.Token == "alice-token", User: authnv1.UserInfo{Username: "alice"}}
 			_ = json.NewEncoder(w).Encode(&tr)
 		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
@@ -31,9 +50,10 @@ func reviewer(t *testing.T) *httptest.Server {
 			if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
 				t.Error(err)
 			}
-			nr := sar.Spec.NonResourceAttributes
-			sar.Status.Allowed = sar.Spec.User == "alice" && nr != nil && nr.Verb == "get" &&
-				(nr.Path == dashboardPath || strings.HasPrefix(nr.Path, dashboardPath+"/"))
+			nr, ra := sar.Spec.NonResourceAttributes, sar.Spec.ResourceAttributes
+			sar.Status.Allowed = sar.Spec.User == "alice" && (nr != nil && nr.Verb == "get" &&
+				(nr.Path == dashboardPath || strings.HasPrefix(nr.Path, dashboardPath+"/")) ||
+				ra != nil && ra.Verb == "list" && ra.Namespace == "team-b")
 			_ = json.NewEncoder(w).Encode(&sar)
 		default:
 			http.NotFound(w, r)
@@ -43,22 +63,27 @@ func reviewer(t *testing.T) *httptest.Server {
 	return srv
 }
 
+// jsonConfig talks to the reviewer in JSON (clientsets default to protobuf).
+func jsonConfig(host string) *rest.Config {
+	return &rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON}}
+}
+
 func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 	api := reviewer(t)
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "view of "+r.URL.Path) })
-	h, err := authorized(&rest.Config{Host: api.URL}, api.Client(), inner)
+	auth, err := newCallerAuth(jsonConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "view of "+r.URL.Path) })
+	srv := httptest.NewServer(auth.wrap(inner))
 	defer srv.Close()
 	for _, c := range []struct {
 		name, token, path string
 		want              int
 	}{
 		{"no token", "", "/dashboard/", http.StatusUnauthorized},
-		// controller-runtime's filter answers a token the TokenReview rejects with 500.
-		{"unknown token", "mallory-token", "/dashboard/", http.StatusInternalServerError},
+		{"a token the API server rejects", "mallory-token", "/dashboard/", http.StatusUnauthorized},
+		{"the API server failing to review the token", "outage-token", "/dashboard/", http.StatusServiceUnavailable},
 		{"authorized", "alice-token", "/dashboard/nodes/gpu-node-a", http.StatusOK},
 		{"outside the dashboard's URLs", "alice-token", "/metrics", http.StatusForbidden},
 	} {
@@ -78,6 +103,87 @@ func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 			}
 			if served := strings.HasPrefix(string(body), "view of "); served != (c.want == http.StatusOK) {
 				t.Fatalf("GET %s: the view answered %q", c.path, body)
+			}
+		})
+	}
+}
+
+// fakeCache is a manager's cache over controller-runtime's fake client.
+type fakeCache struct {
+	client.Reader
+	informers *informertest.FakeInformers
+}
+
+func (c fakeCache) GetInformer(ctx context.Context, obj client.Object, opts ...crcache.InformerGetOption) (crcache.Informer, error) {
+	return c.informers.GetInformer(ctx, obj, opts...)
+}
+
+func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var objs []client.Object
+	for _, ns := range []string{"team-a", "team-b"} {
+		objs = append(objs,
+			&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ns + "-claim"}},
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ns + "-pod"},
+				Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(ns + "-claim")}}}},
+			&kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ns + "-workload"}})
+	}
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-a"}},
+		&kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "every-team"}})
+	cache := fakeCache{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(),
+		informers: &informertest.FakeInformers{Scheme: scheme}}
+
+	api := reviewer(t)
+	auth, err := newCallerAuth(jsonConfig(api.URL), api.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := webview.New(webview.Options{Cache: cache, Base: dashboardPath, Access: auth.access})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := view.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(auth.wrap(dashboardMux(view)))
+	defer srv.Close()
+	for _, c := range []struct {
+		name, path       string
+		want             int
+		shows, withholds []string
+	}{
+		{"cluster page", "/dashboard/", http.StatusOK, []string{"team-b-pod", "team-b-claim"}, []string{"team-a", "gpu-node-a"}},
+		{"queues page", "/dashboard/queues", http.StatusOK, []string{"team-b-workload"}, []string{"team-a-workload", "every-team"}},
+		{"its own claim", "/dashboard/claims/team-b/team-b-claim", http.StatusOK, []string{"Claim team-b/team-b-claim"}, nil},
+		{"another namespace's claim", "/dashboard/claims/team-a/team-a-claim", http.StatusNotFound, nil, nil},
+		{"another namespace's pod", "/dashboard/pods/team-a/team-a-pod", http.StatusNotFound, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+c.path, nil)
+			req.Header.Set("Authorization", "Bearer alice-token")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Fatalf("GET %s: %d, want %d:\n%s", c.path, resp.StatusCode, c.want, body)
+			}
+			for _, s := range c.shows {
+				if !strings.Contains(string(body), s) {
+					t.Errorf("GET %s lacks %q:\n%s", c.path, s, body)
+				}
+			}
+			for _, s := range c.withholds {
+				if strings.Contains(string(body), s) {
+					t.Errorf("GET %s shows %q to a caller who may not list it:\n%s", c.path, s, body)
+				}
 			}
 		})
 	}

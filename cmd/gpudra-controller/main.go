@@ -115,7 +115,7 @@ func run(o options) error {
 		return err
 	}
 	if o.dashboardAddr != "" {
-		if err := mgr.Add(dashboard{addr: o.dashboardAddr, certDir: o.dashboardCertDir, cfg: cfg, httpClient: mgr.GetHTTPClient()}); err != nil {
+		if err := mgr.Add(dashboard{addr: o.dashboardAddr, certDir: o.dashboardCertDir, cfg: cfg, httpClient: mgr.GetHTTPClient(), cache: mgr.GetCache()}); err != nil {
 			return err
 		}
 	}

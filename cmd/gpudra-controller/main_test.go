@@ -14,12 +14,12 @@ import (
 )
 
 func TestValidateAdmissionCheckWorkers(t *testing.T) {
-	for _, n := range []int{1, 8, 64} {
+	for _, n := range []int{1, 8, 64, 1024} {
 		if err := validateAdmissionCheckWorkers(n); err != nil {
 			t.Errorf("%d workers: %v", n, err)
 		}
 	}
-	for _, n := range []int{0, -1} {
+	for _, n := range []int{0, -1, 1025, 1 << 40} {
 		if err := validateAdmissionCheckWorkers(n); err == nil || !strings.Contains(err.Error(), "--admission-check-workers") {
 			t.Errorf("%d workers: err %v, want one naming --admission-check-workers", n, err)
 		}
@@ -128,6 +128,18 @@ func TestFlagsRefused(t *testing.T) {
 		{"a certificate Secret without names", []string{"--webhook-port=9443", "--webhook-cert-secret=gpudra/cert"}, "needs --webhook-cert-dns-names"},
 		{"an IP address for the kept certificate", []string{"--webhook-port=9443", "--webhook-cert-secret=gpudra/cert", "--webhook-cert-dns-names=127.0.0.1"}, "127.0.0.1 is an IP address"},
 		{"a name that is no DNS name", []string{"--webhook-port=9443", "--webhook-cert-secret=gpudra/cert", "--webhook-cert-dns-names=Web_Hook"}, `"Web_Hook" is not a DNS name`},
+		{"a QPS of 0, which client-go reads as 5", []string{"--kube-api-qps=0"}, "--kube-api-qps=0: want a number above 0, or a negative one"},
+		{"a QPS that is not a number", []string{"--kube-api-qps=NaN"}, "--kube-api-qps=NaN: want a number above 0"},
+		{"an infinite QPS", []string{"--kube-api-qps=+Inf"}, "--kube-api-qps=+Inf: want a number above 0"},
+		{"a negative burst", []string{"--kube-api-qps=20", "--kube-api-burst=-1"}, "--kube-api-burst=-1: want 0"},
+		{"no admission check worker", []string{"--admission-check-workers=0"}, "--admission-check-workers=0: accepted range is 1 to 1024"},
+		{"more admission check workers than goroutines worth having", []string{"--admission-check-workers=2000000000"}, "accepted range is 1 to 1024"},
+		{"a webhook port beyond 65535", []string{"--webhook-port=70000"}, "--webhook-port=70000: accepted range is 1 to 65535 (0: off)"},
+		{"a negative webhook port", []string{"--webhook-port=-1"}, "--webhook-port=-1: accepted range is 1 to 65535"},
+		{"a metrics port beyond 65535", []string{"--metrics-bind-address=:70000"}, `--metrics-bind-address=":70000": port "70000": accepted range is 0 to 65535`},
+		{"a metrics address without port", []string{"--metrics-bind-address=127.0.0.1"}, `--metrics-bind-address="127.0.0.1": want host:port`},
+		{"a probe port beyond 65535", []string{"--health-probe-bind-address=127.0.0.1:99999"}, `--health-probe-bind-address="127.0.0.1:99999": port "99999"`},
+		{"a dashboard address without port", []string{"--dashboard-bind-address=localhost"}, `--dashboard-bind-address="localhost": want host:port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := parse(t, tc.args...).validate()
@@ -140,6 +152,10 @@ func TestFlagsRefused(t *testing.T) {
 		{"--webhook-port=9443", "--webhook-self-signed=127.0.0.1,localhost"},
 		{"--webhook-port=9443", "--webhook-cert-secret=gpudra/gpudra-webhook-cert", "--webhook-cert-dns-names=gpudra-controller.gpudra.svc,gpudra-controller.gpudra"},
 		{"--webhook-port=9443", "--webhook-cert-dir=/certs"},
+		{"--webhook-port=65535", "--kube-api-qps=0.5", "--kube-api-burst=0"},
+		{"--kube-api-qps=-1", "--kube-api-burst=100", "--admission-check-workers=1024"},
+		{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--dashboard-bind-address=:8444"},
+		{"--metrics-bind-address=[::1]:8443", "--health-probe-bind-address=:8081"},
 	} {
 		if err := parse(t, args...).validate(); err != nil {
 			t.Errorf("flags %v refused: %v", args, err)

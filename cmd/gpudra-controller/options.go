@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gpudra/gpudra/internal/bindaddr"
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/network"
@@ -88,7 +90,7 @@ func (o options) validate() error {
 			return err
 		}
 	}
-	if err := validateAdmissionCheckWorkers(o.admissionWorkers); err != nil {
+	if err := o.validateNumbers(); err != nil {
 		return err
 	}
 	if _, err := o.topologyConfigMapKey(); err != nil {
@@ -128,11 +130,52 @@ func (o options) validate() error {
 	return nil
 }
 
+// maxAdmissionCheckWorkers bounds --admission-check-workers: each worker is a goroutine
+// with API writes in flight, and decisions are made one at a time anyway.
+const maxAdmissionCheckWorkers = 1024
+
 // validateAdmissionCheckWorkers refuses an --admission-check-workers value the admission
 // check cannot run with.
 func validateAdmissionCheckWorkers(n int) error {
-	if n < 1 {
-		return fmt.Errorf("--admission-check-workers=%d: want at least 1", n)
+	if n < 1 || n > maxAdmissionCheckWorkers {
+		return fmt.Errorf("--admission-check-workers=%d: accepted range is 1 to %d", n, maxAdmissionCheckWorkers)
+	}
+	return nil
+}
+
+// validateNumbers refuses the numeric, port and address flags' values the controller
+// cannot run with, naming the flag and the accepted range.
+func (o options) validateNumbers() error {
+	// client-go takes a QPS of 0 for its default of 5 and a negative one for no limit;
+	// NaN and infinity are no rates at all.
+	if q := float64(o.apiQPS); q == 0 || math.IsNaN(q) || math.IsInf(q, 0) {
+		return fmt.Errorf("--kube-api-qps=%v: want a number above 0, or a negative one for no client-side limit", o.apiQPS)
+	}
+	// A negative burst makes every rate-limited request fail; 0 is client-go's default.
+	if o.apiBurst < 0 {
+		return fmt.Errorf("--kube-api-burst=%d: want 0 (client-go's default) or more", o.apiBurst)
+	}
+	if err := validateAdmissionCheckWorkers(o.admissionWorkers); err != nil {
+		return err
+	}
+	if o.webhookPort < 0 || o.webhookPort > bindaddr.MaxPort {
+		return fmt.Errorf("--webhook-port=%d: accepted range is 1 to %d (0: off)", o.webhookPort, bindaddr.MaxPort)
+	}
+	// "0" turns the metrics off (controller-runtime); every other address is host:port.
+	if o.metricsAddr != "0" {
+		if err := bindaddr.Validate("--metrics-bind-address", o.metricsAddr); err != nil {
+			return err
+		}
+	}
+	if o.probeAddr != "0" && o.probeAddr != "" {
+		if err := bindaddr.Validate("--health-probe-bind-address", o.probeAddr); err != nil {
+			return err
+		}
+	}
+	if o.dashboardAddr != "" {
+		if err := bindaddr.Validate("--dashboard-bind-address", o.dashboardAddr); err != nil {
+			return err
+		}
 	}
 	return nil
 }

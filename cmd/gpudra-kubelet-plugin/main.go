@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -59,6 +58,7 @@ type flags struct {
 	// sharePriorityThreshold is --share-priority-threshold; nil when not given.
 	sharePriorityThreshold *int32
 	memoryOversubscription float64
+	metricsSecure          bool
 	logging                *logsapi.LoggingConfiguration
 }
 
@@ -85,6 +85,9 @@ func newCommandFor(f *flags) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if buildinfo.PrintVersion(cmd.OutOrStdout(), cmd.Flags(), cmd.Name()) {
 				return nil
+			}
+			if err := f.validate(); err != nil {
+				return err
 			}
 			if err := logoptions.ValidateAndApply(f.logging); err != nil {
 				return err
@@ -122,7 +125,8 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	f.sharePriorityThreshold = new(int32)
 	fs.Int32Var(f.sharePriorityThreshold, sharePriorityFlag, 0, "gives GPU shares whose config leaves limits.priority unset (Fixed and Guaranteed) the priority of their pods: High when the highest spec.priority of the pods a claim is reserved for (from their PriorityClass; none: 0) is at least this value, else Low; the plugin then reads those pods at prepare (RBAC: get pods). Not given: such shares have the enforcing mechanism's normal priority")
-	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. 127.0.0.1:9400 (empty: off)")
+	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. :9400 (empty: off)")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS (a self-signed certificate made at start), /metrics only to callers whose bearer token the API server authenticates (TokenReview) and allows get on the non-resource URL /metrics (SubjectAccessReview; RBAC: create tokenreviews and subjectaccessreviews), the probes to anyone; false: plain HTTP to anyone, accepted on a loopback address only")
 	logoptions.AddFlags(f.logging, fs)
 	buildinfo.AddVersionFlag(fs)
 	cmd.AddCommand(mpsExecCommand(), mpsDaemonCommand())
@@ -179,9 +183,16 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client config: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	clients, err := newAPIClients(cfg)
 	if err != nil {
 		return err
+	}
+	client := clients.prepare
+	var metrics plugin.MetricsAccess
+	if f.metricsAt != "" {
+		if metrics, err = metricsAccess(f, clients.background); err != nil {
+			return err
+		}
 	}
 	for _, dir := range []string{f.pluginDataDir, f.registrarDir, f.cdiRoot, f.checkpointDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -238,6 +249,7 @@ func run(ctx context.Context, f flags) error {
 		NodeName:               f.nodeName,
 		RollingUpdatePodUID:    f.podUID,
 		Client:                 client,
+		BackgroundClient:       clients.background,
 		Backend:                backend,
 		Render:                 render,
 		PluginDataDir:          f.pluginDataDir,
@@ -260,13 +272,13 @@ func run(ctx context.Context, f flags) error {
 		return err
 	}
 	if f.metricsAt != "" {
-		addr, err := d.ServeMetrics(ctx, f.metricsAt)
+		addr, err := d.ServeMetrics(ctx, f.metricsAt, metrics)
 		if err != nil {
 			d.Stop()
 			return err
 		}
 		if addr != nil {
-			klog.InfoS("Serving metrics and probes", "metrics", "http://"+addr.String()+"/metrics", "readiness", "http://"+addr.String()+"/readyz", "liveness", "http://"+addr.String()+"/livez")
+			klog.InfoS("Serving metrics and probes", "address", addr.String(), "https", f.metricsSecure, "paths", []string{"/metrics", "/readyz", "/livez"})
 		}
 	}
 	<-ctx.Done()

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -203,5 +204,49 @@ func TestNodeNameMustBeANodesName(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
 		t.Errorf("a refused node name left %d entries in %s", len(entries), dir)
+	}
+}
+
+// Plain HTTP metrics name every claim of the node to anyone: only on a loopback address.
+func TestInsecureMetricsOnlyOnLoopback(t *testing.T) {
+	for _, c := range []struct {
+		name, addr string
+		secure     bool
+		wantErr    string
+	}{
+		{name: "secure on every address", addr: ":9400", secure: true},
+		{name: "plain HTTP on 127.0.0.1", addr: "127.0.0.1:9400"},
+		{name: "plain HTTP on ::1", addr: "[::1]:9400"},
+		{name: "plain HTTP on localhost", addr: "localhost:9400"},
+		{name: "plain HTTP on every address is refused", addr: ":9400", wantErr: "loopback"},
+		{name: "plain HTTP on the node's address is refused", addr: "10.0.0.7:9400", wantErr: "loopback"},
+		{name: "an address without a port is refused", addr: "127.0.0.1", wantErr: "host:port"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			access, err := metricsAccess(flags{metricsAt: c.addr, metricsSecure: c.secure}, fake.NewClientset())
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), "--metrics-") {
+					t.Fatalf("metricsAccess(%q, secure=%v): %v, want an error naming the flag and %q", c.addr, c.secure, err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (access.Reviewer != nil) != c.secure {
+				t.Fatalf("metricsAccess(%q, secure=%v) reviews callers: %v", c.addr, c.secure, access.Reviewer != nil)
+			}
+		})
+	}
+}
+
+func TestMetricsAreSecureByDefault(t *testing.T) {
+	f := &flags{logging: logoptions.New()}
+	cmd := newCommandFor(f)
+	if err := cmd.Flags().Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if !f.metricsSecure {
+		t.Fatal("--metrics-secure is off by default")
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -28,7 +27,10 @@ a ResourceClaimTemplate and the pod's resourceClaims instead.
 The converted manifests go to standard output and the report to standard error: what was
 converted, what was kept, and what was not converted (object, field and why). A claim
 whose NVIDIA GPU parts do not all have a gpudra equivalent is left as it was. With
---strict the command fails when anything is not converted.`,
+--strict the command fails when anything is not converted.
+
+Input is bounded: at most 16 MiB, 2,000,000 YAML nodes (aliases written out) and
+mappings nested 256 deep; a larger input is an error.`,
 		Example: `  gpudra convert -f gpu-test4.yaml > gpu-test4.gpudra.yaml
   kubectl get resourceclaimtemplates,deployments -A -o yaml | gpudra convert -f - --claims`,
 		Args: cobra.NoArgs,
@@ -39,12 +41,16 @@ whose NVIDIA GPU parts do not all have a gpudra equivalent is left as it was. Wi
 			case "":
 				return fmt.Errorf("-f: required: a manifest file, or - for standard input")
 			case "-":
-				in, err = io.ReadAll(cmd.InOrStdin())
+				in, err = convert.ReadInput(cmd.InOrStdin())
 			default:
-				in, err = os.ReadFile(file)
+				var f *os.File
+				if f, err = os.Open(file); err == nil {
+					in, err = convert.ReadInput(f)
+					f.Close()
+				}
 			}
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", file, err)
 			}
 			res, err := convert.Convert(in, convert.Options{Claims: claims})
 			if err != nil {

@@ -29,7 +29,9 @@ MIG devices, NVLink, unhealthy devices, Kueue's ClusterQueues and pending Worklo
 claim or pod what gpudra explain says. Pages update as the cluster changes.
 
 It binds 127.0.0.1 by default: anyone who reaches the address sees what your credentials
-can read.`,
+can read. It answers only requests for 127.0.0.1, localhost or [::1] at its port (or the
+address it is bound to), so a web page you visit cannot read it through a name rebound to
+this machine, and every response carries a strict Content-Security-Policy.`,
 		Example: `  gpudra dashboard
   gpudra dashboard --context lab --listen 127.0.0.1:9090`,
 		Args: cobra.NoArgs,
@@ -65,7 +67,7 @@ func serveDashboard(ctx context.Context, cmd *cobra.Command, cf *clientFlags, li
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", listen, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	hs := &http.Server{Handler: localDashboard(ln.Addr(), srv), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	errs := make(chan error, 1)
 	go func() { errs <- hs.Serve(ln) }()
 	fmt.Fprintf(cmd.ErrOrStderr(), "gpudra dashboard: filling caches from %s\n", cfg.Host)
@@ -85,4 +87,10 @@ func serveDashboard(ctx context.Context, cmd *cobra.Command, cf *clientFlags, li
 		return err
 	}
 	return nil
+}
+
+// localDashboard serves the view only to requests that name this machine in their Host
+// header (webview.LocalHosts): DNS rebinding cannot reach it from another site's page.
+func localDashboard(addr net.Addr, view http.Handler) http.Handler {
+	return webview.LocalHosts(addr, view)
 }

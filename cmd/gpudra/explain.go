@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -119,7 +120,8 @@ For a Kueue Workload (or job/NAME: the Workload Kueue made for that Job), it say
 gpudra.dev/topology admission check sees: each pod set with its count, claim templates and
 required topology, each domain (block, rack or host) at that level with how many of the pod
 set's pods fit there on the devices free now, what the check would answer now, and the check's
-state and message on the Workload.`,
+state and message on the Workload. While Kueue has not reserved quota, it also shows Kueue's
+reason and message (a claim template Kueue cannot charge, a queue without room).`,
 		Example: `  # Why is this claim pending?
   gpudra explain claim/nvlink-quad -n gpudra-demo
 
@@ -333,7 +335,7 @@ type AllocatedDevice struct {
 // DeviceUsage is the usage the kubelet plugin writes in the data of a claim's
 // status.devices entry (kubeletplugin.UsageData).
 type DeviceUsage struct {
-	MemoryUsedBytes         int64       `json:"memoryUsedBytes"`
+	MemoryUsedBytes         *int64      `json:"memoryUsedBytes,omitempty"`
 	MemoryLimitBytes        int64       `json:"memoryLimitBytes"`
 	SMUtilizationPercent    *int        `json:"smUtilizationPercent,omitempty"`
 	ComputeGuaranteePercent *int        `json:"computeGuaranteePercent,omitempty"`
@@ -363,7 +365,11 @@ func deviceUsage(cl *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAlloc
 // printUsage prints a device's usage under its request line.
 func printUsage(w io.Writer, u *DeviceUsage) {
 	gib := func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) }
-	fmt.Fprintf(w, "    uses %s of %s GiB memory", gib(u.MemoryUsedBytes), gib(u.MemoryLimitBytes))
+	used := "?" // NVML had no value for it
+	if u.MemoryUsedBytes != nil {
+		used = gib(*u.MemoryUsedBytes)
+	}
+	fmt.Fprintf(w, "    uses %s of %s GiB memory", used, gib(u.MemoryLimitBytes))
 	if u.SMUtilizationPercent != nil {
 		fmt.Fprintf(w, ", SM %d%%", *u.SMUtilizationPercent)
 	}
@@ -399,6 +405,9 @@ func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns,
 		r, err := admission.Explain(ctx, c.ctrl, labels, wl)
 		if err != nil {
 			return nil, err
+		}
+		if r.Quota == nil && !r.QuotaReserved && c.kube != nil {
+			r.Quota = admission.KueueEventReason(ctx, c.kube, wl)
 		}
 		return &Report{Workload: r}, nil
 	}
@@ -624,12 +633,35 @@ func printReport(w io.Writer, rep *Report, output string, show int) error {
 	return nil
 }
 
+// conditionMessageMax bounds a Kueue condition message in the table output (Kueue's own
+// bound is 32 KiB); -o json and -o yaml carry all of it.
+const conditionMessageMax = 1000
+
+// bounded cuts s to at most n bytes, at a rune boundary, saying how much was left out.
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes; -o json shows all)", s[:cut], len(s)-cut)
+}
+
 func printWorkload(w io.Writer, r *admission.Report) error {
 	quota := "quota not reserved"
 	if r.QuotaReserved {
 		quota = "quota reserved"
 	}
 	fmt.Fprintf(w, "workload %s/%s (%s)\n", r.Namespace, r.Name, quota)
+	if q := r.Quota; q != nil {
+		fmt.Fprintf(w, "kueue: %s=%s %s", q.Type, q.Status, q.Reason)
+		if q.Message != "" {
+			fmt.Fprintf(w, ": %s", bounded(strings.Join(strings.Fields(q.Message), " "), conditionMessageMax))
+		}
+		fmt.Fprintln(w)
+	}
 	if c := r.Check; c != nil {
 		fmt.Fprintf(w, "check %s: %s", c.Name, c.State)
 		if c.Message != "" {

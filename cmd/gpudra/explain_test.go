@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -288,6 +289,9 @@ func TestExplainWorkload(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", want, out.String())
 				}
 			}
+			if strings.Contains(out.String(), "kueue:") {
+				t.Errorf("a Kueue condition shown with quota reserved:\n%s", out.String())
+			}
 			out.Reset()
 			if err := printReport(&out, rep, "json", 5); err != nil {
 				t.Fatal(err)
@@ -303,6 +307,103 @@ func TestExplainWorkload(t *testing.T) {
 	}
 	if _, err := buildReport(context.Background(), c, topology.DefaultLabelKeys, "team-a", "job", "missing"); err == nil || !strings.Contains(err.Error(), "owned by Job missing") {
 		t.Errorf("job/missing: %v, want no Workload owned by it", err)
+	}
+}
+
+// TestExplainWorkloadShowsKueuesRefusal: while Kueue has not reserved quota, explain says
+// why, in Kueue's words; a long message is cut in the table and whole in JSON.
+// A Workload waiting for quota whose QuotaReserved condition Kueue lost: explain gives the
+// reason from the last Pending warning Kueue recorded on it.
+func TestExplainWorkloadFallsBackOnKueuesPendingEvent(t *testing.T) {
+	c := kueueLab(t).(client.Client)
+	var wl kueue.Workload
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "job-train-1a2b3"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	wl.UID = "wl-uid"
+	wl.Status.Conditions = nil
+	wl.Status.AdmissionChecks[0].State = kueue.CheckStatePending
+	if err := c.Status().Update(context.Background(), &wl); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(&wl), &wl); err != nil {
+		t.Fatal(err)
+	}
+	event := func(name, reason, msg string, at time.Time) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name}, Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
+			InvolvedObject: corev1.ObjectReference{Kind: "Workload", Namespace: "team-a", Name: wl.Name, UID: wl.UID}, LastTimestamp: metav1.NewTime(at)}
+	}
+	now := time.Now()
+	kube := fake.NewClientset(
+		event("old", "Pending", "couldn't assign flavors to pod set main: insufficient unused quota for gpudra.dev/gpu-percent in flavor f, 100 more needed", now.Add(-time.Minute)),
+		event("new", "Pending", "couldn't assign flavors to pod set main: insufficient unused quota for gpudra.dev/gpu-percent in flavor f, 50 more needed", now))
+	rep, err := buildReport(context.Background(), &clients{ctrl: c, kube: kube}, topology.DefaultLabelKeys, "team-a", "workload", "job-train-1a2b3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printReport(&out, rep, "", 5); err != nil {
+		t.Fatal(err)
+	}
+	want := "kueue: QuotaReserved=False Pending (from Kueue's event): couldn't assign flavors to pod set main: insufficient unused quota for gpudra.dev/gpu-percent in flavor f, 50 more needed\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
+func TestExplainWorkloadShowsKueuesRefusal(t *testing.T) {
+	firstAvailable := "spec.podSets[0].template.spec.resourceClaims[0].devices.requests[0]: Invalid value: null: FirstAvailable device selection is not supported"
+	long := "couldn't assign flavors to pod set dp0: insufficient unused quota for gpudra.dev/gpu-percent in flavor default, " + strings.Repeat("0123456789", 200)
+	for _, tc := range []struct {
+		what, reason, message string
+		want                  []string
+	}{
+		{"a claim template Kueue cannot charge", kueue.WorkloadInadmissible, firstAvailable, []string{
+			"workload team-a/job-train-1a2b3 (quota not reserved)\n",
+			"kueue: QuotaReserved=False Inadmissible: " + firstAvailable + "\n",
+		}},
+		{"a message over the bound", kueue.WorkloadPending, long, []string{
+			"kueue: QuotaReserved=False Pending: couldn't assign flavors to pod set dp0: insufficient unused quota for gpudra.dev/gpu-percent",
+			fmt.Sprintf("… (%d more bytes; -o json shows all)\n", len(long)-1000),
+		}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			c := kueueLab(t).(client.Client)
+			var wl kueue.Workload
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "team-a", Name: "job-train-1a2b3"}, &wl); err != nil {
+				t.Fatal(err)
+			}
+			wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: tc.reason, Message: tc.message, LastTransitionTime: metav1.Now()}}
+			wl.Status.AdmissionChecks[0].State = kueue.CheckStatePending
+			if err := c.Status().Update(context.Background(), &wl); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := buildReport(context.Background(), &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "workload", "job-train-1a2b3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := printReport(&out, rep, "", 5); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			if line, _, _ := strings.Cut(out.String()[strings.Index(out.String(), "kueue:"):], "\n"); len(line) > 1100 {
+				t.Errorf("Kueue's line is %d bytes long, want it bounded", len(line))
+			}
+			out.Reset()
+			if err := printReport(&out, rep, "json", 5); err != nil {
+				t.Fatal(err)
+			}
+			var back Report
+			if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Workload == nil || back.Workload.Quota == nil ||
+				back.Workload.Quota.Reason != tc.reason || back.Workload.Quota.Message != tc.message {
+				t.Errorf("-o json (%v): %s, want Kueue's whole condition", err, out.String())
+			}
+		})
 	}
 }
 
@@ -421,5 +522,14 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 		"  request gpu: gpu.gpudra.dev/" + pool + "/gpu-1\n"
 	if !strings.HasSuffix(out.String(), want) {
 		t.Errorf("output:\n%s\nwant it to end with:\n%s", out.String(), want)
+	}
+}
+
+// A usage whose memory NVML could not tell has no memoryUsedBytes: shown as unknown, not 0.
+func TestExplainShowsUnknownMemoryUse(t *testing.T) {
+	var out bytes.Buffer
+	printUsage(&out, &DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1})
+	if got, want := out.String(), "    uses ? of 4.0 GiB memory, 1 process"; !strings.HasPrefix(got, want) {
+		t.Errorf("printUsage = %q, want it to begin with %q", got, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 func main() {
 	if err := newRootCommand().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gpudra:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -33,7 +33,7 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	buildinfo.AddVersionFlag(root.Flags())
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newDashboardCommand(), newSimCommand(), newConvertCommand(), newVersionCommand())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newDashboardCommand(), newSimCommand(), newConvertCommand(), newValidateCommand(), newVersionCommand())
 	setDisplayName(root, displayName(os.Args[0]))
 	return root
 }

@@ -375,13 +375,16 @@ func TestRBACIsMinimal(t *testing.T) {
 	m := render(t)
 	plugin := m.get("ClusterRole", "gpudra-kubelet-plugin").(*rbacv1.ClusterRole)
 	want := map[string][]string{
-		"resource.k8s.io/resourceclaims":        {"get"},
+		"resource.k8s.io/resourceclaims":        {"get", "list"},
 		"resource.k8s.io/resourceclaims/status": {"update"},
 		"resource.k8s.io/resourceclaims/driver": {"associated-node:update"},
 		"resource.k8s.io/resourceslices":        {"create", "delete", "list", "update", "watch"},
 		"/nodes":                                {"get", "patch"},
 		"/events":                               {"create", "patch"},
 		"events.k8s.io/events":                  {"create", "patch"},
+		// Who may read its /metrics.
+		"authentication.k8s.io/tokenreviews":        {"create"},
+		"authorization.k8s.io/subjectaccessreviews": {"create"},
 	}
 	if got := verbsByResource(plugin); !apiequality.Semantic.DeepEqual(got, want) {
 		t.Errorf("plugin permissions:\n%s", diff.Diff(want, got))

@@ -249,8 +249,9 @@ func TestPodMonitorsScrapeEachPluginDaemonSet(t *testing.T) {
 			t.Fatalf("PodMonitor %s endpoints %+v, want one", name, pm.Spec.PodMetricsEndpoints)
 		}
 		ep := pm.Spec.PodMetricsEndpoints[0]
-		if ep.Scheme != "http" || ep.Path != "/metrics" || ep.Interval != "15s" {
-			t.Errorf("PodMonitor %s endpoint %+v: want http on /metrics every 15s", name, ep)
+		// The plugins' metrics name every claim: HTTPS, with the scraper's token.
+		if ep.Scheme != "https" || ep.Path != "/metrics" || ep.Interval != "15s" || ep.Authorization == nil || ep.TLSConfig == nil {
+			t.Errorf("PodMonitor %s endpoint %+v: want https on /metrics every 15s, with a token and a TLS config", name, ep)
 		}
 		if !slices.ContainsFunc(ep.Relabelings, func(r relabelConfig) bool {
 			return slices.Equal(r.SourceLabels, []string{"__meta_kubernetes_pod_node_name"}) && r.TargetLabel == "node"

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/kubernetes/fake"
+	k8sappsv1 "k8s.io/kubernetes/pkg/apis/apps/v1"
 	"k8s.io/utils/ptr"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -32,9 +33,28 @@ import (
 const pluginUser = "system:serviceaccount:gpudra:gpudra-kubelet-plugin"
 
 // admit evaluates a ValidatingAdmissionPolicy the way the API server does (its CEL
-// environment, variables, match conditions and message expressions) for a request by user
-// on node, and returns whether it is admitted and the first denial's message.
+// environment, variables, match conditions and message expressions) for a request on a
+// Deployment by user on node, and returns whether it is admitted and the first denial's
+// message.
 func admit(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy, op admission.Operation, obj runtime.Object, username, node string) (bool, string) {
+	t.Helper()
+	return review(t, policy, request{op: op, obj: obj, username: username, node: node,
+		gvk: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"},
+		gvr: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}})
+}
+
+// request is one API request as admission sees it: old is the object before an update.
+type request struct {
+	op             admission.Operation
+	obj, old       runtime.Object
+	username, node string
+	gvk            schema.GroupVersionKind
+	gvr            schema.GroupVersionResource
+}
+
+// review evaluates policy for r as the API server does, and returns whether r is admitted
+// and the first denial's message.
+func review(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy, r request) (bool, string) {
 	t.Helper()
 	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
@@ -64,16 +84,20 @@ func admit(t *testing.T, policy *admissionv1.ValidatingAdmissionPolicy, op admis
 		compiler.CompileCondition(nil, withAuthz, environment.StoredExpressions),
 		compiler.CompileCondition(messages, plugincel.OptionalVariableDeclarations{}, environment.StoredExpressions),
 		policy.Spec.FailurePolicy, nil)
-	gvk := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
-	gvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	acc := obj.(metav1.Object)
-	who := &user.DefaultInfo{Name: username, Extra: map[string][]string{"authentication.kubernetes.io/node-name": {node}}}
-	attrs := &admission.VersionedAttributes{
-		Attributes:      admission.NewAttributesRecord(obj, nil, gvk, acc.GetNamespace(), acc.GetName(), gvr, "", op, nil, false, who),
-		VersionedObject: admission.NewLazyObject(obj),
-		VersionedKind:   gvk,
+	acc := r.obj.(metav1.Object)
+	who := &user.DefaultInfo{Name: r.username}
+	if r.node != "" {
+		who.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {r.node}}
 	}
-	res := validator.Validate(context.Background(), gvr, attrs, nil, nil, celconfig.RuntimeCELCostBudget, nil)
+	attrs := &admission.VersionedAttributes{
+		Attributes:      admission.NewAttributesRecord(r.obj, r.old, r.gvk, acc.GetNamespace(), acc.GetName(), r.gvr, "", r.op, nil, false, who),
+		VersionedObject: admission.NewLazyObject(r.obj),
+		VersionedKind:   r.gvk,
+	}
+	if r.old != nil {
+		attrs.VersionedOldObject = admission.NewLazyObject(r.old)
+	}
+	res := validator.Validate(context.Background(), r.gvr, attrs, nil, nil, celconfig.RuntimeCELCostBudget, nil)
 	for _, d := range res.Decisions {
 		if d.Action == validating.ActionDeny {
 			return false, d.Message
@@ -122,9 +146,11 @@ func flagValues(c corev1.Container) map[string]string {
 }
 
 // daemonOf is the Deployment the plugin of this DaemonSet makes for an MPS claim on node:
-// kubeletplugin.MPSPods configured from the DaemonSet's flags as the plugin configures it
-// (cmd/gpudra-kubelet-plugin: the daemon sees the driver root at /driver-root).
-func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string) *appsv1.Deployment {
+// kubeletplugin.MPSPods configured from the DaemonSet's flags and environment as the plugin
+// configures it (cmd/gpudra-kubelet-plugin: the daemon sees the driver root at
+// /driver-root). limits, when not nil, gives the claim's devices and limits (else one GPU,
+// 50 % of its threads, 1 GiB pinned).
+func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits *plugin.MPSDaemon) *appsv1.Deployment {
 	t.Helper()
 	c := ds.Spec.Template.Spec.Containers[0]
 	f := flagValues(c)
@@ -139,11 +165,23 @@ func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string) *appsv1
 	}
 	if !p.Simulated {
 		p.Binary = plugin.MPSPodDriverRoot + strings.TrimPrefix(f["mps-control-daemon"], f["container-driver-root"])
-		p.LibraryPath = plugin.MPSPodDriverRoot + "/usr/lib64"
+		// The plugin's own LD_LIBRARY_PATH, its directories under the container's driver
+		// root moved to where the daemon's pod mounts it (cmd/gpudra-kubelet-plugin).
+		dirs := strings.Split(envOf(c, "LD_LIBRARY_PATH").Value, ":")
+		for k, dir := range dirs {
+			if rest, ok := strings.CutPrefix(dir, f["container-driver-root"]+"/"); ok {
+				dirs[k] = plugin.MPSPodDriverRoot + "/" + rest
+			}
+		}
+		p.LibraryPath = strings.Join(dirs, ":")
 	}
 	dir := filepath.Join(f["plugin-data-dir"], "mps", claimUID)
 	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
 		Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{1024}}
+	if limits != nil {
+		d.ActiveThreadPercent, d.PinnedMemoryMiB = limits.ActiveThreadPercent, limits.PinnedMemoryMiB
+		d.Devices = limits.Devices
+	}
 	if err := p.Create(d); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +189,9 @@ func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string) *appsv1
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As the API server hands it to admission: v1 carries the deprecated serviceAccount too.
+	// As the API server hands it to admission: with its defaults, and v1 carries the
+	// deprecated serviceAccount too.
+	k8sappsv1.SetObjectDefaults_Deployment(dep)
 	dep.Spec.Template.Spec.DeprecatedServiceAccount = dep.Spec.Template.Spec.ServiceAccountName
 	return dep
 }
@@ -189,97 +229,30 @@ func TestMPSDaemonPolicy(t *testing.T) {
 				t.Fatalf("the API server would refuse the policy:\n%s", strings.Join(errs, "\n"))
 			}
 			ds := m.get("DaemonSet", pool.daemonSet).(*appsv1.DaemonSet)
-			good := daemonOf(t, ds, node, uid)
-			if ok, msg := admit(t, policy, admission.Create, good, pluginUser, node); !ok {
-				t.Fatalf("the plugin's own daemon is refused: %s\n%+v", msg, good.Spec.Template.Spec)
+			good := daemonOf(t, ds, node, uid, nil)
+			privileged := !strings.HasPrefix(flagValues(ds.Spec.Template.Spec.Containers[0])["nvml"], "sim:")
+			// Every daemon the plugin makes passes: whatever the claim's devices and limits.
+			for _, limits := range []plugin.MPSDaemon{
+				{Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}},
+				{Devices: []string{"MIG-00000000-0000-0000-0000-000000000002", "GPU-00000000-0000-0000-0000-000000000003"}, ActiveThreadPercent: 100},
+				{Devices: []string{"GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000003"}, PinnedMemoryMiB: []int64{0, 81920}},
+				{Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}, ActiveThreadPercent: 1, PinnedMemoryMiB: []int64{1}},
+			} {
+				d := daemonOf(t, ds, node, uid, &limits)
+				if ok, msg := admit(t, policy, admission.Create, d, pluginUser, node); !ok {
+					t.Fatalf("the plugin's own daemon for %+v is refused: %s\n%+v", limits, msg, d.Spec.Template.Spec)
+				}
+			}
+			if ok, msg := admit(t, policy, admission.Update, good, pluginUser, node); !ok {
+				t.Fatalf("the plugin's own daemon is refused on update: %s", msg)
 			}
 			if ok, _ := admit(t, policy, admission.Create, good, "system:serviceaccount:gpudra:someone-else", node); !ok {
 				t.Error("the policy holds identities other than the plugin's")
 			}
-			privileged := !strings.HasPrefix(flagValues(ds.Spec.Template.Spec.Containers[0])["nvml"], "sim:")
-			hostPath := func(name, path string) corev1.Volume {
-				return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+			if got := envOf(good.Spec.Template.Spec.Containers[0], "LD_LIBRARY_PATH"); privileged && (got == nil || got.Value != envOf(ds.Spec.Template.Spec.Containers[0], "LD_LIBRARY_PATH").Value) {
+				t.Fatalf("the daemon's LD_LIBRARY_PATH is %+v, want the plugin's", got)
 			}
-			spec := func(d *appsv1.Deployment) *corev1.PodSpec { return &d.Spec.Template.Spec }
-			ctr := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
-			cases := []refusal{
-				{"another image", func(d *appsv1.Deployment) { ctr(d).Image = "docker.io/library/busybox:latest" }, "image of an MPS control daemon must be " + good.Spec.Template.Spec.Containers[0].Image},
-				{"the controller's service account", func(d *appsv1.Deployment) {
-					spec(d).ServiceAccountName, spec(d).DeprecatedServiceAccount = "gpudra-controller", "gpudra-controller"
-				}, "serviceAccountName of an MPS control daemon must be gpudra-mps-daemon, not gpudra-controller"},
-				{"the deprecated service account field", func(d *appsv1.Deployment) { spec(d).DeprecatedServiceAccount = "gpudra-controller" }, "must be gpudra-mps-daemon"},
-				{"a mounted token", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = ptr.To(true) }, "automountServiceAccountToken of an MPS control daemon must be false"},
-				{"a token by default", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = nil }, "automountServiceAccountToken"},
-				{"the node's network", func(d *appsv1.Deployment) { spec(d).HostNetwork = true }, "may not use the node's network, PID or IPC namespace"},
-				{"the node's PIDs", func(d *appsv1.Deployment) { spec(d).HostPID = true }, "may not use the node's network, PID or IPC namespace"},
-				{"the node's IPC", func(d *appsv1.Deployment) { spec(d).HostIPC = true }, "may not use the node's network, PID or IPC namespace"},
-				{"a second container", func(d *appsv1.Deployment) {
-					spec(d).Containers = append(spec(d).Containers, corev1.Container{Name: "x", Image: ctr(d).Image})
-				}, "exactly one container"},
-				{"an init container", func(d *appsv1.Deployment) {
-					spec(d).InitContainers = []corev1.Container{{Name: "x", Image: ctr(d).Image}}
-				}, "no initContainers"},
-				{"an ephemeral container", func(d *appsv1.Deployment) {
-					spec(d).EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "x", Image: ctr(d).Image}}}
-				}, "ephemeralContainers"},
-				{"a runtime class", func(d *appsv1.Deployment) { spec(d).RuntimeClassName = ptr.To("nvidia") }, "runtimeClassName"},
-				{"a shell", func(d *appsv1.Deployment) { ctr(d).Command, ctr(d).Args = []string{"sh"}, []string{"-c", "id"} }, "must run gpudra-kubelet-plugin mps-control-daemon"},
-				{"a host binary as the daemon", func(d *appsv1.Deployment) {
-					args := ctr(d).Args
-					args[len(args)-1] = "--mps-control-daemon=/driver-root/usr/bin/nsenter"
-				}, "must run gpudra-kubelet-plugin mps-control-daemon"},
-				{"another flag", func(d *appsv1.Deployment) { ctr(d).Args = append(ctr(d).Args, "--pipe-dir=/etc") }, "only the daemon's flags"},
-				{"a probe running a shell", func(d *appsv1.Deployment) {
-					ctr(d).ReadinessProbe.Exec.Command = []string{"sh", "-c", "id"}
-				}, "only probe is its readiness check"},
-				{"a liveness probe", func(d *appsv1.Deployment) {
-					ctr(d).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"gpudra-kubelet-plugin"}}}}
-				}, "no livenessProbe"},
-				{"a postStart hook", func(d *appsv1.Deployment) {
-					ctr(d).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh"}}}}
-				}, "lifecycle hooks"},
-				{"a preloaded library", func(d *appsv1.Deployment) {
-					ctr(d).Env = append(ctr(d).Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/driver-root/lib/x.so"})
-				}, "no environment but LD_LIBRARY_PATH"},
-				{"a host port", func(d *appsv1.Deployment) { ctr(d).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} }, "no ports"},
-				{"the host's /etc", func(d *appsv1.Deployment) { spec(d).Volumes = append(spec(d).Volumes, hostPath("etc", "/etc")) }, "may only be host paths"},
-				{"another claim's pipe directory", func(d *appsv1.Deployment) {
-					spec(d).Volumes[0] = hostPath("pipe", filepath.Join(filepath.Dir(filepath.Dir(spec(d).Volumes[0].HostPath.Path)), "other-claim", "pipe"))
-				}, "may only be host paths <plugin data directory>/mps/" + uid},
-				{"a directory outside the plugin's", func(d *appsv1.Deployment) { spec(d).Volumes[1] = hostPath("log", "/var/log/mps/"+uid+"/log") }, "may only be host paths"},
-				{"another driver root", func(d *appsv1.Deployment) {
-					spec(d).Volumes = append(spec(d).Volumes, hostPath("driver-root", "/var/lib/docker"))
-				}, "driver-root, a driver root of the chart's pools"},
-				{"a Secret volume", func(d *appsv1.Deployment) {
-					spec(d).Volumes = append(spec(d).Volumes, corev1.Volume{Name: "pipe", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gpudra-webhook-cert"}}})
-				}, "may only be host paths"},
-				{"mount propagation", func(d *appsv1.Deployment) {
-					ctr(d).VolumeMounts[0].MountPropagation = ptr.To(corev1.MountPropagationBidirectional)
-				}, "no volume with mount propagation"},
-				{"many replicas", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](50) }, "at most 1 replica"},
-				{"privileged without a driver root", func(d *appsv1.Deployment) {
-					ctr(d).SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
-					spec(d).Volumes = slices.DeleteFunc(spec(d).Volumes, func(v corev1.Volume) bool { return v.Name == "driver-root" })
-					ctr(d).VolumeMounts = slices.DeleteFunc(ctr(d).VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "driver-root" })
-				}, "privileged only with a real driver root mounted"},
-				{"capabilities added", func(d *appsv1.Deployment) {
-					ctr(d).SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
-						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_ADMIN"}}}
-				}, "adds none"},
-				{"privilege escalation", func(d *appsv1.Deployment) {
-					ctr(d).SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
-				}, "allowPrivilegeEscalation false"},
-			}
-			if privileged {
-				cases = append(cases, refusal{"the driver root writable", func(d *appsv1.Deployment) {
-					for i := range ctr(d).VolumeMounts {
-						if ctr(d).VolumeMounts[i].Name == "driver-root" {
-							ctr(d).VolumeMounts[i].ReadOnly = false
-						}
-					}
-				}, "mounts driver-root read-only"})
-			}
-			for _, tc := range cases {
+			for _, tc := range mpsDaemonRefusals(good, uid, privileged) {
 				t.Run(tc.name, func(t *testing.T) {
 					d := good.DeepCopy()
 					tc.change(d)
@@ -290,6 +263,170 @@ func TestMPSDaemonPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mpsDaemonRefusals are the changes a plugin's token could make to the daemon the plugin
+// makes (good) to run something else on its node, each with what the policy says refusing
+// it. privileged: the daemon of a real NVML pool.
+func mpsDaemonRefusals(good *appsv1.Deployment, uid string, privileged bool) []refusal {
+	hostPath := func(name, path string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(corev1.HostPathDirectory)}}}
+	}
+	spec := func(d *appsv1.Deployment) *corev1.PodSpec { return &d.Spec.Template.Spec }
+	ctr := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
+	mount := func(d *appsv1.Deployment, name string) *corev1.VolumeMount {
+		for i := range ctr(d).VolumeMounts {
+			if ctr(d).VolumeMounts[i].Name == name {
+				return &ctr(d).VolumeMounts[i]
+			}
+		}
+		panic("no volume mount " + name)
+	}
+	const (
+		containerFields = "containers[0] of an MPS control daemon sets only"
+		podFields       = "spec.template.spec of an MPS control daemon sets only"
+		args            = "must run gpudra-kubelet-plugin mps-control-daemon --pipe-dir=/tmp/nvidia-mps"
+		env             = "env of an MPS control daemon is empty"
+		mounts          = "volumeMounts of an MPS control daemon mount pipe at /tmp/nvidia-mps"
+		volumes         = "may only be host paths (type Directory)"
+		security        = "securityContext of an MPS control daemon is exactly"
+	)
+	cases := []refusal{
+		{"another image", func(d *appsv1.Deployment) { ctr(d).Image = "docker.io/library/busybox:latest" }, "image of an MPS control daemon must be " + good.Spec.Template.Spec.Containers[0].Image},
+		{"the controller's service account", func(d *appsv1.Deployment) {
+			spec(d).ServiceAccountName, spec(d).DeprecatedServiceAccount = "gpudra-controller", "gpudra-controller"
+		}, "serviceAccountName of an MPS control daemon must be gpudra-mps-daemon, not gpudra-controller"},
+		{"the deprecated service account field", func(d *appsv1.Deployment) { spec(d).DeprecatedServiceAccount = "gpudra-controller" }, "must be gpudra-mps-daemon"},
+		{"a mounted token", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = ptr.To(true) }, "automountServiceAccountToken of an MPS control daemon must be false"},
+		{"a token by default", func(d *appsv1.Deployment) { spec(d).AutomountServiceAccountToken = nil }, "automountServiceAccountToken"},
+		{"the node's network", func(d *appsv1.Deployment) { spec(d).HostNetwork = true }, "may not use the node's network, PID or IPC namespace"},
+		{"the node's PIDs", func(d *appsv1.Deployment) { spec(d).HostPID = true }, "may not use the node's network, PID or IPC namespace"},
+		{"the node's IPC", func(d *appsv1.Deployment) { spec(d).HostIPC = true }, "may not use the node's network, PID or IPC namespace"},
+		{"a second container", func(d *appsv1.Deployment) {
+			spec(d).Containers = append(spec(d).Containers, corev1.Container{Name: "x", Image: ctr(d).Image})
+		}, "exactly one container"},
+		{"an init container", func(d *appsv1.Deployment) {
+			spec(d).InitContainers = []corev1.Container{{Name: "x", Image: ctr(d).Image}}
+		}, "no initContainers"},
+		{"an ephemeral container", func(d *appsv1.Deployment) {
+			spec(d).EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "x", Image: ctr(d).Image}}}
+		}, "ephemeralContainers"},
+		{"a runtime class", func(d *appsv1.Deployment) { spec(d).RuntimeClassName = ptr.To("nvidia") }, "runtimeClassName"},
+		{"the host's user namespace", func(d *appsv1.Deployment) { spec(d).HostUsers = ptr.To(true) }, podFields},
+		{"a ResourceClaim of its own", func(d *appsv1.Deployment) {
+			spec(d).ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("someone-elses-claim")}}
+		}, "not resourceClaims"},
+		{"a pod security context running as root", func(d *appsv1.Deployment) {
+			spec(d).SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)}
+		}, "(securityContext empty)"},
+		{"a sysctl", func(d *appsv1.Deployment) {
+			spec(d).SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "0"}}}
+		}, "(securityContext empty)"},
+		{"an AppArmor annotation", func(d *appsv1.Deployment) {
+			d.Spec.Template.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/mps-control-daemon": "unconfined"}
+		}, "its template no annotations"},
+		{"a shell", func(d *appsv1.Deployment) { ctr(d).Command, ctr(d).Args = []string{"sh"}, []string{"-c", "id"} }, args},
+		{"a host binary as the daemon", func(d *appsv1.Deployment) {
+			a := ctr(d).Args
+			a[len(a)-1] = "--mps-control-daemon=/driver-root/usr/bin/nsenter"
+		}, args},
+		{"another pipe directory", func(d *appsv1.Deployment) { ctr(d).Args[1] = "--pipe-dir=/etc" }, args},
+		{"a flag added", func(d *appsv1.Deployment) {
+			ctr(d).Args = slices.Insert(ctr(d).Args, len(ctr(d).Args)-1, "--pipe-dir=/etc")
+		}, args},
+		{"devices that are not UUIDs", func(d *appsv1.Deployment) { ctr(d).Args[3] = "--devices=$(id)" }, args},
+		{"an active thread percentage above 100", func(d *appsv1.Deployment) { ctr(d).Args[4] = "--active-thread-percentage=500" }, args},
+		{"the flags out of order", func(d *appsv1.Deployment) { ctr(d).Args[4], ctr(d).Args[5] = ctr(d).Args[5], ctr(d).Args[4] }, args},
+		{"a probe running a shell", func(d *appsv1.Deployment) {
+			ctr(d).ReadinessProbe.Exec.Command = []string{"sh", "-c", "id"}
+		}, "only probe of an MPS control daemon is its readiness check"},
+		{"a probe checking another pipe directory", func(d *appsv1.Deployment) {
+			ctr(d).ReadinessProbe.Exec.Command[3] = "--pipe-dir=/etc"
+		}, "only probe of an MPS control daemon is its readiness check"},
+		{"a liveness probe", func(d *appsv1.Deployment) {
+			ctr(d).LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"gpudra-kubelet-plugin"}}}}
+		}, "not livenessProbe"},
+		{"a postStart hook", func(d *appsv1.Deployment) {
+			ctr(d).Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sh"}}}}
+		}, "not lifecycle"},
+		{"a working directory", func(d *appsv1.Deployment) { ctr(d).WorkingDir = "/tmp/nvidia-mps" }, "not workingDir"},
+		{"a termination message file over the driver's libraries", func(d *appsv1.Deployment) {
+			ctr(d).TerminationMessagePath = "/driver-root/usr/lib64/libcuda.so.1"
+		}, "terminationMessagePath /dev/termination-log"},
+		{"resources", func(d *appsv1.Deployment) {
+			ctr(d).Resources = corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}
+		}, "resources empty"},
+		{"a preloaded library", func(d *appsv1.Deployment) {
+			ctr(d).Env = append(ctr(d).Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/tmp/nvidia-mps/x.so"})
+		}, env},
+		{"a library path into the claim's pipe directory", func(d *appsv1.Deployment) {
+			ctr(d).Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: "/tmp/nvidia-mps"}}
+		}, env},
+		{"a library path from a field", func(d *appsv1.Deployment) {
+			ctr(d).Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+		}, env},
+		{"the environment from a ConfigMap", func(d *appsv1.Deployment) {
+			ctr(d).EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}}}}
+		}, "not envFrom"},
+		{"a host port", func(d *appsv1.Deployment) { ctr(d).Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 22}} }, "not ports"},
+		{"the host's /etc", func(d *appsv1.Deployment) { spec(d).Volumes = append(spec(d).Volumes, hostPath("etc", "/etc")) }, volumes},
+		{"another claim's pipe directory", func(d *appsv1.Deployment) {
+			spec(d).Volumes[0] = hostPath("pipe", filepath.Join(filepath.Dir(filepath.Dir(spec(d).Volumes[0].HostPath.Path)), "other-claim", "pipe"))
+		}, "may only be host paths (type Directory) <plugin data directory>/mps/" + uid},
+		{"a directory outside the plugin's", func(d *appsv1.Deployment) { spec(d).Volumes[1] = hostPath("log", "/var/log/mps/"+uid+"/log") }, volumes},
+		{"a host path made if missing", func(d *appsv1.Deployment) {
+			spec(d).Volumes[0].HostPath.Type = ptr.To(corev1.HostPathDirectoryOrCreate)
+		}, volumes},
+		{"another driver root", func(d *appsv1.Deployment) {
+			spec(d).Volumes = append(spec(d).Volumes, hostPath("driver-root", "/var/lib/docker"))
+		}, "driver-root, a driver root of the chart's pools"},
+		{"a Secret volume", func(d *appsv1.Deployment) {
+			spec(d).Volumes = append(spec(d).Volumes, corev1.Volume{Name: "pipe", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "gpudra-webhook-cert"}}})
+		}, volumes},
+		{"the pipe directory over the driver's libraries", func(d *appsv1.Deployment) {
+			mount(d, "pipe").MountPath = "/driver-root/usr/lib64"
+		}, mounts},
+		{"the log directory over the binary", func(d *appsv1.Deployment) {
+			mount(d, "log").MountPath = "/usr/bin"
+		}, mounts},
+		{"a second mount of the pipe directory", func(d *appsv1.Deployment) {
+			ctr(d).VolumeMounts = append(ctr(d).VolumeMounts, corev1.VolumeMount{Name: "pipe", MountPath: "/etc/ld.so.preload.d"})
+		}, mounts},
+		{"a sub-path", func(d *appsv1.Deployment) { mount(d, "shm").SubPath = "x" }, mounts},
+		{"a sub-path from the environment", func(d *appsv1.Deployment) { mount(d, "shm").SubPathExpr = "$(HOME)" }, mounts},
+		{"mount propagation", func(d *appsv1.Deployment) {
+			ctr(d).VolumeMounts[0].MountPropagation = ptr.To(corev1.MountPropagationBidirectional)
+		}, mounts},
+		{"many replicas", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](50) }, "at most 1 replica"},
+		{"privileged without a driver root", func(d *appsv1.Deployment) {
+			ctr(d).SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+			ctr(d).Env = nil
+			spec(d).Volumes = slices.DeleteFunc(spec(d).Volumes, func(v corev1.Volume) bool { return v.Name == "driver-root" })
+			ctr(d).VolumeMounts = slices.DeleteFunc(ctr(d).VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "driver-root" })
+		}, security},
+		{"capabilities added", func(d *appsv1.Deployment) {
+			ctr(d).SecurityContext.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SYS_ADMIN"}}
+		}, security},
+		{"a writable root file system", func(d *appsv1.Deployment) { ctr(d).SecurityContext.ReadOnlyRootFilesystem = ptr.To(false) }, security},
+		{"another user", func(d *appsv1.Deployment) { ctr(d).SecurityContext.RunAsUser = ptr.To[int64](0) }, security},
+	}
+	if privileged {
+		cases = append(cases,
+			refusal{"the driver root writable", func(d *appsv1.Deployment) { mount(d, "driver-root").ReadOnly = false }, mounts},
+			refusal{"the driver root elsewhere", func(d *appsv1.Deployment) { mount(d, "driver-root").MountPath = "/usr/lib" }, mounts},
+			refusal{"an extra library directory", func(d *appsv1.Deployment) {
+				ctr(d).Env[0].Value = "/tmp/nvidia-mps:" + ctr(d).Env[0].Value
+			}, env},
+		)
+	} else {
+		cases = append(cases,
+			refusal{"privilege escalation", func(d *appsv1.Deployment) { ctr(d).SecurityContext.AllowPrivilegeEscalation = nil }, security},
+			refusal{"a library path without the driver", func(d *appsv1.Deployment) {
+				ctr(d).Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: "/driver-root/usr/lib64"}}
+			}, env},
+		)
+	}
+	return cases
 }
 
 // TestAdmissionPoliciesCompile: the API server accepts every admission policy the chart

@@ -49,6 +49,13 @@ func TestSharePriorityThresholdIsOptIn(t *testing.T) {
 	if a := pluginArg(m.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet), "--share-priority-threshold"); a != "" {
 		t.Errorf("the default pool took the inference pool's threshold: %q", a)
 	}
+	// HAMi-core numbers a container's caps across its claims, from the claim's pods.
+	if m := render(t, "kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so"); !readsPods(m) {
+		t.Error("vgpuLibrary set: the plugin may not read the pods of its HAMi-core claims")
+	}
+	if m := render(t, `kubeletPlugin.pools=[{"name":"hami","vgpuLibrary":"/usr/local/vgpu/libvgpu.so"}]`); !readsPods(m) {
+		t.Error("a pool's vgpuLibrary: the plugin may not read the pods of its HAMi-core claims")
+	}
 	for set, want := range map[string]string{
 		"kubeletPlugin.sharePriorityThreshold=high": "kubeletPlugin.sharePriorityThreshold=high: want an integer",
 		"kubeletPlugin.sharePriorityThreshold=1.5":  "kubeletPlugin.sharePriorityThreshold=1.5: want an integer",

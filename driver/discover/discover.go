@@ -234,6 +234,7 @@ func discoverMIG(dev nvml.Device, memBytes uint64) (*driver.MIGInfo, error) {
 			ComputeSlices:   int(p.SliceCount),
 			MemoryBytes:     p.MemorySizeMB << 20,
 			Multiprocessors: int(p.MultiprocessorCount),
+			MaxInstances:    int(p.InstanceCount),
 		}
 		for _, pl := range placements {
 			prof.Placements = append(prof.Placements, driver.MIGPlacement{Start: int(pl.Start), Size: int(pl.Size)})

@@ -14,8 +14,11 @@
 //	    mig-enabled: true
 //	    mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
 //
-// Parsing is strict: unknown fields, wrong types and values are errors that name the
-// field and what it accepts.
+// Parsing is strict and bounded: unknown fields, repeated keys, wrong types and values are
+// errors that name the field and what it accepts; YAML anchors, aliases and merge keys are
+// refused; the file's size, nesting, layouts, entries and lists have limits (MaxFileBytes
+// and the others), and an entry counts at most MaxInstancesPerGPU MIG devices, so that no
+// file makes reading or applying it costly.
 package miglayout
 
 import (
@@ -23,6 +26,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,7 +35,6 @@ import (
 	"github.com/gpudra/gpudra/internal/yamldoc"
 
 	nvdev "github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
-	"sigs.k8s.io/yaml"
 )
 
 // Version is the only layout file version.
@@ -126,11 +129,12 @@ func Select(layout []Entry, g GPU) (e Entry, ok bool) {
 }
 
 // Profiles lists the entry's MIG devices one per instance, largest first (by compute
-// slices, then name): the order in which they are best placed.
+// slices, then name): the order in which they are best placed. A parsed entry counts at
+// most MaxInstancesPerGPU; of an entry built otherwise, at most that many are listed.
 func (e Entry) Profiles() []string {
 	var out []string
 	for name, n := range e.MIGDevices {
-		for range n {
+		for range min(n, MaxInstancesPerGPU+1-len(out)) {
 			out = append(out, name)
 		}
 	}
@@ -148,6 +152,32 @@ func slicesOf(profile string) int {
 	}
 	n, _ := strconv.Atoi(s[:max(strings.Index(s, "g."), 0)])
 	return n
+}
+
+// CheckIndexes refuses a layout whose entries name GPU indices that are not among a
+// node's (indexes): such an entry would select nothing, and the layout would seem applied.
+// name is the layout's name, for the error's field path.
+func CheckIndexes(name string, layout []Entry, indexes []int) error {
+	for k, e := range layout {
+		for j, i := range e.Devices {
+			if !slices.Contains(indexes, i) {
+				return fmt.Errorf("mig-configs.%s[%d].devices[%d]: there is no GPU %d on this node; its GPU indices are %s",
+					name, k, j, i, indexList(indexes))
+			}
+		}
+	}
+	return nil
+}
+
+func indexList(indexes []int) string {
+	if len(indexes) == 0 {
+		return "none"
+	}
+	out := make([]string, len(indexes))
+	for k, i := range indexes {
+		out[k] = strconv.Itoa(i)
+	}
+	return strings.Join(out, ", ")
 }
 
 // Names are the file's layout names, sorted.
@@ -170,12 +200,15 @@ func (f *File) Layout(name string) ([]Entry, error) {
 
 // Parse reads a layout file (YAML or JSON).
 func Parse(data []byte) (*File, error) {
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("the file is %d bytes; a layouts file is at most %d", len(data), MaxFileBytes)
+	}
 	if err := yamldoc.One(data, "a layouts file"); err != nil {
 		return nil, err
 	}
-	raw, err := yaml.YAMLToJSON(data)
+	raw, err := toJSON(data)
 	if err != nil {
-		return nil, fmt.Errorf("not YAML: %w", err)
+		return nil, err
 	}
 	top, err := object(raw, "the file")
 	if err != nil {
@@ -203,7 +236,11 @@ func Parse(data []byte) (*File, error) {
 	if len(configs) == 0 {
 		return nil, fmt.Errorf("mig-configs: at least one layout is required")
 	}
-	for name, rawEntries := range configs {
+	if len(configs) > MaxLayouts {
+		return nil, fmt.Errorf("mig-configs: %d layouts; a file has at most %d", len(configs), MaxLayouts)
+	}
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
+		rawEntries := configs[name]
 		path := "mig-configs." + name
 		if name == "" {
 			return nil, fmt.Errorf("mig-configs: a layout name is empty")
@@ -214,6 +251,9 @@ func Parse(data []byte) (*File, error) {
 		}
 		if len(list) == 0 {
 			return nil, fmt.Errorf("%s: at least one entry is required", path)
+		}
+		if len(list) > MaxEntries {
+			return nil, fmt.Errorf("%s: %d entries; a layout has at most %d", path, len(list), MaxEntries)
 		}
 		for k, re := range list {
 			e, err := parseEntry(re, fmt.Sprintf("%s[%d]", path, k))
@@ -280,6 +320,9 @@ func parseFilters(raw json.RawMessage, path string) ([]Filter, error) {
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return nil, fmt.Errorf("%s: must be a PCI device ID or product name, or a list of them, got %s", path, kindOf(raw))
+	}
+	if len(list) > MaxListed {
+		return nil, fmt.Errorf("%s: %d values; at most %d", path, len(list), MaxListed)
 	}
 	var out []Filter
 	for k, r := range list {
@@ -348,10 +391,13 @@ func parseDevices(raw json.RawMessage, path string) (all bool, list []int, err e
 	if len(nums) == 0 {
 		return false, nil, fmt.Errorf("%s: the list of GPU indices is empty", path)
 	}
+	if len(nums) > MaxListed {
+		return false, nil, fmt.Errorf("%s: %d GPU indices; at most %d", path, len(nums), MaxListed)
+	}
 	for k, n := range nums {
 		i, err := strconv.Atoi(n.String())
-		if err != nil || i < 0 {
-			return false, nil, fmt.Errorf("%s[%d]: %s is not a GPU index (an integer from 0)", path, k, n)
+		if err != nil || i < 0 || i > MaxGPUIndex {
+			return false, nil, fmt.Errorf("%s[%d]: %s is not a GPU index (an integer from 0 to %d)", path, k, n, MaxGPUIndex)
 		}
 		if slices.Contains(list, i) {
 			return false, nil, fmt.Errorf("%s[%d]: GPU %d is listed twice", path, k, i)
@@ -368,8 +414,9 @@ func parseMIGDevices(raw json.RawMessage, path string) (map[string]int, error) {
 	}
 	names := nvdev.New(nil)
 	out := map[string]int{}
-	positive := false
-	for name, v := range m {
+	positive, total := false, 0
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		v := m[name]
 		var n json.Number
 		dec := json.NewDecoder(bytes.NewReader(v))
 		dec.UseNumber()
@@ -378,7 +425,13 @@ func parseMIGDevices(raw json.RawMessage, path string) (map[string]int, error) {
 			count, cerr = strconv.Atoi(n.String())
 		}
 		if cerr != nil || count < 0 {
-			return nil, fmt.Errorf("%s.%s: the count must be an integer from 0, got %s", path, name, v)
+			return nil, fmt.Errorf("%s.%s: the count must be an integer from 0 to %d, got %s", path, name, MaxInstancesPerGPU, v)
+		}
+		if count > MaxInstancesPerGPU {
+			return nil, fmt.Errorf("%s.%s: %d instances; a GPU holds at most %d MIG instances", path, name, count, MaxInstancesPerGPU)
+		}
+		if total += count; total > MaxInstancesPerGPU {
+			return nil, fmt.Errorf("%s: %d instances together; a GPU holds at most %d MIG instances", path, total, MaxInstancesPerGPU)
 		}
 		if err := names.AssertValidMigProfileFormat(name); err != nil {
 			return nil, fmt.Errorf("%s: %q is not a MIG profile name (such as 1g.10gb, 1g.10gb+me, 1c.3g.40gb): %v", path, name, err)

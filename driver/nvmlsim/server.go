@@ -211,6 +211,9 @@ func wireMIG(d *server.Device, mig bool) {
 			}
 		}
 		d.RUnlock()
+		if atInstanceLimit(d, profiles.GpuInstanceProfiles[int(info.Id)]) {
+			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+		}
 		return createWithPlacement(info, placement)
 	}
 	create := d.CreateGpuInstanceFunc
@@ -224,8 +227,28 @@ func wireMIG(d *server.Device, mig bool) {
 		if mode, _, _ := d.GetMigMode(); mode != nvml.DEVICE_MIG_ENABLE {
 			return nil, nvml.ERROR_NOT_SUPPORTED
 		}
+		creating.Lock()
+		defer creating.Unlock()
+		if atInstanceLimit(d, profiles.GpuInstanceProfiles[int(info.Id)]) {
+			return nil, nvml.ERROR_INSUFFICIENT_RESOURCES
+		}
 		return create(info)
 	}
+}
+
+// atInstanceLimit says whether d holds as many GPU instances of the profile as NVML's
+// instance count allows: one of a profile with the media engines ("1g.10gb+me"), though
+// it has a placement on every slice.
+func atInstanceLimit(d *server.Device, profile nvml.GpuInstanceProfileInfo) bool {
+	d.RLock()
+	defer d.RUnlock()
+	n := 0
+	for gi := range d.GpuInstances {
+		if gi.Info.ProfileId == profile.Id {
+			n++
+		}
+	}
+	return n >= int(profile.InstanceCount)
 }
 
 func containsPlacement(list []nvml.GpuInstancePlacement, p nvml.GpuInstancePlacement) bool {

@@ -53,3 +53,6 @@ func empty(doc []byte) bool {
 	}
 	return true
 }
+
+// Empty says whether one document holds nothing but comments and separators.
+func Empty(doc []byte) bool { return empty(doc) }

@@ -121,6 +121,10 @@ func report(w io.Writer) {
 		}
 		f.Close()
 	}
+	// The libraries the dynamic loader preloads in every process (HAMi-core's shares).
+	if b, err := os.ReadFile("/etc/ld.so.preload"); err == nil {
+		fmt.Fprintf(w, "preload %s\n", strings.Join(strings.Fields(string(b)), " "))
+	}
 	// What the CDI specs' nvidia-cdi-hook hooks leave in the container's root: the linker
 	// cache update-ldcache writes and the links create-symlinks makes in the library folders.
 	if st, err := os.Stat("/etc/ld.so.cache"); err == nil {

@@ -123,10 +123,17 @@ func workloadEvents() predicate.Funcs {
 	}
 }
 
+// quotaReserved: Kueue reserved quota for the Workload. Its admission says so as well as its
+// QuotaReserved condition: Kueue v0.19 can lose the condition to a concurrent status write
+// of its own, and a gang whose condition went missing must not look unplaced.
+func quotaReserved(wl *kueue.Workload) bool {
+	return wl.Status.Admission != nil || apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+}
+
 // waitsForADecision: quota is reserved and some admission check is pending (which one is
 // gpudra's is read in Reconcile).
 func waitsForADecision(wl *kueue.Workload) bool {
-	if !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+	if !quotaReserved(wl) {
 		return false
 	}
 	for _, s := range wl.Status.AdmissionChecks {
@@ -159,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	state := findCheck(&wl, checkName)
-	if state == nil || state.State != kueue.CheckStatePending || !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+	if state == nil || state.State != kueue.CheckStatePending || !quotaReserved(&wl) {
 		return ctrl.Result{}, nil
 	}
 
@@ -267,7 +274,7 @@ func (r *Reconciler) writeDecision(ctx context.Context, wl *kueue.Workload, deci
 		}
 		state := findCheck(&fresh, string(decision.Name))
 		if fresh.UID != wl.UID || state == nil || state.State != kueue.CheckStatePending ||
-			!apimeta.IsStatusConditionTrue(fresh.Status.Conditions, kueue.WorkloadQuotaReserved) ||
+			!quotaReserved(&fresh) ||
 			!equality.Semantic.DeepEqual(fresh.Status.Admission, admission) {
 			return false, nil
 		}
@@ -291,6 +298,10 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	if err != nil {
 		return nil, nil, err
 	}
+	// A share that no card lets pass is refused at once, not after waiting for room.
+	if err := checkShares(wl, sets, st, nil); err != nil {
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+	}
 	t1 := time.Now()
 	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
 	log.FromContext(ctx).V(2).Info("Planned", "workload", client.ObjectKeyFromObject(wl), "podSets", t0.Sub(start), "snapshot", t1.Sub(t0), "plan", time.Since(t1))
@@ -298,6 +309,9 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	case gang.IsUnplaceable(err):
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil
 	case err != nil:
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+	}
+	if err := checkShares(wl, sets, st, placement); err != nil {
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
 	}
 	ready := &kueue.AdmissionCheckState{State: kueue.CheckStateReady}

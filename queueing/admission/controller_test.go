@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -409,4 +410,86 @@ func TestWorkloadEventsFilter(t *testing.T) {
 	if !f.Create(event.CreateEvent{Object: pending}) || !f.Delete(event.DeleteEvent{Object: running}) {
 		t.Error("creations and deletions must reach the workers")
 	}
+}
+
+// shareJob is a Workload with quota reserved and the gpudra check pending: pod set workers
+// of 2 pods, each with a share of one GPU from claim template shared-inference, and that
+// template asking for memory and compute.
+func shareJob(memory, compute string) []client.Object {
+	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
+		Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: api.DeviceClassShare, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+				api.CapMemory: resource.MustParse(memory), api.CapCompute: resource.MustParse(compute)}}}}}}}
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "shared-inference"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "serve", UID: "serve"},
+		Spec: kueue.WorkloadSpec{PodSets: []kueue.PodSet{{Name: "workers", Count: 2, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers:     []corev1.Container{{Name: "server", Image: "inference"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("shared-inference")}},
+		}}}}}}
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", LastTransitionTime: metav1.Now()}}
+	wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStatePending}}
+	return []client.Object{tmpl, wl}
+}
+
+// TestShareUnderAQueue: a queue charges a share only its compute, so a share asking for
+// more of its card's memory than of its compute is refused, saying how much compute passes.
+func TestShareUnderAQueue(t *testing.T) {
+	t.Run("40Gi of an 80Gi H100 at compute 10 is rejected", func(t *testing.T) {
+		got := reconcile(t, newReconciler(lab(t, shareJob("40Gi", "10")...)), "serve")
+		want := "spec.podSets[0] (workers): ResourceClaimTemplate shared-inference: devices.requests[0] (gpu) asks for 40Gi of its card's 80Gi (50 %) but compute 10: " +
+			"a queue charges a share only its compute, in gpudra.dev/gpu-percent, so its memory may not be the larger part of the card; ask for compute of at least 50"
+		if got.State != kueue.CheckStateRejected || got.Message != want {
+			t.Fatalf("%s %q, want Rejected %q", got.State, got.Message, want)
+		}
+	})
+	t.Run("40Gi at compute 50 is admitted", func(t *testing.T) {
+		got := reconcile(t, newReconciler(lab(t, shareJob("40Gi", "50")...)), "serve")
+		if got.State != kueue.CheckStateReady || !strings.Contains(got.Message, "2 pods placed") {
+			t.Fatalf("%s %q, want Ready", got.State, got.Message)
+		}
+	})
+	t.Run("an uncapped share is rejected even when no GPU is free", func(t *testing.T) {
+		objs := append(shareJob("8Gi", "0"), job("train", "dp0", "dp1"))
+		r := newReconciler(lab(t, objs...))
+		if got := reconcile(t, r, "train"); got.State != kueue.CheckStateReady {
+			t.Fatalf("train: %s %q", got.State, got.Message)
+		}
+		got := reconcile(t, r, "serve")
+		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "asks for 8Gi of its card's 80Gi (10 %) but compute 0 (no cap)") ||
+			!strings.Contains(got.Message, "ask for compute of at least 10") {
+			t.Fatalf("%s %q, want Rejected at once, not Retry", got.State, got.Message)
+		}
+	})
+	t.Run("a share asked for as an extended resource gets the defaults: 1Gi, no compute", func(t *testing.T) {
+		objs := shareJob("40Gi", "50")
+		wl := objs[1].(*kueue.Workload)
+		ps := &wl.Spec.PodSets[0].Template.Spec
+		ps.ResourceClaims = nil
+		ps.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix + api.DeviceClassShare): resource.MustParse("1")}
+		got := reconcile(t, newReconciler(lab(t, objs...)), "serve")
+		want := "spec.podSets[0] (workers): extended resources: the request for DeviceClass gpu-share.gpudra.dev asks for 1Gi (the default) of its card's 80Gi (1.25 %) but compute 0 (the default)"
+		if got.State != kueue.CheckStateRejected || !strings.HasPrefix(got.Message, want) || !strings.HasSuffix(got.Message, "at least 2") {
+			t.Fatalf("%s %q, want Rejected %q…at least 2", got.State, got.Message, want)
+		}
+	})
+	t.Run("a share is judged on the card it is placed on", func(t *testing.T) {
+		// An L40S node (46068Mi cards) next to the H100s: 40Gi at compute 50 passes on an
+		// H100 but takes 89 % of an L40S.
+		_, slices, err := simulated.Slices("l40s-pcie", "l40s-1", driver.RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := append(shareJob("40Gi", "50"), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "l40s-1", Labels: map[string]string{
+			api.LabelBlock: "b1", api.LabelRack: "r3", topology.LabelHostname: "l40s-1", "gpu": "l40s"}}})
+		for _, s := range slices {
+			objs = append(objs, s)
+		}
+		objs[1].(*kueue.Workload).Spec.PodSets[0].Template.Spec.NodeSelector = map[string]string{"gpu": "l40s"}
+		got := reconcile(t, newReconciler(lab(t, objs...)), "serve")
+		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "asks for 40Gi of its card's 46068Mi (88.91 %) but compute 50") ||
+			!strings.HasSuffix(got.Message, "ask for compute of at least 89") {
+			t.Fatalf("%s %q, want Rejected on the L40S's memory", got.State, got.Message)
+		}
+	})
 }

@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	schedulingcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -31,6 +33,11 @@ type Report struct {
 	Name      string `json:"name"`
 	// QuotaReserved: Kueue reserved quota, the check decides only then.
 	QuotaReserved bool `json:"quotaReserved"`
+	// Quota is the Workload's QuotaReserved condition when it is not True: why Kueue did not
+	// reserve quota (reason Pending, Inadmissible or AdmissionGated, and Kueue's message,
+	// such as a claim template Kueue cannot charge). Nil when quota is reserved or Kueue has
+	// not looked at the Workload yet.
+	Quota *Condition `json:"quota,omitempty"`
 	// Check is the check's state on the Workload; nil when the Workload has no admission
 	// check whose AdmissionCheck names controller gpudra.dev/topology.
 	Check *CheckState `json:"check,omitempty"`
@@ -51,6 +58,14 @@ type CheckState struct {
 	Message             string `json:"message,omitempty"`
 	RequeueAfterSeconds *int32 `json:"requeueAfterSeconds,omitempty"`
 	RetryCount          *int32 `json:"retryCount,omitempty"`
+}
+
+// Condition is a condition Kueue set on the Workload.
+type Condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // PodSetReport is one pod set and how it fits in each domain of its required level.
@@ -110,6 +125,9 @@ type Planned struct {
 func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl *kueue.Workload) (*Report, error) {
 	rep := &Report{Namespace: wl.Namespace, Name: wl.Name,
 		QuotaReserved: apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)}
+	if c := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); c != nil && !rep.QuotaReserved {
+		rep.Quota = &Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+	}
 	checkName, err := gpudraCheck(ctx, c, wl)
 	if err != nil {
 		return nil, err
@@ -147,7 +165,14 @@ func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl
 		}
 		rep.PodSets = append(rep.PodSets, ps)
 	}
+	if err := checkShares(wl, sets, st, nil); err != nil {
+		rep.Now = CheckState{State: string(kueue.CheckStateRejected), Message: err.Error()}
+		return rep, nil
+	}
 	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
+	if err == nil {
+		err = checkShares(wl, sets, st, placement)
+	}
 	switch {
 	case gang.IsUnplaceable(err):
 		rep.Now = CheckState{State: string(kueue.CheckStateRetry), Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}
@@ -313,4 +338,42 @@ func terminatingPods(ctx context.Context, c client.Reader, now time.Time) (int, 
 
 func doNotSchedule(t *corev1.Taint) bool {
 	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+// KueueEventReason is, for a Workload Kueue reserved no quota for, the reason in the last
+// Warning Kueue recorded on it (Pending: the quota it lacks; Inadmissible), as a
+// QuotaReserved=False condition; nil when there is none or the events cannot be read. Kueue
+// v0.19 can lose the Workload's condition to a concurrent status write of its own while the
+// event stays.
+func KueueEventReason(ctx context.Context, c kubernetes.Interface, wl *kueue.Workload) *Condition {
+	events, err := c.CoreV1().Events(wl.Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Workload,involvedObject.name=" + wl.Name, Limit: 100})
+	if err != nil {
+		return nil
+	}
+	var last *corev1.Event
+	for i := range events.Items {
+		e := &events.Items[i]
+		if e.Type != corev1.EventTypeWarning || e.InvolvedObject.UID != wl.UID || (e.Reason != "Pending" && e.Reason != "Inadmissible") {
+			continue
+		}
+		if last == nil || eventTime(e).After(eventTime(last)) {
+			last = e
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	return &Condition{Type: string(kueue.WorkloadQuotaReserved), Status: string(metav1.ConditionFalse),
+		Reason: last.Reason + " (from Kueue's event)", Message: last.Message}
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -142,5 +143,30 @@ func TestExplainWithoutTheCheck(t *testing.T) {
 	}
 	if rep.Now.State != string(kueue.CheckStateReady) {
 		t.Errorf("now %+v, want Ready", rep.Now)
+	}
+}
+
+func TestExplainShowsAShareRefusedUnderAQueue(t *testing.T) {
+	rep := explainOf(t, lab(t, shareJob("40Gi", "10")...), "serve")
+	if rep.Now.State != string(kueue.CheckStateRejected) || !strings.Contains(rep.Now.Message, "asks for 40Gi of its card's 80Gi (50 %) but compute 10") {
+		t.Errorf("now %+v, want Rejected: the share's memory is the larger part", rep.Now)
+	}
+	rep = explainOf(t, lab(t, shareJob("40Gi", "50")...), "serve")
+	if rep.Now.State != string(kueue.CheckStateReady) {
+		t.Errorf("now %+v, want Ready", rep.Now)
+	}
+}
+
+func TestExplainReportsWhyKueueReservedNoQuota(t *testing.T) {
+	wl := job("dra", "dp0")
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionFalse, Reason: kueue.WorkloadInadmissible,
+		Message: "devices.requests[0]: Invalid value: null: FirstAvailable device selection is not supported", LastTransitionTime: metav1.Now()}}
+	rep := explainOf(t, lab(t, wl), "dra")
+	if rep.QuotaReserved || rep.Quota == nil || rep.Quota.Status != "False" || rep.Quota.Reason != kueue.WorkloadInadmissible ||
+		!strings.Contains(rep.Quota.Message, "FirstAvailable device selection is not supported") {
+		t.Errorf("quota %+v, want Kueue's QuotaReserved=False Inadmissible and its message", rep.Quota)
+	}
+	if rep := explainOf(t, lab(t, job("train", "dp0")), "train"); rep.Quota != nil {
+		t.Errorf("quota %+v with quota reserved, want none", rep.Quota)
 	}
 }

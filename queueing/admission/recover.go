@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -108,7 +107,7 @@ func (r *Reconciler) rebuildReservations(ctx context.Context) (int, error) {
 	var gangs []admittedGang
 	for k := range workloads.Items {
 		wl := &workloads.Items[k]
-		if doneState(wl) || !apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+		if doneState(wl) || !quotaReserved(wl) {
 			continue
 		}
 		for i := range wl.Status.AdmissionChecks {

@@ -158,6 +158,28 @@ func TestNewLeaderHoldsWhatTheOldOneAdmitted(t *testing.T) {
 			t.Errorf("first gang's devices rebuilt on %v, want on its planned node %s", got, x)
 		}
 	})
+	t.Run("a gang whose QuotaReserved condition Kueue lost is held by its admission", func(t *testing.T) {
+		c := lab(t, onOneNode("first"), onOneNode("second"))
+		first := reconcile(t, newReconciler(c), "first")
+		if first.State != kueue.CheckStateReady {
+			t.Fatalf("first: %s %q", first.State, first.Message)
+		}
+		x := plannedNodes(first, "main")[0]
+		// Kueue v0.19 can drop the condition in a concurrent status write; the admission stays.
+		wl := workload(t, c, "first")
+		wl.Status.Admission = &kueue.Admission{ClusterQueue: "team-a"}
+		wl.Status.Conditions = slices.DeleteFunc(wl.Status.Conditions, func(c metav1.Condition) bool { return c.Type == kueue.WorkloadQuotaReserved })
+		if err := c.Status().Update(context.Background(), wl); err != nil {
+			t.Fatal(err)
+		}
+		second := reconcile(t, newReconciler(c), "second")
+		if second.State != kueue.CheckStateReady {
+			t.Fatalf("second: %s %q", second.State, second.Message)
+		}
+		if got := plannedNodes(second, "main")[0]; got == x {
+			t.Errorf("second planned on %s, the node whose GPUs the first gang holds", got)
+		}
+	})
 	t.Run("a gang holding a rack keeps it: the next one goes to the other rack, a third waits", func(t *testing.T) {
 		c := lab(t, job("train", "dp0"), job("next", "dp0"), job("third", "dp0"))
 		train := reconcile(t, newReconciler(c), "train")

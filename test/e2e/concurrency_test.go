@@ -45,6 +45,15 @@ func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
 	if !ok {
 		labLacks(t, "MPS control daemons in pods (install: chart); with install: processes the plugin starts them as its children, so there is no pod to wait for")
 	}
+	// The test asserts that the MPS pod never fails a prepare: a claim of an earlier test
+	// that the kubelet has not unprepared yet (its namespace gone, its devices already
+	// deallocated) would make the first try conflict.
+	eventually(t, 3*time.Minute, "the real node holds no claim of an earlier test", func(context.Context) error {
+		if left := checkpointClaims(t, node); len(left) > 0 {
+			return fmt.Errorf("the plugin's checkpoint still has %v", left)
+		}
+		return nil
+	})
 	ns := namespace(t, "real-node-mps-wait")
 	ctx := t.Context()
 	mps, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, withConfig(claimOf(ns, "mps", api.DeviceClassGPU, nil, ""), mpsConfig), metav1.CreateOptions{})

@@ -175,8 +175,7 @@ func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 // TestGangAdmissionByRack: with the gpudra.dev/topology check on the ClusterQueue, a Job of
 // three 8-GPU pods that must share a rack is never admitted (a lab rack has two 8-GPU nodes)
 // and the Workload says why; the same Job asking for one block is admitted, its pods are
-// pinned to the planned nodes of that block and run there. (The claim template has no
-// matchAttribute: Kueue v0.17's DRA quota refuses templates with constraints or selectors.)
+// pinned to the planned nodes of that block and run there.
 func TestGangAdmissionByRack(t *testing.T) {
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")

@@ -28,20 +28,10 @@ func requireTrainingBlock(t *testing.T) {
 }
 
 // fourGPUTemplate is a claim template for one tensor-parallel group: 4 GPUs, no selectors
-// or constraints (Kueue v0.17's DRA quota refuses those); on a 4-GPU HGX node they are all
-// NVLinked. It starts a new YAML document, so it can follow other manifests.
+// or constraints; on a 4-GPU HGX node they are all NVLinked. It starts a new YAML document,
+// so it can follow other manifests.
 func fourGPUTemplate(name, ns string) string {
-	return `
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: ` + name + `, namespace: ` + ns + `}
-spec:
-  spec:
-    devices:
-      requests:
-      - {name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}
-`
+	return quotaTemplate(ns, name, `{name: tp, exactly: {deviceClassName: gpu.gpudra.dev, count: 4}}`)
 }
 
 // gatedGang is an Indexed Job of pods that each take one fourGPUTemplate claim on the

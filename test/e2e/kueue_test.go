@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +45,7 @@ spec: {clusterQueue: `+queue+`}
 	}
 	eventually(t, 2*time.Minute, "Kueue admits the first Job and both workers run", jobRuns(ns, "first", 2))
 	createQueuedJob(t, ns, "second", "team-a")
-	eventually(t, time.Minute, "the second Job's workload waits for quota", workloadPending(ns, "second"))
+	eventually(t, time.Minute, "the second Job's workload waits for quota", waitsOnQuota(ns, "second"))
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "second", metav1.GetOptions{}); err != nil || !suspended(j) {
 		t.Fatalf("the second Job is not held suspended while the quota is used (err %v)", err)
 	}
@@ -56,7 +55,7 @@ spec: {clusterQueue: `+queue+`}
 }
 
 // oneGPUTemplate is the claim template createQueuedJob's workers use: one whole GPU, which
-// Kueue counts as gpudra.dev/gpu. It starts a new YAML document.
+// Kueue counts as 100 gpudra.dev/gpu-percent. It starts a new YAML document.
 func oneGPUTemplate(ns string) string {
 	return `
 ---
@@ -128,40 +127,8 @@ func jobRuns(ns, name string, workers int) func(context.Context) error {
 	}
 }
 
-// workloadPending: the Job's Kueue Workload exists and waits for GPU quota.
-func workloadPending(ns, job string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		wls, err := dyn().Resource(workloadsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, wl := range wls.Items {
-			owned := false
-			for _, o := range wl.GetOwnerReferences() {
-				owned = owned || (o.Kind == "Job" && o.Name == job)
-			}
-			if !owned {
-				continue
-			}
-			conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
-			for _, c := range conds {
-				m, _ := c.(map[string]any)
-				if m["type"] == "QuotaReserved" {
-					// Pending for lack of GPU quota, not for anything else.
-					if msg := fmt.Sprint(m["message"]); m["status"] == "False" && strings.Contains(msg, "gpudra.dev/gpu") {
-						return nil
-					}
-					return fmt.Errorf("workload %s: QuotaReserved=%v: %v", wl.GetName(), m["status"], m["message"])
-				}
-			}
-			return fmt.Errorf("workload %s has no QuotaReserved condition yet", wl.GetName())
-		}
-		return fmt.Errorf("no Kueue workload for job %s yet", job)
-	}
-}
-
 // TestQueueWithoutGPUQuotaSaysSo: a GPU Job sent to a queue whose ClusterQueue has no
-// gpudra.dev/gpu quota stays suspended, and its Workload names the missing resource.
+// GPU quota (gpudra.dev/gpu-percent) stays suspended, and its Workload names the missing resource.
 func TestQueueWithoutGPUQuotaSaysSo(t *testing.T) {
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
@@ -190,7 +157,7 @@ metadata: {name: cpu-only, namespace: `+ns+`}
 spec: {clusterQueue: e2e-cpu-only}
 `+oneGPUTemplate(ns))
 	createQueuedJob(t, ns, "wants-gpus", "cpu-only")
-	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu quota", workloadSays(ns, "wants-gpus", "resource gpudra.dev/gpu unavailable in ClusterQueue"))
+	eventually(t, time.Minute, "the Workload says the queue has no gpudra.dev/gpu-percent quota", workloadSays(ns, "wants-gpus", "resource gpudra.dev/gpu-percent unavailable in ClusterQueue"))
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "wants-gpus", metav1.GetOptions{}); err != nil || !suspended(j) {
 		t.Fatalf("the Job is not held suspended (err %v)", err)
 	}

@@ -56,7 +56,8 @@ func readMPSDaemonPins(t *testing.T) mpsDaemonPins {
 }
 
 // daemon is an MPS control daemon Deployment as a plugin of node makes it, no replicas (only
-// the admission decision matters), unprivileged, mounting no directory.
+// the admission decision matters), unprivileged (as with a simulated NVML), mounting no
+// directory.
 func (p mpsDaemonPins) daemon(name, node string) *appsv1.Deployment {
 	labels := map[string]string{"app.kubernetes.io/component": "mps-control-daemon", "gpu.gpudra.dev/mps-node": node}
 	daemon := "--simulated"
@@ -70,7 +71,7 @@ func (p mpsDaemonPins) daemon(name, node string) *appsv1.Deployment {
 				Containers: []corev1.Container{{Name: "mps-control-daemon", Image: p.image,
 					Command: []string{"gpudra-kubelet-plugin"},
 					Args:    []string{"mps-control-daemon", "--pipe-dir=/tmp/nvidia-mps", "--log-dir=/var/log/nvidia-mps", "--devices=GPU-e2e", daemon},
-					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
+					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 				}}}}}}
 }
@@ -138,6 +139,10 @@ func testMPSDaemonPolicies(t *testing.T, as kubernetes.Interface, nodeA, nodeB s
 
 	spec := func(d *appsv1.Deployment) *corev1.PodSpec { return &d.Spec.Template.Spec }
 	ctr := func(d *appsv1.Deployment) *corev1.Container { return &d.Spec.Template.Spec.Containers[0] }
+	dataDir := "/var/lib/kubelet/plugins/gpu.gpudra.dev"
+	if len(pins.dataDirs) > 0 {
+		dataDir = pins.dataDirs[0]
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(*appsv1.Deployment)
@@ -161,25 +166,38 @@ func testMPSDaemonPolicies(t *testing.T, as kubernetes.Interface, nodeA, nodeB s
 		}, "must run gpudra-kubelet-plugin mps-control-daemon"},
 		{"probe", func(d *appsv1.Deployment) {
 			ctr(d).ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "id"}}}}
-		}, "only probe is its readiness check"},
-		{"env", func(d *appsv1.Deployment) { ctr(d).Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/x.so"}} }, "no environment but LD_LIBRARY_PATH"},
+		}, "only probe of an MPS control daemon is its readiness check"},
+		{"env", func(d *appsv1.Deployment) { ctr(d).Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "/x.so"}} }, "env of an MPS control daemon is empty"},
+		// A library path into a directory the token's holder can write (the claim's pipe
+		// directory), for a daemon that would load what is there.
+		{"env-value", func(d *appsv1.Deployment) {
+			ctr(d).Env = []corev1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: "/tmp/nvidia-mps"}}
+		}, "env of an MPS control daemon is empty"},
+		{"mount-path", func(d *appsv1.Deployment) {
+			spec(d).Volumes = []corev1.Volume{hostPathVolume("pipe", path.Join(dataDir, "mps", "e2e-mount-path", "pipe"))}
+			ctr(d).VolumeMounts = []corev1.VolumeMount{{Name: "pipe", MountPath: "/usr/bin"}}
+		}, "volumeMounts of an MPS control daemon mount pipe at /tmp/nvidia-mps"},
+		{"sub-path", func(d *appsv1.Deployment) {
+			spec(d).Volumes = []corev1.Volume{hostPathVolume("pipe", path.Join(dataDir, "mps", "e2e-sub-path", "pipe"))}
+			ctr(d).VolumeMounts = []corev1.VolumeMount{{Name: "pipe", MountPath: "/tmp/nvidia-mps", SubPath: "x"}}
+		}, "volumeMounts of an MPS control daemon mount pipe at /tmp/nvidia-mps"},
+		{"pod-security", func(d *appsv1.Deployment) {
+			spec(d).SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](0)}
+		}, "(securityContext empty)"},
+		{"working-dir", func(d *appsv1.Deployment) { ctr(d).WorkingDir = "/tmp" }, "not workingDir"},
 		{"host-path", func(d *appsv1.Deployment) {
 			spec(d).Volumes = []corev1.Volume{hostPathVolume("pipe", "/etc")}
 			ctr(d).VolumeMounts = []corev1.VolumeMount{{Name: "pipe", MountPath: "/tmp/nvidia-mps"}}
 		}, "may only be host paths"},
 		{"other-claim", func(d *appsv1.Deployment) {
-			dir := "/var/lib/kubelet/plugins/gpu.gpudra.dev"
-			if len(pins.dataDirs) > 0 {
-				dir = pins.dataDirs[0]
-			}
-			spec(d).Volumes = []corev1.Volume{hostPathVolume("pipe", path.Join(dir, "mps", "another-claim", "pipe"))}
+			spec(d).Volumes = []corev1.Volume{hostPathVolume("pipe", path.Join(dataDir, "mps", "another-claim", "pipe"))}
 			ctr(d).VolumeMounts = []corev1.VolumeMount{{Name: "pipe", MountPath: "/tmp/nvidia-mps"}}
 		}, "may only be host paths"},
-		{"privileged", func(d *appsv1.Deployment) { ctr(d).SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)} }, "privileged only with a real driver root mounted"},
+		{"privileged", func(d *appsv1.Deployment) { ctr(d).SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)} }, "securityContext of an MPS control daemon is exactly"},
 		{"capabilities", func(d *appsv1.Deployment) {
 			ctr(d).SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_ADMIN"}
-		}, "adds none"},
-		{"escalation", func(d *appsv1.Deployment) { ctr(d).SecurityContext.AllowPrivilegeEscalation = nil }, "allowPrivilegeEscalation false"},
+		}, "securityContext of an MPS control daemon is exactly"},
+		{"escalation", func(d *appsv1.Deployment) { ctr(d).SecurityContext.AllowPrivilegeEscalation = nil }, "securityContext of an MPS control daemon is exactly"},
 		{"replicas", func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](20) }, "at most 1 replica"},
 	} {
 		d := pins.daemon("gpudra-mps-e2e-"+tc.name, nodeA)
@@ -198,6 +216,7 @@ func testMPSDaemonPolicies(t *testing.T, as kubernetes.Interface, nodeA, nodeB s
 	}
 }
 
+// hostPathVolume is a host directory volume, as the plugin mounts its claims' directories.
 func hostPathVolume(name, p string) corev1.Volume {
-	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p}}}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: p, Type: ptr.To(corev1.HostPathDirectory)}}}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/lab"
 )
 
@@ -23,10 +24,10 @@ var clusterQueuesGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Vers
 
 // TestNVLinkGroupsChargedInGPUs: a pod asks for a 4-GPU NVLink group as the extended
 // resource gpudra.dev/nvlink-group-4 (DeviceClass nvlink-group-4.gpudra.dev), and Kueue
-// charges it as 4 gpudra.dev/gpu through the transformation in
+// charges it as 400 gpudra.dev/gpu-percent (4 GPUs) through the transformation in
 // deployments/kueue/config/kueue-config.yaml. A ClusterQueue with 8 GPUs behind the gpudra
-// check admits a Job of two such pods — its Workload and the queue's usage say 8
-// gpudra.dev/gpu, each pod gets one 4-GPU group from kube-scheduler — and holds a third
+// check admits a Job of two such pods — its Workload and the queue's usage say 800
+// gpudra.dev/gpu-percent, each pod gets one 4-GPU group from kube-scheduler — and holds a third
 // group pending for lack of GPU quota until the first Job is gone.
 func TestNVLinkGroupsChargedInGPUs(t *testing.T) {
 	requireTrainingBlock(t)
@@ -47,30 +48,30 @@ spec: {clusterQueue: `+queue+`}
 		t.Fatalf("workload %s is not admitted: %+v", wl.Name, wl.Status)
 	}
 	usage := wl.Status.Admission.PodSetAssignments[0].ResourceUsage
-	if got := usage["gpudra.dev/gpu"]; got.Value() != 8 {
-		t.Errorf("workload %s charged gpudra.dev/gpu %s, want 8 (2 pods x one 4-GPU group): %v", wl.Name, got.String(), usage)
+	if got := usage[api.QuotaGPUPercent]; got.Value() != 800 {
+		t.Errorf("workload %s charged %s %s, want 800 (2 pods x one 4-GPU group): %v", wl.Name, api.QuotaGPUPercent, got.String(), usage)
 	}
 	if got, ok := usage["gpudra.dev/nvlink-group-4"]; ok {
-		t.Errorf("workload %s also charged the group itself (gpudra.dev/nvlink-group-4 %s): Kueue's DRAExtendedResources gate is on?", wl.Name, got.String())
+		t.Errorf("workload %s also charged the group itself (gpudra.dev/nvlink-group-4 %s): Kueue's KueueDRAIntegrationExtendedResource gate is on?", wl.Name, got.String())
 	}
-	eventually(t, time.Minute, "the ClusterQueue's usage is 8 gpudra.dev/gpu", clusterQueueUses(queue, "gpudra.dev/gpu", 8))
+	eventually(t, time.Minute, "the ClusterQueue's usage is 8 GPUs", clusterQueueUses(queue, api.QuotaGPUPercent, 800))
 	checkPodsHoldOneGroup(t, ns, "two-groups", 4)
 
 	apply(t, nvlinkGroupJob("one-more", ns, "training", 1))
-	eventually(t, time.Minute, "one-more: its workload waits for GPU quota", workloadPending(ns, "one-more"))
+	eventually(t, time.Minute, "one-more: its workload waits for GPU quota", waitsOnQuota(ns, "one-more"))
 	// Kueue records what it tried to admit (after transformations) with the Pending condition.
 	pending := jobWorkload(t, ns, "one-more")
 	if rr := pending.Status.ResourceRequests; len(rr) != 1 {
 		t.Errorf("pending workload %s: status.resourceRequests %v, want one pod set", pending.Name, rr)
-	} else if got := rr[0].Resources["gpudra.dev/gpu"]; got.Value() != 4 {
-		t.Errorf("pending workload %s requests gpudra.dev/gpu %s, want 4: %v", pending.Name, got.String(), rr[0].Resources)
+	} else if got := rr[0].Resources[api.QuotaGPUPercent]; got.Value() != 400 {
+		t.Errorf("pending workload %s requests %s %s, want 400: %v", pending.Name, api.QuotaGPUPercent, got.String(), rr[0].Resources)
 	}
 	if j, err := dyn().Resource(jobsGVR).Namespace(ns).Get(t.Context(), "one-more", metav1.GetOptions{}); err != nil || !suspended(j) {
 		t.Fatalf("one-more is not held suspended while the 8 GPUs are used (err %v)", err)
 	}
 	deleteJobNow(t, ns, "two-groups")
 	eventually(t, 3*time.Minute, "one-more is admitted and runs once two-groups is gone", jobRuns(ns, "one-more", 1))
-	eventually(t, time.Minute, "the ClusterQueue's usage is 4 gpudra.dev/gpu", clusterQueueUses(queue, "gpudra.dev/gpu", 4))
+	eventually(t, time.Minute, "the ClusterQueue's usage is 4 GPUs", clusterQueueUses(queue, api.QuotaGPUPercent, 400))
 }
 
 // nvlinkGroupJob is an Indexed Job of pods that each ask for one 4-GPU NVLink group as an

@@ -52,6 +52,7 @@ type probeReport struct {
 	files   map[string]bool   // files the probe looked for and found
 	links   map[string]string // symlink → target in the library folders
 	shm     string            // the root of /dev/shm's mount and its mode: "<root> <mode>"
+	preload string            // what /etc/ld.so.preload lists ("" without one)
 	raw     string
 }
 
@@ -68,6 +69,8 @@ func parseProbe(out string) probeReport {
 			r.env[k] = v
 		case "mount":
 			r.mounts = append(r.mounts, rest)
+		case "preload":
+			r.preload = rest
 		case "file":
 			path, _, _ := strings.Cut(rest, " ")
 			r.files[path] = true

@@ -106,9 +106,12 @@ func (m shareMechanism) flags() string {
 // original pod template back at the end.
 func TestRealNodeShareTiersReachTheContainers(t *testing.T) {
 	node := realNode(t)
-	if _, _, ok := state.RealNodePluginDaemonSet(node); !ok {
+	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
+	if !ok {
 		labLacks(t, "the real node's plugin as the chart's DaemonSet (install: chart), whose flags the test changes")
 	}
+	// What the chart grants with vgpuLibrary set: get on the pods of HAMi-core claims.
+	grantPluginPodReads(t, dsNS)
 	lib := filepath.Join(lab.Layout{Root: state.Dir}.NodeDir(node), "hami-core", "libvgpu.so")
 	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
 		t.Fatal(err)
@@ -238,22 +241,27 @@ func shareTiersReachTheContainers(t *testing.T, node string, m shareMechanism) {
 	// capped at 50 and runs at low priority.
 	var absent map[string][]string
 	mpsVars := []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_CLIENT_PRIORITY"}
-	hamiVars := []string{"CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT", "CUDA_TASK_PRIORITY", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_OVERSUBSCRIBE", "LD_PRELOAD"}
+	hamiVars := []string{"CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT_0", "CUDA_TASK_PRIORITY", "CUDA_DEVICE_MEMORY_SHARED_CACHE", "CUDA_OVERSUBSCRIBE", "CUDA_DEVICE_ORDER"}
 	if hami {
-		// HAMi-core's variables: per-device memory limits (CUDA_DEVICE_MEMORY_LIMIT_<k>,
-		// with a unit), an SM cap in percent, the task priority (0 high, 1 low).
+		// HAMi-core's variables: per-device memory limits and SM caps in percent
+		// (CUDA_DEVICE_MEMORY_LIMIT_<k> with a unit, CUDA_DEVICE_SM_LIMIT_<k>, k the CUDA
+		// index in PCI bus order), the task priority (0 high, 1 low). libvgpu.so comes
+		// from /etc/ld.so.preload, not LD_PRELOAD, so no environment variable loads it.
 		want["guaranteed"]["CUDA_DEVICE_MEMORY_LIMIT_0"] = "8192m"
 		want["best-effort"]["CUDA_DEVICE_MEMORY_LIMIT_0"] = "2048m"
 		want["guaranteed"]["CUDA_TASK_PRIORITY"] = "0"
-		want["best-effort"]["CUDA_DEVICE_SM_LIMIT"] = "50"
+		want["best-effort"]["CUDA_DEVICE_SM_LIMIT_0"] = "50"
 		want["best-effort"]["CUDA_TASK_PRIORITY"] = "1"
 		for _, w := range want {
-			w["LD_PRELOAD"] = cdi.VGPULibraryPath
+			w["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 			if m.oversubscribed != "" {
 				w["CUDA_OVERSUBSCRIBE"] = "true"
 			}
 		}
-		absent = map[string][]string{"guaranteed": append(slices.Clone(mpsVars), "CUDA_DEVICE_SM_LIMIT"), "best-effort": mpsVars}
+		absent = map[string][]string{
+			"guaranteed":  append(slices.Clone(mpsVars), "CUDA_DEVICE_SM_LIMIT_0", "CUDA_DEVICE_SM_LIMIT", "LD_PRELOAD"),
+			"best-effort": append(slices.Clone(mpsVars), "CUDA_DEVICE_SM_LIMIT", "LD_PRELOAD"),
+		}
 		if m.oversubscribed == "" {
 			for name := range absent {
 				absent[name] = append(absent[name], "CUDA_OVERSUBSCRIBE")
@@ -287,10 +295,14 @@ func shareTiersReachTheContainers(t *testing.T, node string, m shareMechanism) {
 		}
 		mps := slices.Contains(r.mounts, cdi.MPSPipeDir)
 		if hami {
-			// libvgpu.so mounted where LD_PRELOAD names it, and HAMi-core's shared cache
-			// (CUDA_DEVICE_MEMORY_SHARED_CACHE) in the claim's own folder.
+			// libvgpu.so mounted where the mounted /etc/ld.so.preload names it, and
+			// HAMi-core's shared cache (CUDA_DEVICE_MEMORY_SHARED_CACHE) in the claim's
+			// own folder.
 			if !slices.Contains(r.mounts, cdi.VGPULibraryPath) {
 				t.Errorf("%s share under HAMi-core: %s is not mounted in the container (mounts %v)", name, cdi.VGPULibraryPath, r.mounts)
+			}
+			if !slices.Contains(r.mounts, cdi.VGPUPreloadPath) || r.preload != cdi.VGPULibraryPath {
+				t.Errorf("%s share under HAMi-core: %s lists %q (mounted: %v), want %s", name, cdi.VGPUPreloadPath, r.preload, slices.Contains(r.mounts, cdi.VGPUPreloadPath), cdi.VGPULibraryPath)
 			}
 			if cache := r.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]; !strings.HasPrefix(cache, cdi.VGPUCacheDir+"/") || !strings.HasSuffix(cache, ".cache") || !slices.Contains(r.mounts, cdi.VGPUCacheDir) {
 				t.Errorf("%s share under HAMi-core: CUDA_DEVICE_MEMORY_SHARED_CACHE=%q, want a file in %s, mounted (mounts %v)", name, cache, cdi.VGPUCacheDir, r.mounts)
@@ -302,8 +314,8 @@ func shareTiersReachTheContainers(t *testing.T, node string, m shareMechanism) {
 			if !r.files[cdi.MPSPipeDir+"/"+kubeletplugin.SimulatedMPSFile] {
 				t.Errorf("%s share under MPS limits: its MPS control daemon is not in the container's pipe directory (files %v)", name, r.files)
 			}
-			if slices.Contains(r.mounts, cdi.VGPULibraryPath) {
-				t.Errorf("%s share under MPS limits: the container has %s mounted", name, cdi.VGPULibraryPath)
+			if slices.Contains(r.mounts, cdi.VGPULibraryPath) || r.preload != "" {
+				t.Errorf("%s share under MPS limits: the container has %s mounted or preloads %q", name, cdi.VGPULibraryPath, r.preload)
 			}
 		}
 	}

@@ -117,8 +117,9 @@ spec:
 }
 
 // clusterQueue is a ResourceFlavor and a ClusterQueue of that name with quota for cpu and
-// gpudra.dev/gpu (Kueue counts GPUs from claim templates through deviceClassMappings),
-// optionally behind the gpudra.dev/topology admission check.
+// gpus GPUs (gpudra.dev/gpu-percent, 100 per GPU: Kueue charges claims their devices'
+// compute capacity through deviceClassMappings), optionally behind the gpudra.dev/topology
+// admission check.
 func clusterQueue(name string, withCheck bool, cpu, gpus int) string {
 	check := ""
 	if withCheck {
@@ -136,12 +137,12 @@ metadata: {name: ` + name + `}
 spec:
   namespaceSelector: {}` + check + `
   resourceGroups:
-  - coveredResources: [cpu, gpudra.dev/gpu]
+  - coveredResources: [cpu, gpudra.dev/gpu-percent]
     flavors:
     - name: ` + name + `
       resources:
       - {name: cpu, nominalQuota: "` + strconv.Itoa(cpu) + `"}
-      - {name: gpudra.dev/gpu, nominalQuota: "` + strconv.Itoa(gpus) + `"}
+      - {name: gpudra.dev/gpu-percent, nominalQuota: "` + strconv.Itoa(100*gpus) + `"}
 `
 }
 

@@ -361,7 +361,10 @@ func claimStatusUsageMatches(ctx context.Context, ns, node string, c *usageClaim
 			return fmt.Errorf("the status of device %s: %v: %s", c.device, err, s.Data.Raw)
 		}
 		u := data.Usage
-		got := claimUsage{memoryUsed: u.MemoryUsedBytes, memoryLimit: u.MemoryLimitBytes, processes: u.Processes, sm: -1}
+		got := claimUsage{memoryUsed: -1, memoryLimit: u.MemoryLimitBytes, processes: u.Processes, sm: -1}
+		if u.MemoryUsedBytes != nil {
+			got.memoryUsed = *u.MemoryUsedBytes
+		}
 		if u.SMUtilizationPercent != nil {
 			got.sm = *u.SMUtilizationPercent
 		}

@@ -22,12 +22,14 @@ const (
 // ("nvlink-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
 func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.Itoa(n) + ".gpudra.dev" }
 
+// QuotaGPUPercent is the resource Kueue quotas count GPUs in, in percent of one GPU (a
+// queue with 4 GPUs has 400): Kueue charges every gpudra device its compute capacity (a
+// whole GPU 100, an NVLink group 100 per GPU, a MIG device the part of its GPU it takes, a
+// share the compute it asks for), and the extended resources through transformations.
+const QuotaGPUPercent = "gpudra.dev/gpu-percent"
+
 // Extended resources. A container may ask for a DeviceClass's extendedResourceName in its
-// resources (KEP-5004) and kube-scheduler turns it into a claim; Kueue counts quota in them.
-const (
-	// ExtendedResourceGPU is the resource Kueue quotas count whole-GPU equivalents in.
-	ExtendedResourceGPU = "gpudra.dev/gpu"
-)
+// resources (KEP-5004) and kube-scheduler turns it into a claim.
 
 // ExtendedResourceNVLinkGroupOf is the extendedResourceName of DeviceClassNVLinkGroupOf(n)
 // ("gpudra.dev/nvlink-group-4").
@@ -127,12 +129,8 @@ const (
 // on a node whose allocatable does not list that resource (no device plugin there).
 const (
 	// ExtendedResourceNVIDIAGPU is a whole GPU: the extendedResourceName of DeviceClassGPU.
-	// Kueue charges it as ExtendedResourceGPU.
+	// Kueue charges it as 100 QuotaGPUPercent.
 	ExtendedResourceNVIDIAGPU = "nvidia.com/gpu"
-	// ExtendedResourceMIG is the resource Kueue quotas count MIG devices in, one per device
-	// whatever its profile: claims on DeviceClassMIG and the extended resources
-	// ExtendedResourceNVIDIAMIG(profile).
-	ExtendedResourceMIG = "gpudra.dev/mig"
 )
 
 // MIGProfileName is a MIG profile's name as Kubernetes resource and object names spell it,

@@ -118,6 +118,19 @@ func (l *ShareLimits) ComputeCap(request int) int {
 	}
 }
 
+// MaxComputePercent is the most compute a share may request: all of its GPU's SMs.
+const MaxComputePercent = 100
+
+// ComputePercent is a share's compute capacity request in whole percent of the GPU's SMs (a
+// fraction rounds up, as the allocator's step does). A request below 0 or above
+// MaxComputePercent is an error at path: no quantity, however large, wraps into a small one.
+func ComputePercent(path *field.Path, q resource.Quantity) (int, *field.Error) {
+	if q.Sign() < 0 || q.Cmp(*resource.NewQuantity(MaxComputePercent, resource.DecimalSI)) > 0 {
+		return 0, field.Invalid(path, q.String(), fmt.Sprintf("must be from 0 to %d (percent of the GPU's SMs)", MaxComputePercent))
+	}
+	return int(q.Value()), nil
+}
+
 // ValidateFor checks a share's tier against its compute request (percent of the GPU): a
 // Guaranteed share's floor is its request, so it needs one, at most its computeLimit; a
 // BestEffort share reserves nothing, so it has none.

@@ -431,13 +431,13 @@ spec:
   namespaceSelector: {}
   stopPolicy: Hold%[2]s
   resourceGroups:
-  - coveredResources: [cpu, gpudra.dev/gpu]
+  - coveredResources: [cpu, gpudra.dev/gpu-percent]
     flavors:
     - name: bench-%[1]s
       resources:
       - {name: cpu, nominalQuota: "100000"}
-      - {name: gpudra.dev/gpu, nominalQuota: "%[3]d"}
-`, mode, check, gpus)
+      - {name: gpudra.dev/gpu-percent, nominalQuota: "%[3]d"}
+`, mode, check, 100*gpus)
 	}
 	return b.String()
 }

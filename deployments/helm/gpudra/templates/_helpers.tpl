@@ -114,3 +114,10 @@ gpudra-controller
 {{- fail "webhook.certSecret needs webhook.caBundle (or webhook.annotations for a CA injector such as cert-manager)" -}}
 {{- end -}}
 {{- end -}}
+
+{{- /* The kubelet plugin's LD_LIBRARY_PATH: the driver's library directories under the
+       mounted driver root (/driver-root). The plugin hands the same value to its MPS
+       control daemons' pods, and their admission policy allows that value only. */}}
+{{- define "gpudra.pluginLibraryPath" -}}
+/driver-root/usr/lib64:/driver-root/usr/lib/x86_64-linux-gnu:/driver-root/usr/lib/aarch64-linux-gnu
+{{- end -}}

@@ -1,0 +1,129 @@
+package webview
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// Cache is what the view needs of a controller-runtime cache, such as a manager's
+// GetCache(): the view reads through it and keeps no objects of its own.
+type Cache interface {
+	client.Reader
+	GetInformer(ctx context.Context, obj client.Object, opts ...crcache.InformerGetOption) (crcache.Informer, error)
+}
+
+// kueueKinds are the typed objects and lists of KueueResources, for a Cache.
+var kueueKinds = map[schema.GroupVersionResource]struct {
+	obj  client.Object
+	list func() client.ObjectList
+}{
+	clusterQueuesGVR:   {&kueue.ClusterQueue{}, func() client.ObjectList { return &kueue.ClusterQueueList{} }},
+	cohortsGVR:         {&kueue.Cohort{}, func() client.ObjectList { return &kueue.CohortList{} }},
+	localQueuesGVR:     {&kueue.LocalQueue{}, func() client.ObjectList { return &kueue.LocalQueueList{} }},
+	workloadsGVR:       {&kueue.Workload{}, func() client.ObjectList { return &kueue.WorkloadList{} }},
+	admissionChecksGVR: {&kueue.AdmissionCheck{}, func() client.ObjectList { return &kueue.AdmissionCheckList{} }},
+}
+
+// cacheSource reads a controller-runtime cache that its owner starts.
+type cacheSource struct {
+	c        Cache
+	kueueInf map[schema.GroupVersionResource]crcache.Informer
+}
+
+func (s *cacheSource) start(ctx context.Context, changed func()) error {
+	logger := klog.FromContext(ctx)
+	handler := eventHandler(changed)
+	for _, obj := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &resourceapi.ResourceSlice{}, &resourceapi.ResourceClaim{}, &resourceapi.DeviceClass{}} {
+		inf, err := s.c.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("webview: watching %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+		if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("webview: the %T cache did not fill", obj)
+		}
+	}
+	s.kueueInf = map[schema.GroupVersionResource]crcache.Informer{}
+	for _, gvr := range KueueResources {
+		// Kueue's objects are not required: the queues page names those not read.
+		inf, err := s.c.GetInformer(ctx, kueueKinds[gvr].obj, crcache.BlockUntilSynced(false))
+		if err != nil {
+			logger.Info("Kueue objects not read; the queues page goes without them", "resource", gvr.Resource, "err", err)
+			continue
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+		s.kueueInf[gvr] = inf
+	}
+	return nil
+}
+
+// listCache lists one kind from the cache without copying its objects (the view only reads).
+func listCache[T any, L client.ObjectList](ctx context.Context, c client.Reader, l L, items func(L) []T) ([]*T, error) {
+	if err := c.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	it := items(l)
+	out := make([]*T, len(it))
+	for k := range it {
+		out[k] = &it[k]
+	}
+	return out, nil
+}
+
+func (s *cacheSource) nodes(ctx context.Context) ([]*corev1.Node, error) {
+	return listCache(ctx, s.c, &corev1.NodeList{}, func(l *corev1.NodeList) []corev1.Node { return l.Items })
+}
+
+func (s *cacheSource) pods(ctx context.Context) ([]*corev1.Pod, error) {
+	return listCache(ctx, s.c, &corev1.PodList{}, func(l *corev1.PodList) []corev1.Pod { return l.Items })
+}
+
+func (s *cacheSource) slices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
+	return listCache(ctx, s.c, &resourceapi.ResourceSliceList{}, func(l *resourceapi.ResourceSliceList) []resourceapi.ResourceSlice { return l.Items })
+}
+
+func (s *cacheSource) claims(ctx context.Context) ([]*resourceapi.ResourceClaim, error) {
+	return listCache(ctx, s.c, &resourceapi.ResourceClaimList{}, func(l *resourceapi.ResourceClaimList) []resourceapi.ResourceClaim { return l.Items })
+}
+
+func (s *cacheSource) classes(ctx context.Context) ([]*resourceapi.DeviceClass, error) {
+	return listCache(ctx, s.c, &resourceapi.DeviceClassList{}, func(l *resourceapi.DeviceClassList) []resourceapi.DeviceClass { return l.Items })
+}
+
+func (s *cacheSource) kueueServed() bool { return len(s.kueueInf) > 0 }
+
+func (s *cacheSource) kueueRead(gvr schema.GroupVersionResource) bool {
+	inf := s.kueueInf[gvr]
+	return inf != nil && inf.HasSynced()
+}
+
+func (s *cacheSource) kueueList(ctx context.Context, gvr schema.GroupVersionResource) []runtime.Object {
+	if !s.kueueRead(gvr) {
+		return nil
+	}
+	l := kueueKinds[gvr].list()
+	if err := s.c.List(ctx, l, client.UnsafeDisableDeepCopy); err != nil {
+		klog.FromContext(ctx).Error(err, "Listing Kueue objects from the cache", "resource", gvr.Resource)
+		return nil
+	}
+	objs, err := meta.ExtractList(l)
+	if err != nil {
+		return nil
+	}
+	return objs
+}
