@@ -76,8 +76,8 @@ bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios p
 browser: ## install Debian's chromium for the web view's browser test, unless it is there
 	hack/install-chromium.sh
 
-toolchain: ## build and cache the lab's Kubernetes components and helm (for the chart tests)
-	lab/toolchain.sh k8s etcd kwok kueue helm node cdihook
+toolchain: ## build and cache the lab's Kubernetes components
+	lab/toolchain.sh k8s etcd kwok kueue node cdihook
 
 demo: ## bring up the local lab with simulated GPU nodes and walk through example claims
 	lab/demo.sh

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/internal/helmchart"
 )
 
 // Chart mode (`install: chart` in the lab file): the lab installs gpudra with helm from
@@ -147,7 +148,8 @@ func (u *upper) chartValues() ([]byte, error) {
 	return yaml.Marshal(values)
 }
 
-// installChart runs helm install of the chart with the lab's values.
+// installChart installs the chart with the lab's values, as `helm install
+// --create-namespace` would, through Helm's Go SDK.
 func (u *upper) installChart(ctx context.Context) error {
 	values, err := u.chartValues()
 	if err != nil {
@@ -157,19 +159,15 @@ func (u *upper) installChart(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	valuesFile := filepath.Join(dir, "values.yaml")
-	if err := os.WriteFile(valuesFile, values, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "values.yaml"), values, 0o600); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, u.tc.Helm, "install", chartRelease, filepath.Join(u.opts.Repo, "deployments/helm/gpudra"),
-		"--namespace", chartNamespace, "--create-namespace", "--values", valuesFile, "--kubeconfig", u.layout.Kubeconfig())
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+dir, "HELM_CACHE_HOME="+dir, "HELM_DATA_HOME="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return &ComponentError{Component: "helm install", Err: fmt.Errorf("%w\n%s", err, out.String())}
+	notes, err := helmchart.Install(ctx, u.layout.Kubeconfig(), filepath.Join(u.opts.Repo, "deployments/helm/gpudra"),
+		helmchart.Options{Release: chartRelease, Namespace: chartNamespace}, helmchart.Values{YAML: values})
+	if err != nil {
+		return &ComponentError{Component: "helm install", Err: err}
 	}
-	return os.WriteFile(filepath.Join(dir, "install.log"), out.Bytes(), 0o600)
+	return os.WriteFile(filepath.Join(dir, "install.log"), []byte(notes), 0o600)
 }
 
 // chartPod waits until the chart's pod of the given component runs on a kwok node

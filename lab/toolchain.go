@@ -28,7 +28,6 @@ type Toolchain struct {
 	KwokStages                                       string // kwok's stage definitions
 	Kueue                                            string
 	KueueConfig                                      string // Kueue's config/components manifests
-	Helm                                             string // only for install: chart
 	// A real node's programs (only when the lab has real nodes).
 	Kubelet, Containerd, Ctr, Runc string
 	CNIBin                         string // the CNI plugins' folder
@@ -62,13 +61,10 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 
 // EnsureToolchain builds whatever components are missing from the cache (minutes on a cold
 // machine; progress goes to progress) and returns where they are.
-func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, helm bool) (*Toolchain, error) {
+func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes bool) (*Toolchain, error) {
 	comps := []string{"k8s", "etcd", "kwok"}
 	if kueue {
 		comps = append(comps, "kueue")
-	}
-	if helm {
-		comps = append(comps, "helm")
 	}
 	if realNodes {
 		comps = append(comps, "node", "cdihook")
@@ -115,13 +111,6 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, 
 		}
 		t.Kueue, t.KueueConfig = filepath.Join(kq, "bin/kueue"), filepath.Join(kq, "config")
 	}
-	if helm {
-		h, err := dir("helm")
-		if err != nil {
-			return nil, err
-		}
-		t.Helm = filepath.Join(h, "bin/helm")
-	}
 	if realNodes {
 		nd, err := dir("node")
 		if err != nil {
@@ -135,7 +124,7 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes, 
 		}
 		t.CDIHook = filepath.Join(hook, "bin/nvidia-cdi-hook")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Helm, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook} {
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook} {
 		if p == "" {
 			continue
 		}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), helm, node, cdihook
+#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook
 #   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -13,7 +13,6 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
-HELM_VERSION=${HELM_VERSION:-v4.3.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
@@ -30,10 +29,9 @@ dir_of() { # component → cache folder
     etcd) echo "$TOOLS/etcd-$ETCD_VERSION" ;;
     kwok) echo "$TOOLS/kwok-$KWOK_VERSION" ;;
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
-    helm) echo "$TOOLS/helm-$HELM_VERSION" ;;
     node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
     cdihook) echo "$TOOLS/nvidia-cdi-hook-$NVIDIA_CTK_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue helm node cdihook)" >&2; return 2 ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook)" >&2; return 2 ;;
   esac
 }
 
@@ -181,18 +179,9 @@ build_kueue() {
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
-# helm (v4 is a Go module; it pins its own k8s.io versions, so `go install pkg@version` builds it
-# in a module of its own). Not a default component: the chart tests and the lab ask for it.
-build_helm() {
-  local out=$1
-  GOBIN=$out/bin go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
-}
-
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue helm node cdihook; do
+  for c in k8s etcd kwok kueue node cdihook; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

@@ -75,7 +75,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	}
 	var progress strings.Builder
 	start := time.Now()
-	tc, err := EnsureToolchain(t.Context(), &progress, true, true, true)
+	tc, err := EnsureToolchain(t.Context(), &progress, true, true)
 	if err != nil {
 		t.Fatalf("first run: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -98,7 +98,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	// A second run finds everything cached and builds nothing.
 	progress.Reset()
 	t.Setenv("STUB_GO_FAIL", "k8s.io")
-	if _, err := EnsureToolchain(t.Context(), &progress, true, true, true); err != nil {
+	if _, err := EnsureToolchain(t.Context(), &progress, true, true); err != nil {
 		t.Fatalf("second run rebuilt something: %v\n%s", err, progress.String())
 	}
 	if strings.Contains(progress.String(), "building") {
@@ -112,7 +112,7 @@ func TestToolchainFailedBuildReportsItsLogAndKeepsWhatWasBuilt(t *testing.T) {
 	cache := stubToolchain(t)
 	t.Setenv("STUB_GO_FAIL", "go.etcd.io/etcd")
 	var progress strings.Builder
-	_, err := EnsureToolchain(t.Context(), &progress, false, false, false)
+	_, err := EnsureToolchain(t.Context(), &progress, false, false)
 	if err == nil {
 		t.Fatalf("a failing etcd build was reported as built:\n%s", progress.String())
 	}
@@ -139,7 +139,7 @@ func TestToolchainFailedBuildReportsItsLogAndKeepsWhatWasBuilt(t *testing.T) {
 	}
 	t.Setenv("STUB_GO_FAIL", "")
 	progress.Reset()
-	if _, err := EnsureToolchain(t.Context(), &progress, false, false, false); err != nil {
+	if _, err := EnsureToolchain(t.Context(), &progress, false, false); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
 	if got := progress.String(); !strings.Contains(got, "k8s (1/3): cached") || !strings.Contains(got, "etcd (2/3): building") {
@@ -183,7 +183,7 @@ func TestRunGroupDoesNotWaitForChildrenLeftBehind(t *testing.T) {
 func TestRunToolchainQuotesTheScriptsLastLines(t *testing.T) {
 	stubToolchain(t)
 	_, err := runToolchain(t.Context(), &strings.Builder{}, "no-such-component")
-	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue helm node cdihook)") {
+	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook)") {
 		t.Fatalf("error %v does not quote the script's message", err)
 	}
 }

@@ -1,8 +1,8 @@
-//go:build e2e
-
 package helm_test
 
 import (
+	"github.com/gpudra/gpudra/internal/helmchart"
+
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,7 +63,9 @@ var labValues = []string{
 func TestChartLints(t *testing.T) {
 	for name, sets := range valueSets {
 		t.Run(name, func(t *testing.T) {
-			helm(t, append([]string{"lint", "--strict", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, setArgs(sets)...)...)
+			if err := helmchart.Lint(chartDir, helmchart.Options{Namespace: namespace, KubeVersion: kubeVersion}, helmchart.SetArgs(sets), true); err != nil {
+				t.Errorf("helm lint --strict with %v: %v", sets, err)
+			}
 		})
 	}
 }
@@ -506,7 +508,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"webhook.certManagement=selfSigned", "webhook.certManagement=selfSigned with controller.replicas=2: each replica would make and inject a CA of its own"},
 		{`webhook.extraCertNames=["127.0.0.1"]`, `webhook.extraCertNames: "127.0.0.1" is not a DNS name`},
 	} {
-		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
+		out, err := template(t, []string{tc.set})
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("--set %s: err %v, output should name %s:\n%s", tc.set, err, tc.want, out)
 		}

@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -241,7 +239,7 @@ func TestControllerMetrics(t *testing.T) {
 	if !slices.Contains(c.Args, "--metrics-bind-address=:8080") || slices.Contains(c.Args, "--metrics-secure") {
 		t.Errorf("controller.metricsSecure=false: args %v", c.Args)
 	}
-	if out, err := helmCmd(t, templateArgs(append(slices.Clone(valueSets["plain metrics"]), "controller.metricsCertSecret=tls"))...); err == nil ||
+	if out, err := template(t, append(slices.Clone(valueSets["plain metrics"]), "controller.metricsCertSecret=tls")); err == nil ||
 		!strings.Contains(out, "controller.metricsCertSecret needs controller.metricsSecure=true") {
 		t.Errorf("a metrics certificate for plain metrics: err %v, output should say it needs controller.metricsSecure:\n%s", err, out)
 	}

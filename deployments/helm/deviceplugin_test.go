@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -86,7 +84,7 @@ func TestBadDevicePluginValuesAreRefused(t *testing.T) {
 		{`deviceClasses.migProfiles=["1g.10gb\"x"]`, `is not a MIG profile name`},
 		{`deviceClasses.migProfiles=["1g.10gb.me","1g.10gb+me"]`, `deviceClasses.migProfiles: 1g.10gb.me and 1g.10gb+me are both DeviceClass mig-1g.10gb.me.gpudra.dev`},
 	} {
-		out, err := helmCmd(t, templateArgs([]string{tc.set})...)
+		out, err := template(t, []string{tc.set})
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("--set %s: err %v, output should name %s:\n%s", tc.set, err, tc.want, out)
 		}

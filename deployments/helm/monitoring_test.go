@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -203,10 +201,10 @@ func TestServiceMonitorWithPrometheusToken(t *testing.T) {
 	if render(t, "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.auth=prometheus").get("ClusterRoleBinding", "gpudra-controller-metrics-reader") != nil {
 		t.Error("auth=prometheus without prometheusServiceAccount binds someone")
 	}
-	if _, err := helmCmd(t, templateArgs([]string{"metrics.serviceMonitor.enabled=true", "metrics.prometheusServiceAccount.name=p"})...); err == nil {
+	if _, err := template(t, []string{"metrics.serviceMonitor.enabled=true", "metrics.prometheusServiceAccount.name=p"}); err == nil {
 		t.Error("prometheusServiceAccount.name without its namespace renders")
 	}
-	out, err := helmCmd(t, templateArgs([]string{"metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.auth=basic"})...)
+	out, err := template(t, []string{"metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.auth=basic"})
 	if err == nil || !strings.Contains(out, `metrics.serviceMonitor.auth="basic": accepted values are secret, prometheus`) {
 		t.Errorf("auth=basic: %v\n%s", err, out)
 	}

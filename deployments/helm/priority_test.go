@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -60,7 +58,7 @@ func TestSharePriorityThresholdIsOptIn(t *testing.T) {
 		"kubeletPlugin.sharePriorityThreshold=high": "kubeletPlugin.sharePriorityThreshold=high: want an integer",
 		"kubeletPlugin.sharePriorityThreshold=1.5":  "kubeletPlugin.sharePriorityThreshold=1.5: want an integer",
 	} {
-		if out, err := helmCmd(t, templateArgs([]string{set})...); err == nil || !strings.Contains(out, want) {
+		if out, err := template(t, []string{set}); err == nil || !strings.Contains(out, want) {
 			t.Errorf("--set %s: err %v, output should say %q:\n%s", set, err, want, out)
 		}
 	}

@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -37,7 +35,7 @@ var pluginPolicies = []string{"gpudra-resourceslices-own-node", "gpudra-node-mig
 // privileged pods anywhere; the chart refuses it unless rbac.acceptClusterWidePluginWrites
 // says so.
 func TestPluginPoliciesNeedConsentToTurnOff(t *testing.T) {
-	out, err := helmCmd(t, templateArgs([]string{"rbac.resourceSlicePolicy=false"})...)
+	out, err := template(t, []string{"rbac.resourceSlicePolicy=false"})
 	if err == nil || !strings.Contains(out, "rbac.resourceSlicePolicy=false") || !strings.Contains(out, "rbac.acceptClusterWidePluginWrites=true") {
 		t.Errorf("rbac.resourceSlicePolicy=false renders (err %v), want a refusal naming it and rbac.acceptClusterWidePluginWrites:\n%s", err, out)
 	}

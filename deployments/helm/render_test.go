@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -23,6 +21,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/internal/helmchart"
 	"sigs.k8s.io/yaml"
 )
 
@@ -31,8 +31,6 @@ const (
 	namespace = "gpudra"
 	// kubeVersion is what the chart is rendered for (the lab's Kubernetes).
 	kubeVersion = "v1.37.2"
-	// buildHelm is the command that builds and caches the helm binary.
-	buildHelm = "lab/toolchain.sh helm"
 )
 
 // kinds maps every kind the chart may render to its real API type; anything else fails.
@@ -150,96 +148,28 @@ func decodeManifest(data []byte) (manifest, error) {
 	}
 }
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
-// helmBinary returns the helm binary cached by lab/toolchain.sh (GPUDRA_HELM names
-// another one). A cold build takes over 8 minutes on 2 shared cores: make test builds it
-// (make toolchain) before the tests. When helm is not cached the chart tests fail, naming
-// the command that builds it, unless GPUDRA_HELM_BUILD=1 asks them to build it first.
-func helmBinary(t *testing.T) string {
+// template renders the chart as `helm template gpudra` with the values in sets (JSON
+// when a value starts with [ or {), through Helm's Go SDK. On error the output is the
+// error's text, which names what the chart refused.
+func template(t *testing.T, sets []string) (string, error) {
 	t.Helper()
-	helmOnce.Do(func() {
-		if p := os.Getenv("GPUDRA_HELM"); p != "" {
-			helmPath = p
-			return
-		}
-		script := filepath.Join("..", "..", "lab", "toolchain.sh")
-		out, err := exec.Command("bash", script, "--dir", "helm").Output()
-		if err != nil {
-			helmErr = fmt.Errorf("%s --dir helm: %w", script, err)
-			return
-		}
-		helmPath = filepath.Join(strings.TrimSpace(string(out)), "bin", "helm")
-		if _, err := os.Stat(helmPath); err == nil {
-			return
-		}
-		if os.Getenv("GPUDRA_HELM_BUILD") != "1" {
-			helmErr = fmt.Errorf("helm is not cached at %s: build it once with make toolchain (or `%s`, ~10 min cold on 2 cores), or run the tests with GPUDRA_HELM_BUILD=1 to build it first", helmPath, buildHelm)
-			return
-		}
-		cmd := exec.Command("bash", script, "helm")
-		var log bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Run(); err != nil {
-			helmErr = fmt.Errorf("building helm (%s): %w\n%s", buildHelm, err, log.String())
-		}
-	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
-	}
-	return helmPath
-}
-
-// helm runs the helm binary; it fails the test with helm's output on error.
-func helm(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := helmCmd(t, args...)
+	out, err := helmchart.Render(chartDir, helmchart.Options{Release: "gpudra", Namespace: namespace, KubeVersion: kubeVersion}, helmchart.SetArgs(sets))
 	if err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		return err.Error(), err
 	}
-	return out
+	return out, nil
 }
 
-func helmCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(helmBinary(t), args...)
-	// Keep helm away from the user's configuration and caches.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home, "KUBECONFIG="+filepath.Join(home, "none"))
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// render runs `helm template` with the values in sets (--set-json when a value starts with
-// [ or {, else --set) and decodes the result.
+// render renders the chart with the values in sets and decodes the result.
 func render(t *testing.T, sets ...string) manifest {
 	t.Helper()
-	out := helm(t, templateArgs(sets)...)
+	out, err := template(t, sets)
+	if err != nil {
+		t.Fatalf("rendering the chart with %v: %v", sets, err)
+	}
 	m, err := decodeManifest([]byte(out))
 	if err != nil {
 		t.Fatalf("rendered chart with %v: %v", sets, err)
 	}
 	return m
-}
-
-func templateArgs(sets []string) []string {
-	return append([]string{"template", "gpudra", chartDir, "--namespace", namespace, "--kube-version", kubeVersion}, setArgs(sets)...)
-}
-
-// setArgs turns key=value pairs into --set (or --set-json for JSON lists and objects).
-func setArgs(sets []string) []string {
-	var args []string
-	for _, s := range sets {
-		_, v, _ := strings.Cut(s, "=")
-		if strings.HasPrefix(v, "[") || strings.HasPrefix(v, "{") {
-			args = append(args, "--set-json", s)
-		} else {
-			args = append(args, "--set", s)
-		}
-	}
-	return args
 }
