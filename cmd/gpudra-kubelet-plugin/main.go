@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -60,6 +61,8 @@ type flags struct {
 	memoryOversubscription float64
 	metricsSecure          bool
 	logging                *logsapi.LoggingConfiguration
+	// gates are --feature-gates (features.New when nil).
+	gates featuregate.MutableVersionedFeatureGate
 }
 
 // givenOrNil is v when the flag was given, else nil.
@@ -89,10 +92,13 @@ func newCommandFor(f *flags) *cobra.Command {
 			if err := f.validate(); err != nil {
 				return err
 			}
+			f.sharePriorityThreshold = givenOrNil(cmd.Flags(), sharePriorityFlag, f.sharePriorityThreshold)
+			if err := f.checkFeatureGates(); err != nil {
+				return err
+			}
 			if err := logoptions.ValidateAndApply(f.logging); err != nil {
 				return err
 			}
-			f.sharePriorityThreshold = givenOrNil(cmd.Flags(), sharePriorityFlag, f.sharePriorityThreshold)
 			return run(cmd.Context(), *f)
 		},
 	}
@@ -127,6 +133,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.Int32Var(f.sharePriorityThreshold, sharePriorityFlag, 0, "gives GPU shares whose config leaves limits.priority unset (Fixed and Guaranteed) the priority of their pods: High when the highest spec.priority of the pods a claim is reserved for (from their PriorityClass; none: 0) is at least this value, else Low; the plugin then reads those pods at prepare (RBAC: get pods). Not given: such shares have the enforcing mechanism's normal priority")
 	fs.StringVar(&f.metricsAt, "metrics-bind-address", "", "address for Prometheus metrics (/metrics) and the readiness and liveness probes (/readyz: registered with the kubelet and ResourceSlices published; /livez: background loops running), e.g. :9400 (empty: off)")
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve --metrics-bind-address over HTTPS (a self-signed certificate made at start), /metrics only to callers whose bearer token the API server authenticates (TokenReview) and allows get on the non-resource URL /metrics (SubjectAccessReview; RBAC: create tokenreviews and subjectaccessreviews), the probes to anyone; false: plain HTTP to anyone, accepted on a loopback address only")
+	f.addFeatureGates(fs)
 	logoptions.AddFlags(f.logging, fs)
 	buildinfo.AddVersionFlag(fs)
 	cmd.AddCommand(mpsExecCommand(), mpsDaemonCommand())
@@ -214,6 +221,7 @@ func run(ctx context.Context, f flags) error {
 	}
 
 	mps, timeSlicer := sharingTools(f, backend.Simulated)
+	timeSlicer = f.gatedTimeSlicer(timeSlicer)
 	switch f.mpsDaemons {
 	case mpsInProcess:
 		if f.mpsNamespace != "" {
@@ -264,7 +272,7 @@ func run(ctx context.Context, f flags) error {
 		TimeSlicer:             timeSlicer,
 		HealthInjectionFile:    f.healthInjectionFile,
 		MIGLayoutsFile:         f.migLayouts,
-		Usage:                  plugin.UsageConfig{PodResourcesSocket: f.podResourcesSocket},
+		Usage:                  f.usageConfig(),
 		SharePriorityThreshold: f.sharePriorityThreshold,
 		Hook:                   pause,
 	})
