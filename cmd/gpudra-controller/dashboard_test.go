@@ -190,7 +190,7 @@ func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
 }
 
 func TestDashboardFlags(t *testing.T) {
-	o := parse(t, "--dashboard-bind-address=:8444", "--dashboard-cert-dir=/dashboard-certs")
+	o := parse(t, "--feature-gates=WebView=true", "--dashboard-bind-address=:8444", "--dashboard-cert-dir=/dashboard-certs")
 	if o.dashboardAddr != ":8444" || o.dashboardCertDir != "/dashboard-certs" {
 		t.Fatalf("flags parsed to %q, %q", o.dashboardAddr, o.dashboardCertDir)
 	}

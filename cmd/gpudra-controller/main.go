@@ -20,7 +20,9 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/features"
 	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/network"
@@ -97,17 +99,12 @@ func run(o options) error {
 	// Every controller below is leader-elected (controller-runtime's default for
 	// controllers): with --leader-elect, only the Lease holder decides admissions and labels
 	// nodes; the other replicas keep their caches warm to take over.
-	check := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: o.labels, Workers: o.admissionWorkers,
-		Recorder: mgr.GetEventRecorder("gpudra-controller")}
-	if err := check.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	crmetrics.Registry.MustRegister(&admission.Capacity{Client: mgr.GetClient()})
-	if err := (&admission.CheckActivator{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&admission.PodPinner{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller")}).SetupWithManager(mgr); err != nil {
-		return err
+	if o.enabled(features.TopologyAdmissionCheck) {
+		if err := setupAdmissionCheck(mgr, o); err != nil {
+			return err
+		}
+	} else {
+		klog.InfoS("The Kueue admission check is off: Workloads waiting for it stay pending", "admissionCheck", api.AdmissionCheckController, "featureGate", features.TopologyAdmissionCheck)
 	}
 	topologyConfigMap, _ := o.topologyConfigMapKey()
 	net := &network.Reconciler{Client: mgr.GetClient(), Labels: o.labels, FlavorNodeLabels: o.flavorNodeLabels, ConfigMap: topologyConfigMap}
@@ -126,6 +123,21 @@ func run(o options) error {
 		return err
 	}
 	return mgr.Start(ctx)
+}
+
+// setupAdmissionCheck adds the admission check, its activator, its capacity metrics and
+// the pod pinning that carries out its placements to mgr.
+func setupAdmissionCheck(mgr ctrl.Manager, o options) error {
+	check := &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Labels: o.labels, Workers: o.admissionWorkers,
+		Recorder: mgr.GetEventRecorder("gpudra-controller")}
+	if err := check.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	crmetrics.Registry.MustRegister(&admission.Capacity{Client: mgr.GetClient()})
+	if err := (&admission.CheckActivator{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&admission.PodPinner{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller")}).SetupWithManager(mgr)
 }
 
 // profilingHandlers are net/http/pprof's handlers, for the metrics server, when on.

@@ -154,7 +154,7 @@ func TestFlagsRefused(t *testing.T) {
 		{"--webhook-port=9443", "--webhook-cert-dir=/certs"},
 		{"--webhook-port=65535", "--kube-api-qps=0.5", "--kube-api-burst=0"},
 		{"--kube-api-qps=-1", "--kube-api-burst=100", "--admission-check-workers=1024"},
-		{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--dashboard-bind-address=:8444"},
+		{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--feature-gates=WebView=true", "--dashboard-bind-address=:8444"},
 		{"--metrics-bind-address=[::1]:8443", "--health-probe-bind-address=:8081"},
 	} {
 		if err := parse(t, args...).validate(); err != nil {

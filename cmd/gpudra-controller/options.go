@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/component-base/featuregate"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -46,6 +47,8 @@ type options struct {
 	webhookCertDNSNames                       []string
 	dashboardAddr, dashboardCertDir           string
 	logging                                   *logsapi.LoggingConfiguration
+	// gates are --feature-gates (features.New when nil).
+	gates featuregate.MutableVersionedFeatureGate
 }
 
 // addFlags binds o to gpudra-controller's flags, with their defaults.
@@ -75,6 +78,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
 	fs.StringVar(&o.labels.Rack, "rack-label", o.labels.Rack, "node label holding the node's rack")
 	fs.StringVar(&o.labels.ToR, "tor-label", o.labels.ToR, "node label holding the node's top-of-rack switch (default: the rack)")
+	o.addFeatureGates(fs)
 	if o.logging == nil {
 		o.logging = logoptions.New()
 	}
@@ -91,6 +95,9 @@ func (o options) validate() error {
 		}
 	}
 	if err := o.validateNumbers(); err != nil {
+		return err
+	}
+	if err := o.checkFeatureGates(); err != nil {
 		return err
 	}
 	if _, err := o.topologyConfigMapKey(); err != nil {

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpudra/gpudra/internal/features"
+)
+
+// The web view is alpha: --dashboard-bind-address stops the controller at start unless
+// WebView is on, naming the flag and the gate.
+func TestDashboardNeedsTheWebViewGate(t *testing.T) {
+	cmd := newCommand()
+	cmd.SetArgs([]string{"--dashboard-bind-address=:8444", "--kubeconfig=/nonexistent"})
+	want := "--dashboard-bind-address requires --feature-gates=WebView=true (alpha)"
+	if err := cmd.Execute(); err == nil || err.Error() != want {
+		t.Errorf("--dashboard-bind-address with WebView off: %v, want %q", err, want)
+	}
+	if err := parse(t, "--feature-gates=WebView=true", "--dashboard-bind-address=:8444").validate(); err != nil {
+		t.Errorf("--dashboard-bind-address with WebView on: %v", err)
+	}
+}
+
+// The admission check has no flag: TopologyAdmissionCheck (beta) alone runs it.
+func TestAdmissionCheckFollowsItsGate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--feature-gates=TopologyAdmissionCheck=false"}, false},
+		{[]string{"--feature-gates=TopologyAdmissionCheck=true,WebView=false"}, true},
+	} {
+		o := parse(t, tc.args...)
+		if err := o.validate(); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := o.enabled(features.TopologyAdmissionCheck); got != tc.want {
+			t.Errorf("%v: admission check on = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestControllerFeatureGatesFlag(t *testing.T) {
+	cmd := newCommand()
+	help := cmd.Flags().Lookup("feature-gates")
+	if help == nil || !strings.Contains(help.Usage, "WebView=true|false (ALPHA - default=false)") || !strings.Contains(help.Usage, "TopologyAdmissionCheck=true|false (BETA - default=true)") {
+		t.Fatalf("--feature-gates = %+v, want its help to list the gates", help)
+	}
+	cmd.SetArgs([]string{"--feature-gates=Dashboard=true", "--kubeconfig=/nonexistent"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "Dashboard") || !strings.Contains(err.Error(), "known gates: ") || !strings.Contains(err.Error(), "WebView") {
+		t.Errorf("an unknown gate: %v, want an error naming it and the known gates", err)
+	}
+}
