@@ -144,6 +144,8 @@ func (u *upper) chartValues() ([]byte, error) {
 		"webhook":    webhook,
 		"topology":   map[string]any{"labels": map[string]any{"block": api.LabelBlock, "rack": api.LabelRack, "tor": api.LabelToR}},
 		"kueue":      map[string]any{"admissionCheck": u.file.Kueue.Enabled},
+		// The gates of every behaviour the demo and the tests use (featuregates.go).
+		"featureGates": gpudraFeatureGates(),
 	}
 	return yaml.Marshal(values)
 }

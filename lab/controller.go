@@ -167,6 +167,7 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 				"--webhook-cert-dns-names=" + strings.Join(webhookCertNames, ","),
 				// A lab is for developers: Go's profiles beside the metrics (on 127.0.0.1).
 				"--profiling",
+				gpudraFeatureGatesFlag(),
 			}})
 	}
 	return u.runControllers(ctx, rs)

@@ -159,6 +159,7 @@ func (u *upper) pluginArgv(binary string, n Node, kubeconfig string) []string {
 		"--cdi-root=" + filepath.Join(d, "cdi"), "--checkpoint-dir=" + filepath.Join(d, "checkpoint"),
 		// Plain HTTP, on loopback only: the lab's tests scrape it without a token.
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(u.port("metrics-"+n.Name)), "--metrics-secure=false",
+		gpudraFeatureGatesFlag(),
 	}
 	if n.MIG != "" {
 		argv = append(argv, "--mig="+n.MIG)
