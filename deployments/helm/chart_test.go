@@ -33,7 +33,7 @@ var valueSets = map[string][]string{
 	"self-signed":   selfSignedValues,
 	"plain metrics": {"controller.metricsSecure=false", "controller.metricsPort=8080"},
 	"real node":     realNodeValues,
-	"hami topology": {"kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
+	"hami topology": {"featureGates.HAMiCoreEnforcement=true", "kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so", `deviceClasses.share.config={"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"GpuConfig","limits":{"enforcement":"Auto"}}`,
 		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
 		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
 	"tuned controller": {"controller.kubeAPIQPS=50", "controller.kubeAPIBurst=100", "controller.admissionCheckWorkers=32"},
@@ -51,8 +51,9 @@ var selfSignedValues = []string{"webhook.certManagement=selfSigned", "controller
 	"webhook.url=https://127.0.0.1:9443/validate-gpudra-config", `webhook.extraCertNames=["127.0.0.1","localhost"]`}
 
 // labValues is what a lab of simulated nodes passes: one DaemonSet per simulated profile,
-// selected by the lab's node label lab.gpudra.dev/profile.
+// selected by the lab's node label lab.gpudra.dev/profile, and dynamic MIG turned on.
 var labValues = []string{
+	"featureGates.DynamicMIG=true",
 	"kubeletPlugin.defaultPool=false",
 	"kubeletPlugin.privileged=false",
 	"kubeletPlugin.driverRoot=/tmp/gpudra-lab/driver-root",

@@ -30,8 +30,8 @@ func TestControllerDashboardIsOptIn(t *testing.T) {
 		cert bool
 	}{
 		{"default", nil, false, false},
-		{"on", []string{"controller.dashboardPort=8444"}, true, false},
-		{"on with a certificate and plain metrics", []string{"controller.dashboardPort=8444", "controller.dashboardCertSecret=dashboard-tls", "controller.metricsSecure=false"}, true, true},
+		{"on", []string{"featureGates.WebView=true", "controller.dashboardPort=8444"}, true, false},
+		{"on with a certificate and plain metrics", []string{"featureGates.WebView=true", "controller.dashboardPort=8444", "controller.dashboardCertSecret=dashboard-tls", "controller.metricsSecure=false"}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := render(t, tc.sets...)

@@ -36,11 +36,11 @@ func TestSharePriorityThresholdIsOptIn(t *testing.T) {
 	if a := pluginArg(m.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet), "--share-priority-threshold"); a != "" || readsPods(m) {
 		t.Errorf("default: plugin arg %q, reads pods %v; want neither", a, readsPods(m))
 	}
-	m = render(t, "kubeletPlugin.sharePriorityThreshold=1000")
+	m = render(t, "featureGates.SharePriorityFromPods=true", "kubeletPlugin.sharePriorityThreshold=1000")
 	if a := pluginArg(m.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet), "--share-priority-threshold"); a != "--share-priority-threshold=1000" || !readsPods(m) {
 		t.Errorf("sharePriorityThreshold=1000: plugin arg %q, reads pods %v; want --share-priority-threshold=1000 and get on pods", a, readsPods(m))
 	}
-	m = render(t, `kubeletPlugin.pools=[{"name":"inference","sharePriorityThreshold":0}]`)
+	m = render(t, "featureGates.SharePriorityFromPods=true", `kubeletPlugin.pools=[{"name":"inference","sharePriorityThreshold":0}]`)
 	if a := pluginArg(m.get("DaemonSet", "gpudra-kubelet-plugin-inference").(*appsv1.DaemonSet), "--share-priority-threshold"); a != "--share-priority-threshold=0" || !readsPods(m) {
 		t.Errorf("a pool's threshold 0: plugin arg %q, reads pods %v", a, readsPods(m))
 	}
@@ -48,10 +48,10 @@ func TestSharePriorityThresholdIsOptIn(t *testing.T) {
 		t.Errorf("the default pool took the inference pool's threshold: %q", a)
 	}
 	// HAMi-core numbers a container's caps across its claims, from the claim's pods.
-	if m := render(t, "kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so"); !readsPods(m) {
+	if m := render(t, "featureGates.HAMiCoreEnforcement=true", "kubeletPlugin.vgpuLibrary=/usr/local/vgpu/libvgpu.so"); !readsPods(m) {
 		t.Error("vgpuLibrary set: the plugin may not read the pods of its HAMi-core claims")
 	}
-	if m := render(t, `kubeletPlugin.pools=[{"name":"hami","vgpuLibrary":"/usr/local/vgpu/libvgpu.so"}]`); !readsPods(m) {
+	if m := render(t, "featureGates.HAMiCoreEnforcement=true", `kubeletPlugin.pools=[{"name":"hami","vgpuLibrary":"/usr/local/vgpu/libvgpu.so"}]`); !readsPods(m) {
 		t.Error("a pool's vgpuLibrary: the plugin may not read the pods of its HAMi-core claims")
 	}
 	for set, want := range map[string]string{

@@ -102,6 +102,13 @@ gpudra-controller
 {{- if and $k.enabled (not $k.defaultPool) (not $k.pools) -}}
 {{- fail "kubeletPlugin.defaultPool=false with no kubeletPlugin.pools: no node would run the plugin (set kubeletPlugin.enabled=false to install without it)" -}}
 {{- end -}}
+{{- $_ := include "gpudra.featureGatesArg" . -}}
+{{- if and .Values.controller.enabled .Values.controller.dashboardPort -}}
+{{- include "gpudra.requireGate" (dict "root" . "name" "WebView" "what" "controller.dashboardPort") -}}
+{{- end -}}
+{{- if .Values.kueue.admissionCheck -}}
+{{- include "gpudra.requireGate" (dict "root" . "name" "TopologyAdmissionCheck" "what" "kueue.admissionCheck=true") -}}
+{{- end -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
 {{- end -}}
@@ -120,4 +127,53 @@ gpudra-controller
        control daemons' pods, and their admission policy allows that value only. */}}
 {{- define "gpudra.pluginLibraryPath" -}}
 /driver-root/usr/lib64:/driver-root/usr/lib/x86_64-linux-gnu:/driver-root/usr/lib/aarch64-linux-gnu
+{{- end -}}
+
+{{- /* gpudra's feature gates and their stages (internal/features; docs/feature-gates.md):
+       alpha gates are off unless featureGates turns them on, beta gates on unless it turns
+       them off. */}}
+{{- define "gpudra.featureGateStages" -}}
+ClaimUsage: beta
+DynamicMIG: alpha
+HAMiCoreEnforcement: alpha
+MIGLayouts: beta
+MPSDaemonPods: beta
+MemoryOversubscription: alpha
+SharePriorityFromPods: alpha
+TimeSlicing: beta
+TopologyAdmissionCheck: beta
+WebView: alpha
+{{- end -}}
+
+{{- /* Every component's --feature-gates: the gates featureGates names, sorted, each checked
+       (a known gate, true or false); empty when it names none. */}}
+{{- define "gpudra.featureGatesArg" -}}
+{{- $stages := include "gpudra.featureGateStages" . | fromYaml -}}
+{{- $known := concat (keys $stages | sortAlpha) (list "AllAlpha" "AllBeta") -}}
+{{- $pairs := list -}}
+{{- range $name := keys (.Values.featureGates | default dict) | sortAlpha -}}
+{{- $on := get $.Values.featureGates $name -}}
+{{- if not (has $name $known) -}}
+{{- fail (printf "featureGates.%s: not a gpudra feature gate; known gates: %s" $name (join ", " $known)) -}}
+{{- end -}}
+{{- if not (kindIs "bool" $on) -}}
+{{- fail (printf "featureGates.%s=%v: want true or false" $name $on) -}}
+{{- end -}}
+{{- $pairs = append $pairs (printf "%s=%t" $name $on) -}}
+{{- end -}}
+{{- with $pairs }}--feature-gates={{ join "," . }}{{ end -}}
+{{- end -}}
+
+{{- /* Fails unless the gate .name is on, saying that .what (the value asking for its
+       behaviour) needs it. Args: dict "root" (the chart's context), "name", "what". */}}
+{{- define "gpudra.requireGate" -}}
+{{- $stage := get (include "gpudra.featureGateStages" .root | fromYaml) .name -}}
+{{- $gates := .root.Values.featureGates | default dict -}}
+{{- $on := eq $stage "beta" -}}
+{{- if and (eq $stage "alpha") (hasKey $gates "AllAlpha") }}{{ $on = get $gates "AllAlpha" }}{{ end -}}
+{{- if and (eq $stage "beta") (hasKey $gates "AllBeta") }}{{ $on = get $gates "AllBeta" }}{{ end -}}
+{{- if hasKey $gates .name }}{{ $on = get $gates .name }}{{ end -}}
+{{- if not $on -}}
+{{- fail (printf "%s requires featureGates.%s=true (%s%s)" .what .name $stage (ternary ", on by default" "" (eq $stage "beta"))) -}}
+{{- end -}}
 {{- end -}}
