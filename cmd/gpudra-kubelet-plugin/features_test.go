@@ -68,6 +68,10 @@ func execute(args []string) error {
 }
 
 func TestUnknownFeatureGateNamesTheKnownOnes(t *testing.T) {
+	help := newCommandFor(&flags{logging: logoptions.New()}).Flags().Lookup("feature-gates")
+	if help == nil || !strings.Contains(help.Usage, "DynamicMIG=true|false (ALPHA - default=false)") || !strings.Contains(help.Usage, "MPSDaemonPods=true|false (BETA - default=true)") {
+		t.Fatalf("--feature-gates = %+v, want its help to list the gates", help)
+	}
 	err := execute([]string{"--feature-gates=DynamicMig=true", "--node-name=node-1"})
 	if err == nil || !strings.Contains(err.Error(), "DynamicMig") || !strings.Contains(err.Error(), "known gates: ") || !strings.Contains(err.Error(), "DynamicMIG") {
 		t.Errorf("an unknown gate: %v, want an error naming it and the known gates", err)
