@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -82,7 +80,7 @@ func TestGatedValuesNeedTheirGate(t *testing.T) {
 			if !alpha {
 				off = append(append([]string{}, tc.sets...), tc.gate)
 			}
-			out, err := helmCmd(t, templateArgs(off)...)
+			out, err := template(t, off)
 			if err == nil || !strings.Contains(out, tc.want) {
 				t.Errorf("%v: err %v, output should say %q:\n%s", off, err, tc.want, out)
 			}
@@ -102,7 +100,7 @@ func TestFeatureGatesValuesAreChecked(t *testing.T) {
 		"featureGates.DynamicMig=true": "featureGates.DynamicMig: not a gpudra feature gate; known gates: ClaimUsage, DynamicMIG, HAMiCoreEnforcement",
 		"featureGates.DynamicMIG=yes":  "featureGates.DynamicMIG=yes: want true or false",
 	} {
-		if out, err := helmCmd(t, templateArgs([]string{set})...); err == nil || !strings.Contains(out, want) {
+		if out, err := template(t, []string{set}); err == nil || !strings.Contains(out, want) {
 			t.Errorf("--set %s: err %v, output should say %q:\n%s", set, err, want, out)
 		}
 	}
