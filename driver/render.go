@@ -18,13 +18,9 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// DeviceType is a published device's "type" attribute ("" when it has none).
-func DeviceType(d resourceapi.Device) string {
-	if a, ok := d.Attributes[api.AttrType]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
-}
+// DeviceType is a published device's "type" attribute ("" when it has none), as
+// api.DeviceType reads it.
+func DeviceType(d resourceapi.Device) string { return api.DeviceType(&d) }
 
 // MIGStrategy says which MIG devices a node publishes.
 type MIGStrategy string

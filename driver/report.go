@@ -104,8 +104,8 @@ func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
 		counterSets += len(s.SharedCounters)
 		for _, d := range s.Devices {
 			devices++
-			if a, ok := d.Attributes[api.AttrType]; ok && a.StringValue != nil {
-				counts[*a.StringValue]++
+			if t := api.DeviceType(&d); t != "" {
+				counts[t]++
 			}
 		}
 	}

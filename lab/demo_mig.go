@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,7 +35,7 @@ func demoMIGNode(ctx context.Context, cs kubernetes.Interface, nodes []Node) (st
 		}
 		for _, s := range slices {
 			for _, d := range s.Spec.Devices {
-				if a, ok := deviceAttribute(d, "migCapable"); ok && a.BoolValue != nil && *a.BoolValue {
+				if info, err := api.ReadDevice(&d); err == nil && info.MIGCapable {
 					return n.Name, nil
 				}
 			}
@@ -99,10 +98,8 @@ func demoMIGLayoutStep(ctx context.Context, out io.Writer, cs kubernetes.Interfa
 	profiles := map[string]int{}
 	for _, sl := range slices {
 		for _, d := range sl.Spec.Devices {
-			if DeviceType(d) == "mig" {
-				if a, ok := deviceAttribute(d, "migProfile"); ok && a.StringValue != nil {
-					profiles[*a.StringValue]++
-				}
+			if info, err := api.ReadDevice(&d); err == nil && info.Type == api.TypeMIG && info.MIGProfile != "" {
+				profiles[info.MIGProfile]++
 			}
 		}
 	}
@@ -147,15 +144,4 @@ func eventTime(e *corev1.Event) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// deviceAttribute is a gpudra attribute of a device, by its name with or without the
-// driver's domain.
-func deviceAttribute(d resourcev1.Device, name string) (resourcev1.DeviceAttribute, bool) {
-	for _, k := range []resourcev1.QualifiedName{resourcev1.QualifiedName(name), resourcev1.QualifiedName(api.DriverName + "/" + name)} {
-		if a, ok := d.Attributes[k]; ok {
-			return a, true
-		}
-	}
-	return resourcev1.DeviceAttribute{}, false
 }

@@ -116,10 +116,8 @@ func (r *Report) fill(ctx context.Context, cs kubernetes.Interface, nodes []Node
 
 // DeviceType is a device's gpudra type attribute (gpu, share, mig, nvlink-group).
 func DeviceType(d resourcev1.Device) string {
-	for _, k := range []resourcev1.QualifiedName{"type", api.DriverName + "/type"} {
-		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
-			return *a.StringValue
-		}
+	if t := api.DeviceType(&d); t != "" {
+		return t
 	}
 	return "(untyped)"
 }

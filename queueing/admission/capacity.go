@@ -9,8 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpudra/gpudra/driver"
-
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
@@ -59,7 +57,7 @@ func (c *Capacity) Collect(ch chan<- prometheus.Metric) {
 		node := *sl.Spec.NodeName
 		for _, dev := range sl.Spec.Devices {
 			available := !usage.InUse(sl.Spec.Driver, sl.Spec.Pool.Name, dev) && !untolerated(dev.Taints)
-			switch driver.DeviceType(dev) {
+			switch api.DeviceType(&dev) {
 			case api.TypeGPU:
 				gpus[node]++
 				if available {

@@ -65,7 +65,7 @@ func shareCardOf(driver string, d *resourceapi.Device) (shareCard, bool) {
 	if driver != api.DriverName {
 		return shareCard{}, false
 	}
-	if a, ok := d.Attributes[api.AttrType]; !ok || a.StringValue == nil || *a.StringValue != api.TypeShare {
+	if api.DeviceType(d) != api.TypeShare {
 		return shareCard{}, false
 	}
 	mem, ok := d.Capacity[api.CapMemory]

@@ -1,15 +1,12 @@
 package fragmentation
 
 import (
-	"strconv"
-	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
 
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/topology/placement"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -91,19 +88,12 @@ func parseSlice(s *resourceapi.ResourceSlice) []gpuDevice {
 	out := make([]gpuDevice, 0, len(s.Spec.Devices))
 	for i := range s.Spec.Devices {
 		d := &s.Spec.Devices[i]
-		g := gpuDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), kind: driver.DeviceType(*d)}
-		switch g.kind {
-		case api.TypeGPU, api.TypeShare:
-			g.gpus = intAttr(d, api.AttrIndex)
-			g.model = stringAttr(d, api.AttrProductName)
-		case api.TypeMIG:
-			g.gpus = intAttr(d, api.AttrParentIndex)
-		case api.TypeNVLinkGroup:
-			for _, m := range strings.Split(stringAttr(d, api.AttrMembers), "-") {
-				if i, err := strconv.Atoi(m); err == nil {
-					g.gpus = append(g.gpus, i)
-				}
-			}
+		g := gpuDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)}
+		// A device that does not read is counted as using no GPU.
+		info, _ := api.ReadDevice(d)
+		g.kind, g.gpus = info.Type, info.GPUs
+		if g.kind == api.TypeGPU || g.kind == api.TypeShare {
+			g.model = info.Model
 		}
 		out = append(out, g)
 	}
@@ -157,18 +147,4 @@ func reservedMilli(allocated *structured.AllocatedState, id structured.DeviceID)
 		return 0
 	}
 	return q.Value() * placement.MilliPerGPU / 100
-}
-
-func intAttr(d *resourceapi.Device, name resourceapi.QualifiedName) []int {
-	if a, ok := d.Attributes[name]; ok && a.IntValue != nil {
-		return []int{int(*a.IntValue)}
-	}
-	return nil
-}
-
-func stringAttr(d *resourceapi.Device, name resourceapi.QualifiedName) string {
-	if a, ok := d.Attributes[name]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
 }

@@ -6,7 +6,9 @@
 //   - the opaque configuration kinds GpuConfig and MigConfig that DeviceClasses and
 //     ResourceClaims carry: strict decoding, defaults (Normalize), validation with field
 //     paths, deep copies, and the merge of class and claim configs in Kubernetes'
-//     precedence order.
+//     precedence order;
+//   - ReadDevice, the one reader of what a published device says in its attributes and
+//     capacities (device.go).
 //
 // +k8s:deepcopy-gen=package
 package v1alpha1
