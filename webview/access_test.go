@@ -122,6 +122,12 @@ func TestCallerSeesOnlyWhatItMayList(t *testing.T) {
 			contains(t, queues, "job-serve-9z8y7")
 			lacks(t, queues, append(teamA, `data-queue="team-a"`, "<td>research</td>")...)
 
+			// The JSON of each page holds what its HTML does, no more.
+			for _, path := range []string{"/", "/queues", "/pods/team-b/serve-0"} {
+				data := get(t, url+path+"?format=json", http.StatusOK)
+				contains(t, data, `"team-b`, `"hidden":[`)
+				lacks(t, data, teamA...)
+			}
 			contains(t, get(t, url+"/claims/team-b/serve-0-gpu", http.StatusOK), `<span class="badge ok">allocated</span>`)
 			contains(t, get(t, url+"/pods/team-b/serve-0", http.StatusOK), "Pod team-b/serve-0")
 			// Another namespace's objects are not found, as if they did not exist.

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/internal/explain"
+	"github.com/gpudra/gpudra/topology"
 )
 
 // GPU states, as the pages colour them.
@@ -139,8 +141,7 @@ type TaintedDevice struct {
 type deviceInfo struct {
 	node, pool string
 	dev        *resourceapi.Device
-	typ        string
-	gpus       []int
+	api.DeviceInfo
 }
 
 // Cluster is what the informers hold, joined up.
@@ -155,59 +156,6 @@ type Cluster struct {
 
 // Node returns the node by name, nil when it has no gpudra devices.
 func (c *Cluster) Node(name string) *Node { return c.byName[name] }
-
-func attr(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok {
-		return a, true
-	}
-	a, ok := d.Attributes[resourceapi.QualifiedName(api.DriverName+"/"+name)]
-	return a, ok
-}
-
-func attrString(d *resourceapi.Device, name string) string {
-	a, ok := attr(d, name)
-	switch {
-	case !ok:
-		return ""
-	case a.StringValue != nil:
-		return *a.StringValue
-	case a.VersionValue != nil:
-		return *a.VersionValue
-	case a.IntValue != nil:
-		return strconv.FormatInt(*a.IntValue, 10)
-	case a.BoolValue != nil:
-		return strconv.FormatBool(*a.BoolValue)
-	}
-	return ""
-}
-
-func attrInt(d *resourceapi.Device, name string) (int, bool) {
-	a, ok := attr(d, name)
-	if !ok || a.IntValue == nil {
-		return 0, false
-	}
-	return int(*a.IntValue), true
-}
-
-func capacity(d *resourceapi.Device, name string) (resource.Quantity, bool) {
-	c, ok := d.Capacity[resourceapi.QualifiedName(name)]
-	if !ok {
-		c, ok = d.Capacity[resourceapi.QualifiedName(api.DriverName+"/"+name)]
-	}
-	return c.Value, ok
-}
-
-// parseMembers reads a members or clique list: "0-1-2-3", optionally prefixed "nvlink-".
-func parseMembers(s string) []int {
-	s = strings.TrimPrefix(s, "nvlink-")
-	var out []int
-	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == '-' || r == ',' }) {
-		if n, err := strconv.Atoi(p); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
-}
 
 // snapshot joins the cached objects the request's caller may read.
 func (s *Server) snapshot(sc *scope) (*Cluster, error) {
@@ -302,31 +250,21 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 		}
 		for k := range s.Spec.Devices {
 			d := &s.Spec.Devices[k]
-			info := &deviceInfo{node: node, pool: s.Spec.Pool.Name, dev: d, typ: attrString(d, api.AttrType)}
-			switch info.typ {
-			case api.TypeGPU, api.TypeShare:
-				if i, ok := attrInt(d, api.AttrIndex); ok {
-					info.gpus = []int{i}
-				}
-			case api.TypeMIG:
-				if i, ok := attrInt(d, api.AttrParentIndex); ok {
-					info.gpus = []int{i}
-				}
-			case api.TypeNVLinkGroup:
-				info.gpus = parseMembers(attrString(d, api.AttrMembers))
-			}
+			// A device that does not read is shown as using no GPU.
+			read, _ := api.ReadDevice(d)
+			info := &deviceInfo{node: node, pool: s.Spec.Pool.Name, dev: d, DeviceInfo: read}
 			c.devices[s.Spec.Pool.Name+"/"+d.Name] = info
-			for _, i := range info.gpus {
+			for _, i := range info.GPUs {
 				g := gpuOf(node, s.Spec.Pool.Name, i)
-				switch info.typ {
+				switch info.Type {
 				case api.TypeGPU:
 					g.Device = d.Name
-					g.Model = attrString(d, api.AttrProductName)
-					g.UUID = attrString(d, api.AttrUUID)
-					g.Clique = attrString(d, api.AttrNVLinkClique)
-					g.Domain = attrString(d, api.AttrNVLinkDomain)
-					if m, ok := capacity(d, api.CapMemory); ok {
-						g.Memory = m.String()
+					g.Model = info.Model
+					g.UUID = info.UUID
+					g.Clique = info.NVLinkClique
+					g.Domain = info.NVLinkDomain
+					if !info.Memory.IsZero() {
+						g.Memory = info.Memory.String()
 					}
 					g.Taints = append(g.Taints, d.Taints...)
 				case api.TypeMIG:
@@ -335,11 +273,11 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 			}
 			for _, t := range d.Taints {
 				if t.Key == api.TaintUnhealthy {
-					c.Tainted = append(c.Tainted, TaintedDevice{Node: node, Device: d.Name, Type: info.typ, Taint: t})
+					c.Tainted = append(c.Tainted, TaintedDevice{Node: node, Device: d.Name, Type: info.Type, Taint: t})
 					// A group is tainted for each of its GPUs that is: only single-GPU
 					// devices say which GPU it is.
-					if len(info.gpus) == 1 {
-						gpuOf(node, s.Spec.Pool.Name, info.gpus[0]).Unhealthy = true
+					if len(info.GPUs) == 1 {
+						gpuOf(node, s.Spec.Pool.Name, info.GPUs[0]).Unhealthy = true
 					}
 				}
 			}
@@ -364,17 +302,17 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 			if info == nil {
 				continue
 			}
-			for _, i := range info.gpus {
+			for _, i := range info.GPUs {
 				g := gpuOf(info.node, info.pool, i)
-				switch info.typ {
+				switch info.Type {
 				case api.TypeGPU:
 					g.Whole = &Holder{Claim: h.Claim, Pods: h.Pods}
 				case api.TypeShare:
-					g.Shares = append(g.Shares, shareUse(h, info.dev, r.ConsumedCapacity))
+					g.Shares = append(g.Shares, shareUse(h, &info.DeviceInfo, r.ConsumedCapacity))
 				case api.TypeMIG:
-					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: attrString(info.dev, api.AttrMIGProfile)})
+					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: info.MIGProfile})
 				case api.TypeNVLinkGroup:
-					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: attrString(info.dev, api.AttrMembers)})
+					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: topology.JoinIndices(info.Members, "-")})
 				}
 			}
 		}
@@ -394,7 +332,7 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 	return c
 }
 
-func shareUse(h Holder, dev *resourceapi.Device, consumed map[resourceapi.QualifiedName]resource.Quantity) ShareUse {
+func shareUse(h Holder, dev *api.DeviceInfo, consumed map[resourceapi.QualifiedName]resource.Quantity) ShareUse {
 	u := ShareUse{Holder: h}
 	get := func(name string) (resource.Quantity, bool) {
 		q, ok := consumed[resourceapi.QualifiedName(name)]
@@ -409,8 +347,7 @@ func shareUse(h Holder, dev *resourceapi.Device, consumed map[resourceapi.Qualif
 		}
 		return int(min(100, used.AsApproximateFloat64()*100/total.AsApproximateFloat64()+0.5))
 	}
-	memCap, _ := capacity(dev, api.CapMemory)
-	compCap, _ := capacity(dev, api.CapCompute)
+	memCap, compCap := dev.Memory, dev.Compute
 	u.MemoryCapacity, u.ComputeCapacity = memCap.String(), compCap.String()
 	if m, ok := get(api.CapMemory); ok {
 		u.Memory, u.MemoryPercent = m.String(), pct(m, memCap)
@@ -510,7 +447,7 @@ func (c *Cluster) gangs() []Gang {
 	by := map[string]*Gang{}
 	var keys []string
 	for _, p := range c.Pods {
-		names := podClaimNames(p)
+		names := explain.ClaimNames(p)
 		if len(names) == 0 {
 			continue
 		}
@@ -542,30 +479,6 @@ func (c *Cluster) gangs() []Gang {
 		g := by[k]
 		slices.SortFunc(g.Pods, func(a, b GangPod) int { return cmp.Compare(a.Name, b.Name) })
 		out = append(out, *g)
-	}
-	return out
-}
-
-// podClaimNames are the names of the pod's ResourceClaims, as gpudra explain finds them.
-func podClaimNames(p *corev1.Pod) []string {
-	var out []string
-	add := func(n string) {
-		if !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.ResourceClaimName != nil {
-			add(*s.ResourceClaimName)
-		}
-	}
-	for _, rc := range p.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			add(*rc.ResourceClaimName)
-		}
-	}
-	if ext := p.Status.ExtendedResourceClaimStatus; ext != nil {
-		add(ext.ResourceClaimName)
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package webview
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -75,12 +76,45 @@ func parsePages() (map[string]*pageTemplate, error) {
 	return out, nil
 }
 
-// page renders a page; with ?fragment=1 only its content, which the script swaps in.
-// A request whose caller's rights could not be checked fails with 500.
+// formats are the accepted values of ?format= ("" is HTML unless the request accepts
+// application/json).
+var formats = []string{"html", "json"}
+
+// wantsJSON is whether the request asks for JSON: ?format=json, or an Accept header naming
+// application/json without ?format=html.
+func wantsJSON(r *http.Request) (bool, error) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "json":
+		return true, nil
+	case "html":
+		return false, nil
+	case "":
+		return strings.Contains(r.Header.Get("Accept"), "application/json"), nil
+	default:
+		return false, fmt.Errorf("format %q: accepted values are %s", f, strings.Join(formats, ", "))
+	}
+}
+
+// JSONPage is a page as JSON: the same data as its HTML, and the resources of which the
+// caller may not read some or all (left out of the data).
+type JSONPage struct {
+	Title  string   `json:"title"`
+	Hidden []string `json:"hidden,omitempty"`
+	Data   any      `json:"data"`
+}
+
+// page renders a page; with ?fragment=1 only its content, which the script swaps in; as
+// JSON for ?format=json or Accept: application/json. A request whose caller's rights could
+// not be checked fails with 500.
 func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav string, data any, status int)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready() {
 			http.Error(w, "the dashboard's caches are still filling; try again in a moment", http.StatusServiceUnavailable)
+			return
+		}
+		asJSON, err := wantsJSON(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		sc := s.scope(r)
@@ -88,6 +122,19 @@ func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav
 		if sc.err != nil {
 			klog.FromContext(r.Context()).Error(sc.err, "Checking what the caller may read", "path", r.URL.Path)
 			http.Error(w, "checking what you may read: "+sc.err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Add("Vary", "Accept")
+		if asJSON {
+			data, err := json.Marshal(JSONPage{Title: title, Hidden: sc.hidden, Data: data})
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write(append(data, '\n'))
 			return
 		}
 		p := page{Base: s.base, Title: title, Nav: nav, Data: data, Hidden: sc.hidden, Generated: time.Now().UTC().Format("15:04:05")}
@@ -101,7 +148,6 @@ func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(status)
 		_, _ = w.Write(buf.Bytes())
 	}
@@ -167,7 +213,7 @@ func (s *Server) claimPage(r *http.Request, sc *scope) (string, string, any, int
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	e := s.explainClaim(sc, ns, name)
 	status := http.StatusOK
-	if len(e.Claims) == 1 && !e.Claims[0].Found {
+	if len(e.Claims) == 1 && !e.Claims[0].Found() {
 		status = http.StatusNotFound
 	}
 	return "Claim " + ns + "/" + name, "", e, status
@@ -175,9 +221,9 @@ func (s *Server) claimPage(r *http.Request, sc *scope) (string, string, any, int
 
 func (s *Server) podPage(r *http.Request, sc *scope) (string, string, any, int) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	e := s.explainPod(sc, ns, name)
+	e, found := s.explainPod(sc, ns, name)
 	status := http.StatusOK
-	if e.Pod == nil {
+	if !found {
 		status = http.StatusNotFound
 	}
 	return "Pod " + ns + "/" + name, "", e, status

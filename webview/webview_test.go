@@ -3,6 +3,7 @@ package webview
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -297,4 +299,65 @@ func TestNotReadyBeforeStart(t *testing.T) {
 	defer hs.Close()
 	get(t, hs.URL+"/", http.StatusServiceUnavailable)
 	get(t, hs.URL+"/healthz", http.StatusServiceUnavailable)
+}
+
+func TestPagesAsJSON(t *testing.T) {
+	f := newFixture(t)
+	var cluster struct {
+		Title string
+		Data  ClusterPage
+	}
+	if err := json.Unmarshal([]byte(get(t, f.http.URL+"/?format=json", http.StatusOK)), &cluster); err != nil {
+		t.Fatal(err)
+	}
+	if s := cluster.Data.Summary; s.GPUs != 16 || s.Free != 13 || len(cluster.Data.Nodes) != 2 {
+		t.Errorf("cluster summary %+v, want 16 GPUs, 13 free, on 2 nodes", s)
+	}
+
+	req, err := http.NewRequest(http.MethodGet, f.http.URL+"/claims/team-a/infer-1-share", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+	var claim struct{ Data Explain }
+	if err := json.NewDecoder(resp.Body).Decode(&claim); err != nil {
+		t.Fatal(err)
+	}
+	if c := claim.Data.Claims; len(c) != 1 || !c[0].Allocated || len(c[0].Results) != 1 || c[0].Results[0].Node != nodeA || c[0].Results[0].Consumed != "compute=50, memory=40Gi" {
+		t.Errorf("claim infer-1-share as JSON: %+v", claim.Data)
+	}
+
+	status, body := fetch(t, f.http.URL+"/queues?format=xml")
+	if status != http.StatusBadRequest || !strings.Contains(body, "accepted values are html, json") {
+		t.Errorf("?format=xml: %d %s", status, body)
+	}
+}
+
+// The claim page shows what the kubelet plugin last wrote of a device's usage.
+func TestClaimPageShowsUsage(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	claim, err := f.kube.ResourceV1().ResourceClaims(testNS).Get(ctx, "infer-1-share", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := claim.Status.Allocation.Devices.Results[0]
+	claim.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: r.Driver, Pool: r.Pool, Device: r.Device, ShareID: (*string)(r.ShareID),
+		Data: &runtime.RawExtension{Raw: []byte(`{"usage":{"memoryUsedBytes":3221225472,"memoryLimitBytes":42949672960,"smUtilizationPercent":25,"heldBackSeconds":95,"processes":2,"observedAt":"2026-01-02T03:04:05Z"}}`)}}}
+	if _, err := f.kube.ResourceV1().ResourceClaims(testNS).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "uses 3.0 of 40.0 GiB memory, SM 25%, held back 1m35s by High shares, 2 processes, as of 2026-01-02T03:04:05Z"
+	eventually(t, func() bool {
+		return strings.Contains(get(t, f.http.URL+"/claims/team-a/infer-1-share", http.StatusOK), want)
+	})
+	contains(t, get(t, f.http.URL+"/pods/team-a/infer-1", http.StatusOK), want)
 }

@@ -8,10 +8,8 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -26,12 +24,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/topology"
 )
@@ -283,111 +280,27 @@ func objectNames(ctx context.Context, c *clients, ns, kind string) ([]string, er
 	return out, nil
 }
 
-// Report is what explain says; -o json and -o yaml print it whole (every node, not only
-// the closest).
-type Report struct {
-	// Pod is set for pod/NAME: which nodes the scheduler's node filters rule out.
-	Pod *PodReport `json:"pod,omitempty"`
-	// Claims are the claim (claim/NAME) or the pod's claims.
-	Claims []ClaimReport `json:"claims,omitempty"`
-	// Workload is set for workload/NAME and job/NAME.
-	Workload *admission.Report `json:"workload,omitempty"`
-}
-
-// PodReport lists every node with why kube-scheduler's filters before devices rule it out.
-type PodReport struct {
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	Nodes     []PodNode `json:"nodes"`
-}
-
-// PodNode is one node; RuledOut is empty when the filters let the pod onto it.
-type PodNode struct {
-	Node     string `json:"node"`
-	RuledOut string `json:"ruledOut,omitempty"`
-}
-
-// ClaimReport says where an allocated claim is, or where a pending one fits.
-type ClaimReport struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Allocated bool   `json:"allocated"`
-	// NodeSelector and Results are an allocated claim's allocation.
-	NodeSelector string            `json:"nodeSelector,omitempty"`
-	Results      []AllocatedDevice `json:"results,omitempty"`
-	// FitsOn counts the nodes the claim fits on now; Nodes are every node with devices,
-	// fitting nodes first, then the closest.
-	FitsOn int                        `json:"fitsOn"`
-	Nodes  []allocation.NodeDiagnosis `json:"nodes,omitempty"`
-}
-
-// AllocatedDevice is one device of an allocation.
-type AllocatedDevice struct {
-	Request string `json:"request"`
-	Driver  string `json:"driver"`
-	Pool    string `json:"pool"`
-	Device  string `json:"device"`
-	// Usage is what the claim's processes use on the device, as the kubelet plugin last
-	// wrote it in the claim's status.devices; nil when it has not.
-	Usage *DeviceUsage `json:"usage,omitempty"`
-}
-
-// DeviceUsage is the usage the kubelet plugin writes in the data of a claim's
-// status.devices entry (kubeletplugin.UsageData).
-type DeviceUsage struct {
-	MemoryUsedBytes         *int64      `json:"memoryUsedBytes,omitempty"`
-	MemoryLimitBytes        int64       `json:"memoryLimitBytes"`
-	SMUtilizationPercent    *int        `json:"smUtilizationPercent,omitempty"`
-	ComputeGuaranteePercent *int        `json:"computeGuaranteePercent,omitempty"`
-	ComputeCapPercent       *int        `json:"computeCapPercent,omitempty"`
-	HeldBackSeconds         *int64      `json:"heldBackSeconds,omitempty"`
-	Processes               int         `json:"processes"`
-	ObservedAt              metav1.Time `json:"observedAt"`
-}
-
-// deviceUsage is the usage in the claim's status entry of the allocated device r.
-func deviceUsage(cl *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) *DeviceUsage {
-	for _, s := range cl.Status.Devices {
-		if s.Driver != r.Driver || s.Pool != r.Pool || s.Device != r.Device || (s.ShareID == nil) != (r.ShareID == nil) ||
-			(s.ShareID != nil && *s.ShareID != string(*r.ShareID)) || s.Data == nil {
-			continue
-		}
-		var data struct {
-			Usage *DeviceUsage `json:"usage"`
-		}
-		if json.Unmarshal(s.Data.Raw, &data) == nil {
-			return data.Usage
-		}
-	}
-	return nil
-}
-
 // printUsage prints a device's usage under its request line.
-func printUsage(w io.Writer, u *DeviceUsage) {
-	gib := func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) }
-	used := "?" // NVML had no value for it
-	if u.MemoryUsedBytes != nil {
-		used = gib(*u.MemoryUsedBytes)
-	}
-	fmt.Fprintf(w, "    uses %s of %s GiB memory", used, gib(u.MemoryLimitBytes))
+func printUsage(w io.Writer, u *explain.DeviceUsage) {
+	fmt.Fprintf(w, "    uses %s memory", u.Memory())
 	if u.SMUtilizationPercent != nil {
 		fmt.Fprintf(w, ", SM %d%%", *u.SMUtilizationPercent)
 	}
 	if u.ComputeGuaranteePercent != nil && u.ComputeCapPercent != nil {
 		fmt.Fprintf(w, " (guaranteed %d%%, cap %d%%)", *u.ComputeGuaranteePercent, *u.ComputeCapPercent)
 	}
-	if u.HeldBackSeconds != nil {
-		fmt.Fprintf(w, ", held back %s by High shares", (time.Duration(*u.HeldBackSeconds) * time.Second).String())
+	if h := u.HeldBack(); h != "" {
+		fmt.Fprintf(w, ", held back %s by High shares", h)
 	}
 	noun := "processes"
 	if u.Processes == 1 {
 		noun = "process"
 	}
-	fmt.Fprintf(w, ", %d %s, as of %s\n", u.Processes, noun, u.ObservedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, ", %d %s, as of %s\n", u.Processes, noun, u.Observed())
 }
 
-// explain prints the table for claim/NAME or pod/NAME.
-func explain(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind, name string, show int) error {
+// explainText prints the table for claim/NAME or pod/NAME.
+func explainText(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind, name string, show int) error {
 	rep, err := buildReport(ctx, &clients{kube: c}, topology.DefaultLabelKeys, ns, kind, name)
 	if err != nil {
 		return err
@@ -395,7 +308,7 @@ func explain(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, kind,
 	return printReport(w, rep, "", show)
 }
 
-func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns, kind, name string) (*Report, error) {
+func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns, kind, name string) (*explain.Report, error) {
 	switch kind {
 	case "workload", "job":
 		wl, err := findWorkload(ctx, c.ctrl, ns, kind, name)
@@ -409,7 +322,7 @@ func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns,
 		if r.Quota == nil && !r.QuotaReserved && c.kube != nil {
 			r.Quota = admission.KueueEventReason(ctx, c.kube, wl)
 		}
-		return &Report{Workload: r}, nil
+		return &explain.Report{Workload: r}, nil
 	}
 	return claimsReport(ctx, c.kube, ns, kind, name)
 }
@@ -443,124 +356,77 @@ func findWorkload(ctx context.Context, c client.Reader, ns, kind, name string) (
 	return found, nil
 }
 
-func claimsReport(ctx context.Context, c kubernetes.Interface, ns, kind, name string) (*Report, error) {
-	var pod *corev1.Pod
-	var targets []string
+// apiReader reads what an explanation needs from the API server.
+type apiReader struct{ c kubernetes.Interface }
+
+func (r apiReader) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return r.c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (r apiReader) Nodes(ctx context.Context) ([]*corev1.Node, error) {
+	l, err := r.c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func (r apiReader) ActivePods(ctx context.Context) ([]*corev1.Pod, error) {
+	l, err := r.c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"})
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func (r apiReader) Claims(ctx context.Context) ([]*resourceapi.ResourceClaim, error) {
+	l, err := r.c.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func (r apiReader) Slices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
+	l, err := r.c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func (r apiReader) Classes(ctx context.Context) ([]*resourceapi.DeviceClass, error) {
+	l, err := r.c.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return pointers(l.Items), nil
+}
+
+func pointers[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for k := range items {
+		out[k] = &items[k]
+	}
+	return out
+}
+
+// claimsReport explains claim/NAME or pod/NAME; a claim not found fails it.
+func claimsReport(ctx context.Context, c kubernetes.Interface, ns, kind, name string) (*explain.Report, error) {
+	var rep *explain.Report
+	var err error
 	if kind == "pod" {
-		var err error
-		if pod, err = c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return nil, err
-		}
-		for _, s := range pod.Status.ResourceClaimStatuses {
-			if s.ResourceClaimName != nil {
-				targets = append(targets, *s.ResourceClaimName)
-			}
-		}
-		for _, rc := range pod.Spec.ResourceClaims {
-			if rc.ResourceClaimName != nil {
-				targets = append(targets, *rc.ResourceClaimName)
-			}
-		}
-		if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
-			targets = append(targets, ext.ResourceClaimName)
-		}
-		if len(targets) == 0 {
-			return nil, fmt.Errorf("pod %s/%s has no ResourceClaims yet (claims from templates appear once the resourceclaim controller creates them)", ns, name)
-		}
+		rep, err = explain.Pod(ctx, apiReader{c}, ns, name)
 	} else {
-		targets = []string{name}
+		rep, err = explain.Claim(ctx, apiReader{c}, ns, name)
 	}
-	sliceList, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
-	classes, err := c.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	claims, err := c.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	st, holders := allocation.FromCluster(classes.Items, sliceList.Items, claims.Items)
-	byName := map[string]*resourceapi.ResourceClaim{}
-	for k := range claims.Items {
-		byName[claims.Items[k].Namespace+"/"+claims.Items[k].Name] = &claims.Items[k]
-	}
-	rep := &Report{}
-	var ruledOut map[string]string
-	if pod != nil {
-		if rep.Pod, ruledOut, err = podFilters(ctx, c, st, pod); err != nil {
-			return nil, err
-		}
-	}
-	seen := map[string]bool{}
-	for _, t := range targets {
-		if seen[t] {
-			continue
-		}
-		seen[t] = true
-		cl, ok := byName[ns+"/"+t]
-		if !ok {
-			return nil, fmt.Errorf("ResourceClaim %s/%s not found", ns, t)
-		}
-		cr := ClaimReport{Namespace: ns, Name: t}
-		if a := cl.Status.Allocation; a != nil {
-			cr.Allocated = true
-			if a.NodeSelector != nil {
-				cr.NodeSelector = a.NodeSelector.String()
-			}
-			for _, d := range a.Devices.Results {
-				cr.Results = append(cr.Results, AllocatedDevice{Request: d.Request, Driver: d.Driver, Pool: d.Pool, Device: d.Device, Usage: deviceUsage(cl, d)})
-			}
-			rep.Claims = append(rep.Claims, cr)
-			continue
-		}
-		if cr.Nodes, err = st.ExplainFiltered(ctx, cl, holders, ruledOut); err != nil {
-			return nil, err
-		}
-		for _, d := range cr.Nodes {
-			if d.Fits {
-				cr.FitsOn++
-			}
-		}
-		rep.Claims = append(rep.Claims, cr)
-	}
-	return rep, nil
+	return rep, rep.Err()
 }
 
-// podFilters runs the scheduler's node filters before devices for the pod on every node.
-func podFilters(ctx context.Context, c kubernetes.Interface, st *allocation.State, pod *corev1.Pod) (*PodReport, map[string]string, error) {
-	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"})
-	if err != nil {
-		return nil, nil, err
-	}
-	onNode := map[string][]*corev1.Pod{}
-	for k := range pods.Items {
-		if n := pods.Items[k].Spec.NodeName; n != "" {
-			onNode[n] = append(onNode[n], &pods.Items[k])
-		}
-	}
-	logger := klog.FromContext(ctx)
-	rep := &PodReport{Namespace: pod.Namespace, Name: pod.Name}
-	ruledOut := map[string]string{}
-	for k := range nodes.Items {
-		n := &nodes.Items[k]
-		why := st.NodeFilter(logger, pod, n, onNode[n.Name])
-		rep.Nodes = append(rep.Nodes, PodNode{Node: n.Name, RuledOut: why})
-		if why != "" {
-			ruledOut[n.Name] = why
-		}
-	}
-	sort.Slice(rep.Nodes, func(a, b int) bool { return rep.Nodes[a].Node < rep.Nodes[b].Node })
-	return rep, ruledOut, nil
-}
-
-func printReport(w io.Writer, rep *Report, output string, show int) error {
+func printReport(w io.Writer, rep *explain.Report, output string, show int) error {
 	switch output {
 	case "json":
 		data, err := json.MarshalIndent(rep, "", "  ")
@@ -581,12 +447,7 @@ func printReport(w io.Writer, rep *Report, output string, show int) error {
 		return printWorkload(w, rep.Workload)
 	}
 	if p := rep.Pod; p != nil {
-		var out []PodNode
-		for _, n := range p.Nodes {
-			if n.RuledOut != "" {
-				out = append(out, n)
-			}
-		}
+		out := p.RuledOut()
 		if len(out) == 0 {
 			fmt.Fprintf(w, "pod %s/%s: the scheduler's node filters rule out none of the %d nodes.\n", p.Namespace, p.Name, len(p.Nodes))
 		} else {

@@ -30,6 +30,7 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/simulated"
+	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -64,7 +65,7 @@ devices:
 	}
 	objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "tp", UID: "u1"}, Spec: spec})
 	var out bytes.Buffer
-	if err := explain(context.Background(), &out, fake.NewClientset(objs...), "ml", "claim", "tp", 5); err != nil {
+	if err := explainText(context.Background(), &out, fake.NewClientset(objs...), "ml", "claim", "tp", 5); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"claim ml/tp is not allocated; it fits on 0 of 2 nodes", "l40s-a", "request pair: 0 devices here match"} {
@@ -128,7 +129,7 @@ var realNodeTaint = corev1.Taint{Key: "lab.gpudra.dev/real-node", Value: "true",
 func explainPod(t *testing.T, objs []runtime.Object) string {
 	t.Helper()
 	var out bytes.Buffer
-	if err := explain(context.Background(), &out, fake.NewClientset(objs...), "ml", "pod", "trainer", 5); err != nil {
+	if err := explainText(context.Background(), &out, fake.NewClientset(objs...), "ml", "pod", "trainer", 5); err != nil {
 		t.Fatal(err)
 	}
 	return out.String()
@@ -189,7 +190,7 @@ func TestExplainJSONReadsBack(t *testing.T) {
 		if err := printReport(&out, rep, format, 5); err != nil {
 			t.Fatal(err)
 		}
-		var back Report
+		var back explain.Report
 		if err := yaml.UnmarshalStrict(out.Bytes(), &back); err != nil {
 			t.Fatalf("-o %s does not read back: %v\n%s", format, err, out.String())
 		}
@@ -296,7 +297,7 @@ func TestExplainWorkload(t *testing.T) {
 			if err := printReport(&out, rep, "json", 5); err != nil {
 				t.Fatal(err)
 			}
-			var back Report
+			var back explain.Report
 			if err := json.Unmarshal(out.Bytes(), &back); err != nil || !reflect.DeepEqual(&back, rep) {
 				t.Errorf("-o json does not read back (%v):\n%s", err, out.String())
 			}
@@ -398,7 +399,7 @@ func TestExplainWorkloadShowsKueuesRefusal(t *testing.T) {
 			if err := printReport(&out, rep, "json", 5); err != nil {
 				t.Fatal(err)
 			}
-			var back Report
+			var back explain.Report
 			if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Workload == nil || back.Workload.Quota == nil ||
 				back.Workload.Quota.Reason != tc.reason || back.Workload.Quota.Message != tc.message {
 				t.Errorf("-o json (%v): %s, want Kueue's whole condition", err, out.String())
@@ -514,7 +515,7 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 		{Driver: "other.example.com", Pool: pool, Device: "gpu-1", Data: &runtime.RawExtension{Raw: []byte(data)}},
 	}
 	var out bytes.Buffer
-	if err := explain(context.Background(), &out, fake.NewClientset(objs...), "ml", "claim", "one-gpu", 5); err != nil {
+	if err := explainText(context.Background(), &out, fake.NewClientset(objs...), "ml", "claim", "one-gpu", 5); err != nil {
 		t.Fatal(err)
 	}
 	want := "  request gpu: gpu.gpudra.dev/" + pool + "/gpu-0\n" +
@@ -528,7 +529,7 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 // A usage whose memory NVML could not tell has no memoryUsedBytes: shown as unknown, not 0.
 func TestExplainShowsUnknownMemoryUse(t *testing.T) {
 	var out bytes.Buffer
-	printUsage(&out, &DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1})
+	printUsage(&out, &explain.DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1})
 	if got, want := out.String(), "    uses ? of 4.0 GiB memory, 1 process"; !strings.HasPrefix(got, want) {
 		t.Errorf("printUsage = %q, want it to begin with %q", got, want)
 	}
