@@ -371,10 +371,11 @@ type Summary struct {
 	Models                                  []ModelSummary
 }
 
-func (c *Cluster) summary() Summary {
+// summary counts the nodes' GPUs.
+func summary(nodes []*Node) Summary {
 	var s Summary
 	by := map[string]*ModelSummary{}
-	for _, n := range c.Nodes {
+	for _, n := range nodes {
 		s.Nodes++
 		if len(n.GPUs) > 0 && n.Free() == len(n.GPUs) {
 			s.FreeNodes++

@@ -31,6 +31,7 @@ type page struct {
 
 var funcs = template.FuncMap{
 	"join": strings.Join,
+	"list": func(v ...string) []string { return v },
 	"dict": func(kv ...any) (map[string]any, error) {
 		if len(kv)%2 != 0 {
 			return nil, fmt.Errorf("dict: odd number of arguments")
@@ -154,7 +155,10 @@ func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav
 }
 
 // ClusterPage is the cluster page's data.
+// Summary, Tainted, and the pages of Nodes and Gangs are those the listing's filters
+// keep: nodes by name and model, gangs by namespace and the nodes their pods run on.
 type ClusterPage struct {
+	List    Listing
 	Summary Summary
 	Nodes   []*Node
 	Tainted []TaintedDevice
@@ -162,12 +166,53 @@ type ClusterPage struct {
 	Error   string
 }
 
-func (s *Server) clusterPage(_ *http.Request, sc *scope) (string, string, any, int) {
+func (s *Server) clusterPage(r *http.Request, sc *scope) (string, string, any, int) {
+	l, err := parseListing(r)
+	if err != nil {
+		return "Cluster", "cluster", ClusterPage{List: l, Error: err.Error()}, http.StatusBadRequest
+	}
 	c, err := s.snapshot(sc)
 	if err != nil {
-		return "Cluster", "cluster", ClusterPage{Error: err.Error()}, http.StatusInternalServerError
+		return "Cluster", "cluster", ClusterPage{List: l, Error: err.Error()}, http.StatusInternalServerError
 	}
-	return "Cluster", "cluster", ClusterPage{Summary: c.summary(), Nodes: c.Nodes, Tainted: c.Tainted, Gangs: c.gangs()}, http.StatusOK
+	p := ClusterPage{List: l}
+	nodes := c.Nodes
+	if l.Node != "" || l.Model != "" {
+		nodes = nil
+		for _, n := range c.Nodes {
+			if matches(l.Node, n.Name) && matches(l.Model, n.Model()) {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	for _, t := range c.Tainted {
+		if matches(l.Node, t.Node) && (l.Model == "" || c.Node(t.Node) != nil && matches(l.Model, c.Node(t.Node).Model())) {
+			p.Tainted = append(p.Tainted, t)
+		}
+	}
+	var gangs []Gang
+	for _, g := range c.gangs() {
+		if l.Namespace != "" && g.Namespace != l.Namespace {
+			continue
+		}
+		if l.Node != "" {
+			pods := g.Pods[:0:0]
+			for _, gp := range g.Pods {
+				if gp.Node != "" && matches(l.Node, gp.Node) {
+					pods = append(pods, gp)
+				}
+			}
+			if len(pods) == 0 {
+				continue
+			}
+			g.Pods = pods
+		}
+		gangs = append(gangs, g)
+	}
+	p.Summary = summary(nodes)
+	p.Nodes = paginate(&p.List, nodes)
+	p.Gangs = paginate(&p.List, gangs)
+	return "Cluster", "cluster", p, http.StatusOK
 }
 
 // NodePage is the node page's data.
@@ -205,8 +250,34 @@ func (s *Server) nodePage(r *http.Request, sc *scope) (string, string, any, int)
 	return "Node " + name, "cluster", NodePage{Name: name, Node: n, Matrix: n.nvlinkMatrix(), Gangs: gangs}, http.StatusOK
 }
 
-func (s *Server) queuesPage(_ *http.Request, sc *scope) (string, string, any, int) {
-	return "Queues", "queues", s.queues(sc), http.StatusOK
+func (s *Server) queuesPage(r *http.Request, sc *scope) (string, string, any, int) {
+	l, err := parseListing(r)
+	if err != nil {
+		return "Queues", "queues", Queues{List: l, Error: err.Error()}, http.StatusBadRequest
+	}
+	q := s.queues(sc)
+	q.List = l
+	if l.Queue != "" {
+		queues := q.Queues[:0:0]
+		for _, v := range q.Queues {
+			if matches(l.Queue, v.Name) {
+				queues = append(queues, v)
+			}
+		}
+		q.Queues = queues
+	}
+	if l.Queue != "" || l.Namespace != "" {
+		pending := q.Pending[:0:0]
+		for _, p := range q.Pending {
+			if (l.Namespace == "" || p.Namespace == l.Namespace) && (matches(l.Queue, p.ClusterQueue) || matches(l.Queue, p.Queue)) {
+				pending = append(pending, p)
+			}
+		}
+		q.Pending = pending
+	}
+	q.Queues = paginate(&q.List, q.Queues)
+	q.Pending = paginate(&q.List, q.Pending)
+	return "Queues", "queues", q, http.StatusOK
 }
 
 func (s *Server) claimPage(r *http.Request, sc *scope) (string, string, any, int) {

@@ -54,6 +54,10 @@ type Queues struct {
 	Cohorts []CohortView
 	Queues  []QueueView
 	Pending []PendingWorkload
+	// List is the filters and page asked for: ClusterQueues by name, pending Workloads by
+	// namespace and queue.
+	List  Listing
+	Error string
 }
 
 // readKueue reads the cached objects of one Kueue resource the caller may read, typed.

@@ -361,3 +361,37 @@ func TestClaimPageShowsUsage(t *testing.T) {
 	})
 	contains(t, get(t, f.http.URL+"/pods/team-a/infer-1", http.StatusOK), want)
 }
+
+func TestClusterPageFiltersAndPages(t *testing.T) {
+	f := newFixture(t)
+	// One node per page: node b on page 2, a link back to page 1.
+	page := get(t, f.http.URL+"/?limit=1&page=2", http.StatusOK)
+	contains(t, page, `data-node="`+nodeB+`"`, "page 2 of 2", `href="/?limit=1"`)
+	lacks(t, page, `data-node="`+nodeA+`"`)
+
+	var cluster struct{ Data ClusterPage }
+	if err := json.Unmarshal([]byte(get(t, f.http.URL+"/?format=json&node="+nodeA+"&namespace=team-a", http.StatusOK)), &cluster); err != nil {
+		t.Fatal(err)
+	}
+	if d := cluster.Data; len(d.Nodes) != 1 || d.Nodes[0].Name != nodeA || d.Summary.GPUs != 8 || len(d.Gangs) != 2 {
+		t.Errorf("node %s of namespace team-a: %d nodes, %d GPUs, %d gangs; want 1, 8, 2", nodeA, len(d.Nodes), d.Summary.GPUs, len(d.Gangs))
+	}
+	page = get(t, f.http.URL+"/?model=no-such-gpu", http.StatusOK)
+	lacks(t, page, `data-node="`+nodeA+`"`, `data-node="`+nodeB+`"`)
+
+	for _, bad := range []string{"limit=0", "limit=x", "page=-1", "limit=1001"} {
+		status, body := fetch(t, f.http.URL+"/?"+bad)
+		if status != http.StatusBadRequest || !strings.Contains(body, "want a whole number from") {
+			t.Errorf("?%s: %d, want 400 naming the accepted range", bad, status)
+		}
+	}
+}
+
+func TestQueuesPageFilters(t *testing.T) {
+	f := newFixture(t)
+	contains(t, get(t, f.http.URL+"/queues?queue=team-a", http.StatusOK), `data-queue="team-a"`, "job-big-train-1a2b3")
+	page := get(t, f.http.URL+"/queues?queue=team-b", http.StatusOK)
+	contains(t, page, `data-queue="team-b"`)
+	lacks(t, page, `data-queue="team-a"`, "job-big-train-1a2b3")
+	lacks(t, get(t, f.http.URL+"/queues?namespace=team-b", http.StatusOK), "job-big-train-1a2b3")
+}
