@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -26,13 +27,31 @@ type Cache interface {
 // kueueKinds are the typed objects and lists of KueueResources, for a Cache.
 var kueueKinds = map[schema.GroupVersionResource]struct {
 	obj  client.Object
+	new  func() client.Object
 	list func() client.ObjectList
 }{
-	clusterQueuesGVR:   {&kueue.ClusterQueue{}, func() client.ObjectList { return &kueue.ClusterQueueList{} }},
-	cohortsGVR:         {&kueue.Cohort{}, func() client.ObjectList { return &kueue.CohortList{} }},
-	localQueuesGVR:     {&kueue.LocalQueue{}, func() client.ObjectList { return &kueue.LocalQueueList{} }},
-	workloadsGVR:       {&kueue.Workload{}, func() client.ObjectList { return &kueue.WorkloadList{} }},
-	admissionChecksGVR: {&kueue.AdmissionCheck{}, func() client.ObjectList { return &kueue.AdmissionCheckList{} }},
+	clusterQueuesGVR:   {&kueue.ClusterQueue{}, func() client.Object { return &kueue.ClusterQueue{} }, func() client.ObjectList { return &kueue.ClusterQueueList{} }},
+	cohortsGVR:         {&kueue.Cohort{}, func() client.Object { return &kueue.Cohort{} }, func() client.ObjectList { return &kueue.CohortList{} }},
+	localQueuesGVR:     {&kueue.LocalQueue{}, func() client.Object { return &kueue.LocalQueue{} }, func() client.ObjectList { return &kueue.LocalQueueList{} }},
+	workloadsGVR:       {&kueue.Workload{}, func() client.Object { return &kueue.Workload{} }, func() client.ObjectList { return &kueue.WorkloadList{} }},
+	admissionChecksGVR: {&kueue.AdmissionCheck{}, func() client.Object { return &kueue.AdmissionCheck{} }, func() client.ObjectList { return &kueue.AdmissionCheckList{} }},
+}
+
+// typedKueue is an informer transform that stores Kueue's objects typed, converted once
+// as they arrive rather than on every page. Anything else (a tombstone, say) passes as
+// it is.
+func typedKueue(gvr schema.GroupVersionResource) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return obj, nil
+		}
+		typed := kueueKinds[gvr].new()
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
+			return nil, fmt.Errorf("webview: reading %s %s/%s: %w", gvr.Resource, u.GetNamespace(), u.GetName(), err)
+		}
+		return typed, nil
+	}
 }
 
 // cacheSource reads a controller-runtime cache that its owner starts.

@@ -157,8 +157,35 @@ type Cluster struct {
 // Node returns the node by name, nil when it has no gpudra devices.
 func (c *Cluster) Node(name string) *Node { return c.byName[name] }
 
-// snapshot joins the cached objects the request's caller may read.
+// snapshot joins the cached objects the request's caller may read. For a caller who may
+// read all of them, the model is built once per burst of changes (per "changed" event)
+// and shared by every request until the next; others get one of their own.
 func (s *Server) snapshot(sc *scope) (*Cluster, error) {
+	if sc.can(nodesResource, "") && sc.can(slicesResource, "") && sc.can(claimsResource, "") && sc.can(podsResource, "") {
+		return s.sharedModel(sc)
+	}
+	return s.build(sc)
+}
+
+// sharedModel is the model of everything, rebuilt when the version changed.
+func (s *Server) sharedModel(sc *scope) (*Cluster, error) {
+	s.modelMu.Lock()
+	defer s.modelMu.Unlock()
+	s.mu.Lock()
+	v := s.version
+	s.mu.Unlock()
+	if s.model != nil && s.modelVersion == v {
+		return s.model, nil
+	}
+	c, err := s.build(sc)
+	if err != nil {
+		return nil, err
+	}
+	s.model, s.modelVersion = c, v
+	return c, nil
+}
+
+func (s *Server) build(sc *scope) (*Cluster, error) {
 	var nodes []*corev1.Node
 	var sl []*resourceapi.ResourceSlice
 	var err error

@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -60,25 +58,21 @@ type Queues struct {
 	Error string
 }
 
-// readKueue reads the cached objects of one Kueue resource the caller may read, typed.
-func readKueue[T any](s *Server, sc *scope, gvr schema.GroupVersionResource, namespaced bool) []T {
+// readKueue reads the cached objects of one Kueue resource the caller may read; the
+// caches hold them typed (typedKueue), and the view only reads them.
+func readKueue[T any](s *Server, sc *scope, gvr schema.GroupVersionResource, namespaced bool) []*T {
 	if !namespaced && !sc.canCluster(gvr.GroupResource()) {
 		return nil
 	}
 	objs := s.src.kueueList(sc.ctx, gvr)
-	out := make([]T, 0, len(objs))
+	out := make([]*T, 0, len(objs))
 	for _, o := range objs {
 		m, err := meta.Accessor(o)
 		if err != nil || (namespaced && !sc.can(gvr.GroupResource(), m.GetNamespace())) {
 			continue
 		}
 		if typed, ok := any(o).(*T); ok {
-			out = append(out, *typed)
-		} else if u, ok := o.(*unstructured.Unstructured); ok {
-			var v T
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err == nil {
-				out = append(out, v)
-			}
+			out = append(out, typed)
 		}
 	}
 	return out

@@ -70,6 +70,12 @@ type Server struct {
 	version uint64
 	subs    map[chan uint64]struct{}
 	pending bool
+
+	// model is the model of everything at modelVersion, shared by the requests of
+	// callers who may read everything (snapshot).
+	modelMu      sync.Mutex
+	model        *Cluster
+	modelVersion uint64
 }
 
 // New makes a Server; Start begins watching.

@@ -55,7 +55,6 @@ type informerSource struct {
 	sliceL    resourcelisters.ResourceSliceLister
 	claimL    resourcelisters.ResourceClaimLister
 	classL    resourcelisters.DeviceClassLister
-	kueueLst  map[schema.GroupVersionResource]cache.GenericLister
 	kueueInfs map[schema.GroupVersionResource]cache.SharedIndexInformer
 }
 
@@ -96,14 +95,15 @@ func (s *informerSource) start(ctx context.Context, changed func()) error {
 	}
 	if s.kueue {
 		s.dyn = dynamicinformer.NewDynamicSharedInformerFactory(s.dynClient, 0)
-		s.kueueLst = map[schema.GroupVersionResource]cache.GenericLister{}
 		s.kueueInfs = map[schema.GroupVersionResource]cache.SharedIndexInformer{}
 		for _, gvr := range KueueResources {
 			inf := s.dyn.ForResource(gvr)
+			if err := inf.Informer().SetTransform(typedKueue(gvr)); err != nil {
+				return err
+			}
 			if _, err := inf.Informer().AddEventHandler(handler); err != nil {
 				return err
 			}
-			s.kueueLst[gvr] = inf.Lister()
 			s.kueueInfs[gvr] = inf.Informer()
 		}
 	}
@@ -161,9 +161,13 @@ func (s *informerSource) kueueList(_ context.Context, gvr schema.GroupVersionRes
 	if !s.kueueRead(gvr) {
 		return nil
 	}
-	objs, err := s.kueueLst[gvr].List(labels.Everything())
-	if err != nil {
-		return nil
+	// The dynamic lister insists on unstructured objects; the store holds typed ones.
+	items := s.kueueInfs[gvr].GetStore().List()
+	objs := make([]runtime.Object, 0, len(items))
+	for _, it := range items {
+		if o, ok := it.(runtime.Object); ok {
+			objs = append(objs, o)
+		}
 	}
 	return objs
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
 func get(t *testing.T, url string, want int) string {
@@ -394,4 +395,50 @@ func TestQueuesPageFilters(t *testing.T) {
 	contains(t, page, `data-queue="team-b"`)
 	lacks(t, page, `data-queue="team-a"`, "job-big-train-1a2b3")
 	lacks(t, get(t, f.http.URL+"/queues?namespace=team-b", http.StatusOK), "job-big-train-1a2b3")
+}
+
+// Kueue's objects are converted from unstructured once, as the informer stores them, not
+// on every page.
+func TestKueueObjectsAreStoredTyped(t *testing.T) {
+	f := newFixture(t)
+	items := f.srv.src.(*informerSource).kueueInfs[workloadsGVR].GetStore().List()
+	if len(items) == 0 {
+		t.Fatal("no Workload cached")
+	}
+	for _, it := range items {
+		if _, ok := it.(*kueue.Workload); !ok {
+			t.Errorf("the cache holds a %T, want *v1beta2.Workload", it)
+		}
+	}
+}
+
+// Tabs share one model of the cluster until the next burst of changes.
+func TestModelIsBuiltOncePerChange(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	snapshot := func() *Cluster {
+		c, err := f.srv.snapshot(&scope{ctx: ctx, seen: map[accessKey]bool{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// Two requests with no change between them get the same model (the fixture's own
+	// changes may still be arriving at first).
+	var first *Cluster
+	eventually(t, func() bool {
+		first = snapshot()
+		return snapshot() == first
+	})
+	if _, err := f.kube.CoreV1().Pods(testNS).Create(ctx, gpuPod("late-0", "late", nodeB, "train-0-gpu"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		for _, p := range snapshot().Pods {
+			if p.Name == "late-0" {
+				return true
+			}
+		}
+		return false
+	})
 }
