@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -152,6 +153,10 @@ type Cluster struct {
 	Tainted []TaintedDevice
 	Claims  []*resourceapi.ResourceClaim
 	Pods    []*corev1.Pod
+
+	// gangList is gangs(), built once: the model is shared by requests and read only.
+	gangsOnce sync.Once
+	gangList  []Gang
 }
 
 // Node returns the node by name, nil when it has no gpudra devices.
@@ -462,8 +467,14 @@ type GangPod struct {
 	Devices           []string
 }
 
-// gangs groups the pods that have resource claims by controlling owner.
+// gangs groups the pods that have resource claims by controlling owner. Callers must not
+// change what it returns.
 func (c *Cluster) gangs() []Gang {
+	c.gangsOnce.Do(func() { c.gangList = c.buildGangs() })
+	return c.gangList
+}
+
+func (c *Cluster) buildGangs() []Gang {
 	claimDevices := map[string][]string{}
 	for _, cl := range c.Claims {
 		if a := cl.Status.Allocation; a != nil {
