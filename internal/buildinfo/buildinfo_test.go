@@ -120,3 +120,29 @@ func TestCollectorIsOneGauge(t *testing.T) {
 		t.Errorf("go_version %q, want %q", got, runtime.Version())
 	}
 }
+
+func TestParseVersionTakesASemanticVersionWithOrWithoutV(t *testing.T) {
+	for in, want := range map[string]string{
+		"v1.2.3":           "v1.2.3",
+		"1.2.3":            "v1.2.3",
+		"1.2.3-rc.1":       "v1.2.3-rc.1",
+		"v0.0.0-4-gabcdef": "v0.0.0-4-gabcdef",
+	} {
+		if got, err := ParseVersion(in); err != nil || got != want {
+			t.Errorf("ParseVersion(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "1.2", "latest", "v1.2.3+build.5", "abcdef0"} {
+		if got, err := ParseVersion(bad); err == nil || !strings.Contains(err.Error(), "semantic version") {
+			t.Errorf("ParseVersion(%q) = %q, %v; want an error naming a semantic version", bad, got, err)
+		}
+	}
+}
+
+func TestChartVersionDropsTheLeadingV(t *testing.T) {
+	for version, want := range map[string]string{"v1.2.3": "1.2.3", "v0.0.0-abcdef0-dirty": "0.0.0-abcdef0-dirty"} {
+		if got := ChartVersion(version); got != want {
+			t.Errorf("ChartVersion(%q) = %q, want %q", version, got, want)
+		}
+	}
+}

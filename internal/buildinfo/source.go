@@ -2,10 +2,13 @@ package buildinfo
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
 	"time"
+
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // Source is what a build is made from, for LinkerFlags.
@@ -75,3 +78,18 @@ func FromGit(ctx context.Context, repo string) Source {
 	}
 	return s
 }
+
+// ParseVersion is a version given by hand (make release VERSION=...): a semantic version,
+// its leading v optional, returned with it (v1.2.3-rc.1). Build metadata (+...) is refused:
+// an image tag cannot hold a +.
+func ParseVersion(s string) (string, error) {
+	v := "v" + strings.TrimPrefix(strings.TrimSpace(s), "v")
+	if _, err := utilversion.ParseSemantic(v); err != nil || strings.Contains(v, "+") {
+		return "", fmt.Errorf("version %q: want a semantic version without build metadata, such as v1.2.3, 1.2.3 or v1.2.3-rc.1", s)
+	}
+	return v, nil
+}
+
+// ChartVersion is version as a Helm chart's version and appVersion and gpudra's image tags
+// write it: without the leading v (v1.2.3-4-gabcdef0 → 1.2.3-4-gabcdef0).
+func ChartVersion(version string) string { return strings.TrimPrefix(version, "v") }
