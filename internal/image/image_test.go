@@ -1,4 +1,4 @@
-package lab
+package image
 
 import (
 	"archive/tar"
@@ -16,12 +16,12 @@ import (
 // carries the files and the folders a runtime mounts over, for this machine's platform.
 func TestImageArchiveHoldsEachNamedImageWithItsFiles(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "images.tar")
-	files := []layerFile{{Path: "usr/bin/probe", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}
+	files := []File{{Path: "usr/bin/probe", Mode: 0o755, Data: []byte("#!/bin/sh\n")}}
 	configs := map[string]v1.Config{
-		PauseImage: {Entrypoint: []string{"/usr/bin/probe", "pause"}},
-		ProbeImage: {Entrypoint: []string{"/usr/bin/probe", "report"}, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
+		"example.com/pause:v1": {Entrypoint: []string{"/usr/bin/probe", "pause"}},
+		"example.com/probe:v1": {Entrypoint: []string{"/usr/bin/probe", "report"}, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}},
 	}
-	if err := writeImageArchive(out, files, configs); err != nil {
+	if err := WriteArchive(out, files, configs); err != nil {
 		t.Fatal(err)
 	}
 	var layers []v1.Hash
@@ -54,7 +54,7 @@ func TestImageArchiveHoldsEachNamedImageWithItsFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		entries := map[string]string{}
+		entries, modes := map[string]string{}, map[string]int64{}
 		tr := tar.NewReader(rc)
 		for {
 			h, err := tr.Next()
@@ -65,13 +65,16 @@ func TestImageArchiveHoldsEachNamedImageWithItsFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			data, _ := io.ReadAll(tr)
-			entries[h.Name] = string(data)
+			entries[h.Name], modes[h.Name] = string(data), h.Mode
 		}
 		rc.Close()
-		for _, dir := range []string{"dev/", "proc/", "sys/", "usr/", "usr/bin/"} {
+		for _, dir := range []string{"dev/", "proc/", "sys/", "tmp/", "usr/", "usr/bin/"} {
 			if _, ok := entries[dir]; !ok {
 				t.Errorf("%s: layer lacks %s", n, dir)
 			}
+		}
+		if modes["tmp/"] != 0o1777 {
+			t.Errorf("%s: tmp/ has mode %o, want 1777 (writable by a non-root user)", n, modes["tmp/"])
 		}
 		if entries["usr/bin/probe"] != "#!/bin/sh\n" {
 			t.Errorf("%s: usr/bin/probe is %q", n, entries["usr/bin/probe"])
