@@ -22,6 +22,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/internal/helmchart"
+	"github.com/gpudra/gpudra/internal/release"
 )
 
 // Chart mode (`install: chart` in the lab file): the lab installs gpudra with helm from
@@ -38,8 +39,8 @@ import (
 // kubeconfig (in place of the in-cluster one), the node's lab folders in place of host
 // paths, and listen addresses on 127.0.0.1. The webhook is called at a URL on 127.0.0.1
 // (the chart's webhook.url), since the lab has no kube-proxy (see controller.go). Real
-// (kubelet) nodes run their pool's pod themselves, as a container of the gpudra image (see
-// chartValues).
+// (kubelet) nodes run their pool's pod themselves, as a container of the plugin's image (see
+// chartValues and PluginImage).
 const (
 	chartRelease   = "gpudra"
 	chartNamespace = controllerNamespace
@@ -107,9 +108,9 @@ func (u *upper) chartValues() ([]byte, error) {
 		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}, MPSControlDaemons: "process"})
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
-	// A real node's kubelet runs its pool's pod as a container of the gpudra image: in the
-	// host's network (the lab has no kube-proxy, so it reaches the API server at
-	// kubernetesService), with the node's own folders as host paths. Its taint keeps the
+	// A real node's kubelet runs its pool's pod as a container of the plugin's image
+	// (PluginImage): in the host's network (the lab has no kube-proxy, so it reaches the API
+	// server at kubernetesService), with the node's own folders as host paths. Its taint keeps the
 	// simulated pools' pods off it.
 	for _, n := range u.state.RealNodes() {
 		p := u.layout.realNode(n.Name)
@@ -131,10 +132,10 @@ func (u *upper) chartValues() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API server address %q: %w", u.state.Server, err)
 	}
-	repo, tag, _ := strings.Cut(GpudraImage, ":")
 	controller, webhook := u.chartControllerValues()
 	values := map[string]any{
-		"image":             map[string]any{"repository": repo, "tag": tag},
+		// The plugin's image the real nodes import (PluginImage).
+		"image":             map[string]any{"registry": release.DefaultRegistry, "tag": pluginImageTag(context.Background(), u.opts.Repo)},
 		"kubernetesService": map[string]any{"host": apiHost, "port": apiPort},
 		"kubeletPlugin":     map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
 		// The controller's replicas and their webhook (controller.go).

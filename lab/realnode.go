@@ -146,12 +146,12 @@ func (u *upper) startRealNodes(ctx context.Context, plugin string) error {
 	if err := buildImages(ctx, u.out, u.opts.Repo, images); err != nil {
 		return err
 	}
-	gpudra := filepath.Join(u.layout.BinDir(), "gpudra-image.tar")
-	if err := BuildGpudraImage(ctx, u.out, u.opts.Repo, gpudra); err != nil {
+	pluginImage := filepath.Join(u.layout.BinDir(), "gpudra-kubelet-plugin-image.tar")
+	if err := BuildPluginImage(ctx, u.out, u.opts.Repo, pluginImage); err != nil {
 		return err
 	}
 	for _, n := range u.state.RealNodes() {
-		if err := u.startRealNode(ctx, n, plugin, []string{images, gpudra}); err != nil {
+		if err := u.startRealNode(ctx, n, plugin, []string{images, pluginImage}); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/kubeletplugin"
 	"github.com/gpudra/gpudra/lab"
 
@@ -811,38 +812,36 @@ func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
 	}
 }
 
-// TestRealNodeRunsTheGpudraImage: the gpudra image the lab builds (the Helm chart's default
-// image name; binaries with the C libraries they load) runs in a real container: its CLI
-// renders a simulated node there.
-func TestRealNodeRunsTheGpudraImage(t *testing.T) {
+// TestRealNodeRunsThePluginImage: the kubelet plugin's image the lab builds as a release does
+// (the Helm chart's image name; the binary with the C libraries it loads) runs in a real
+// container: the plugin starts there and reports the version it was built with.
+func TestRealNodeRunsThePluginImage(t *testing.T) {
 	node := realNode(t)
 	ns := namespace(t, "real-node-image")
-	pod := lab.RealNodePod(ns, "inspect", node, nil)
+	pod := lab.RealNodePod(ns, "version", node, nil)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	pod.Spec.Containers[0].Name = "gpudra"
-	pod.Spec.Containers[0].Image = lab.GpudraImage
-	pod.Spec.Containers[0].Command = []string{"gpudra", "inspect", "--nvml=sim:l40s-pcie", "--node-name=in-a-container"}
+	pod.Spec.Containers[0].Name = "plugin"
+	pod.Spec.Containers[0].Image = lab.PluginImage(t.Context(), repo)
+	pod.Spec.Containers[0].Command = []string{"gpudra-kubelet-plugin", "--version"}
 	if _, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var out string
-	eventually(t, 2*time.Minute, "gpudra inspect runs to completion in the gpudra image", func(ctx context.Context) error {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, "inspect", metav1.GetOptions{})
+	eventually(t, 2*time.Minute, "gpudra-kubelet-plugin --version runs to completion in its image", func(ctx context.Context) error {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "version", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		out, _ = lab.PodLog(state, node, ns, "inspect", "gpudra")
+		out, _ = lab.PodLog(state, node, ns, "version", "plugin")
 		switch p.Status.Phase {
 		case corev1.PodSucceeded:
 			return nil
 		case corev1.PodFailed:
-			t.Fatalf("gpudra inspect failed in the image:\n%s", out)
+			t.Fatalf("gpudra-kubelet-plugin --version failed in the image:\n%s", out)
 		}
 		return fmt.Errorf("pod is %s%s", p.Status.Phase, schedulingMessage(p))
 	})
-	for _, want := range []string{"L40S", "in-a-container"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("gpudra inspect in the image did not print %q:\n%s", want, out)
-		}
+	if want := "gpudra-kubelet-plugin " + buildinfo.FromGit(t.Context(), repo).Version + " "; !strings.HasPrefix(out, want) {
+		t.Errorf("gpudra-kubelet-plugin --version in the image printed %q, want it to start with %q", out, want)
 	}
 }

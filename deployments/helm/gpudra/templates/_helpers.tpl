@@ -7,9 +7,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* The one gpudra image. */}}
+{{/* The image of a gpudra binary: <image.registry>/<binary>:<image.tag or appVersion>.
+     Args: list of the root context and the binary. */}}
 {{- define "gpudra.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $root := index . 0 -}}
+{{ $root.Values.image.registry | trimSuffix "/" }}/{{ index . 1 }}:{{ $root.Values.image.tag | default $root.Chart.AppVersion }}
 {{- end -}}
 
 {{/* The Service name of gpudra-controller (the webhook's default certificate names use it). */}}
