@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/helmchart"
 	"github.com/gpudra/gpudra/internal/release"
 )
@@ -40,7 +41,7 @@ import (
 // paths, and listen addresses on 127.0.0.1. The webhook is called at a URL on 127.0.0.1
 // (the chart's webhook.url), since the lab has no kube-proxy (see controller.go). Real
 // (kubelet) nodes run their pool's pod themselves, as a container of the plugin's image (see
-// chartValues and PluginImage).
+// chartValues and State.PluginImage).
 const (
 	chartRelease   = "gpudra"
 	chartNamespace = controllerNamespace
@@ -109,7 +110,7 @@ func (u *upper) chartValues() ([]byte, error) {
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	// A real node's kubelet runs its pool's pod as a container of the plugin's image
-	// (PluginImage): in the host's network (the lab has no kube-proxy, so it reaches the API
+	// (State.PluginImage): in the host's network (the lab has no kube-proxy, so it reaches the API
 	// server at kubernetesService), with the node's own folders as host paths. Its taint keeps the
 	// simulated pools' pods off it.
 	for _, n := range u.state.RealNodes() {
@@ -134,8 +135,8 @@ func (u *upper) chartValues() ([]byte, error) {
 	}
 	controller, webhook := u.chartControllerValues()
 	values := map[string]any{
-		// The plugin's image the real nodes import (PluginImage).
-		"image":             map[string]any{"registry": release.DefaultRegistry, "tag": pluginImageTag(context.Background(), u.opts.Repo)},
+		// The plugin's image the real nodes import (State.PluginImage).
+		"image":             map[string]any{"registry": release.DefaultRegistry, "tag": buildinfo.ChartVersion(u.pluginImage(context.Background()).Version)},
 		"kubernetesService": map[string]any{"host": apiHost, "port": apiPort},
 		"kubeletPlugin":     map[string]any{"defaultPool": false, "pools": pools, "privileged": false},
 		// The controller's replicas and their webhook (controller.go).

@@ -48,29 +48,31 @@ func buildImages(ctx context.Context, progress io.Writer, repo, out string) erro
 	})
 }
 
-// PluginImage is the name of the kubelet plugin's image the lab builds from the gpudra
-// repository at repo: the release's image for the tree's version (internal/release), which
-// the lab's chart values name, so that the chart's pods find it without a registry.
-func PluginImage(ctx context.Context, repo string) string {
-	return release.Plugin.Ref(release.DefaultRegistry, pluginImageTag(ctx, repo))
+// pluginImage is what the lab's kubelet plugin image is built from: the tree's version, read
+// once per lab up, so that the chart's values and the image the real nodes import agree. Its
+// name, the release's image of that version (internal/release), is kept in the lab's state
+// (State.PluginImage): the chart's pods find it without a registry.
+func (u *upper) pluginImage(ctx context.Context) buildinfo.Source {
+	if u.pluginSource == nil {
+		src := buildinfo.FromGit(ctx, u.opts.Repo)
+		u.pluginSource = &src
+		u.state.PluginImage = release.Plugin.Ref(release.DefaultRegistry, buildinfo.ChartVersion(src.Version))
+	}
+	return *u.pluginSource
 }
 
-// pluginImageTag is PluginImage's tag: the tree's version as a release writes it.
-func pluginImageTag(ctx context.Context, repo string) string {
-	return buildinfo.ChartVersion(buildinfo.FromGit(ctx, repo).Version)
-}
-
-// BuildPluginImage builds gpudra-kubelet-plugin as a release does and writes its image (the
-// binary and the C libraries it loads from this machine) as an image archive at out, named
-// PluginImage.
-func BuildPluginImage(ctx context.Context, progress io.Writer, repo, out string) error {
+// buildPluginImage builds gpudra-kubelet-plugin from src as a release does and writes its
+// image (the binary and the C libraries it loads from this machine) as an image archive at
+// out, named State.PluginImage.
+func (u *upper) buildPluginImage(ctx context.Context, out string) error {
 	dir, err := os.MkdirTemp("", "gpudra-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	fmt.Fprintf(progress, "Building %s from %s\n", PluginImage(ctx, repo), repo)
-	b := release.Builder{Repo: repo, Source: buildinfo.FromGit(ctx, repo), Registry: release.DefaultRegistry, Work: dir}
+	src := u.pluginImage(ctx)
+	fmt.Fprintf(u.out, "Building %s from %s\n", u.state.PluginImage, u.opts.Repo)
+	b := release.Builder{Repo: u.opts.Repo, Source: src, Registry: release.DefaultRegistry, Work: dir}
 	if _, err := b.Image(ctx, release.Plugin, out); err != nil {
 		return &ComponentError{Component: "gpudra-kubelet-plugin image", Err: err}
 	}

@@ -147,7 +147,7 @@ func (u *upper) startRealNodes(ctx context.Context, plugin string) error {
 		return err
 	}
 	pluginImage := filepath.Join(u.layout.BinDir(), "gpudra-kubelet-plugin-image.tar")
-	if err := BuildPluginImage(ctx, u.out, u.opts.Repo, pluginImage); err != nil {
+	if err := u.buildPluginImage(ctx, pluginImage); err != nil {
 		return err
 	}
 	for _, n := range u.state.RealNodes() {

@@ -53,6 +53,9 @@ type State struct {
 	RealNodesLeftOut string `json:"realNodesLeftOut,omitempty"`
 	// ControllerReplicas is how many gpudra-controller replicas run (0: none, without Kueue).
 	ControllerReplicas int `json:"controllerReplicas,omitempty"`
+	// PluginImage is the kubelet plugin's image the lab built for its real nodes and names in
+	// its chart values (ghcr.io/gpudra/gpudra-kubelet-plugin:<the tree's version>).
+	PluginImage string `json:"pluginImage,omitempty"`
 }
 
 // RealNodes are the lab's running real (kubelet) nodes.

@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/buildinfo"
 )
 
 // Options configure Up.
@@ -54,6 +56,8 @@ type upper struct {
 	caPool *x509.CertPool
 	client kubernetes.Interface
 	out    io.Writer
+	// pluginSource is what the plugin's image is built from (pluginImage).
+	pluginSource *buildinfo.Source
 }
 
 func (u *upper) port(name string) int {

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/kubeletplugin"
 	"github.com/gpudra/gpudra/lab"
 
@@ -821,7 +820,10 @@ func TestRealNodeRunsThePluginImage(t *testing.T) {
 	pod := lab.RealNodePod(ns, "version", node, nil)
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	pod.Spec.Containers[0].Name = "plugin"
-	pod.Spec.Containers[0].Image = lab.PluginImage(t.Context(), repo)
+	if state.PluginImage == "" {
+		t.Fatal("the lab's state names no plugin image")
+	}
+	pod.Spec.Containers[0].Image = state.PluginImage
 	pod.Spec.Containers[0].Command = []string{"gpudra-kubelet-plugin", "--version"}
 	if _, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -841,7 +843,7 @@ func TestRealNodeRunsThePluginImage(t *testing.T) {
 		}
 		return fmt.Errorf("pod is %s%s", p.Status.Phase, schedulingMessage(p))
 	})
-	if want := "gpudra-kubelet-plugin " + buildinfo.FromGit(t.Context(), repo).Version + " "; !strings.HasPrefix(out, want) {
+	if want := "gpudra-kubelet-plugin v" + state.PluginImage[strings.LastIndex(state.PluginImage, ":")+1:] + " "; !strings.HasPrefix(out, want) {
 		t.Errorf("gpudra-kubelet-plugin --version in the image printed %q, want it to start with %q", out, want)
 	}
 }
