@@ -37,6 +37,7 @@ var valueSets = map[string][]string{
 		`topology.blocks=[{"name":"b1","racks":[{"name":"r1","tor":"t1","nodes":["n1","n2"]}]}]`,
 		`kueue.topologyFlavorNodeLabels={"nvidia.com/gpu.present":"true"}`},
 	"tuned controller": {"controller.kubeAPIQPS=50", "controller.kubeAPIBurst=100", "controller.admissionCheckWorkers=32"},
+	"scheduler":        {"scheduler.enabled=true", "scheduler.replicas=2"},
 }
 
 // realNodeValues adds what a lab's real node (a kubelet without kube-proxy) gets: a pool in
