@@ -31,7 +31,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all browser build build-nocgo generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
+.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -41,6 +41,10 @@ build: ## build the binaries into bin/
 
 build-nocgo: ## build gpudra-controller and gpudra-scheduler with CGO_ENABLED=0 (they link no NVML code), into a scratch folder
 	@out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; CGO_ENABLED=0 go build -ldflags "$(LDFLAGS)" -o "$$out/" ./cmd/gpudra-controller ./cmd/gpudra-scheduler && echo "gpudra-controller and gpudra-scheduler build with CGO_ENABLED=0"
+
+release: ## a release under _output/release/<version>/, offline, without docker: images of gpudra-kubelet-plugin, gpudra-controller and gpudra-scheduler, their SBOMs, the packaged chart (docs/release.md)
+	lab/toolchain.sh helm
+	go run ./hack/release --version=$(VERSION) --helm="$$(lab/toolchain.sh --dir helm)/bin/helm"
 
 lint: ## gofmt, go vet and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
