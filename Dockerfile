@@ -18,7 +18,7 @@ ARG VERSION=v0.0.0-dev
 ARG GIT_COMMIT=
 ARG BUILD_DATE=
 ENV GOTOOLCHAIN=local \
-    LDFLAGS_VERSION="-X k8s.io/component-base/version.gitVersion=${VERSION} -X k8s.io/component-base/version.gitCommit=${GIT_COMMIT} -X k8s.io/component-base/version.buildDate=${BUILD_DATE}"
+    LDFLAGS_VERSION="-s -w -X k8s.io/component-base/version.gitVersion=${VERSION} -X k8s.io/component-base/version.gitCommit=${GIT_COMMIT} -X k8s.io/component-base/version.buildDate=${BUILD_DATE}"
 # The kubelet plugin links go-nvml's C bindings (libnvidia-ml.so is loaded from the host's
 # driver at run time); the controller and the scheduler are static.
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \

@@ -106,7 +106,7 @@ func SBOM(c Contents, version string, created time.Time) (*spdx.Document, error)
 					PackageName: o.name, PackageSPDXIdentifier: pid, PackageVersion: o.version,
 					PackageDownloadLocation: noAssertion, PrimaryPackagePurpose: "LIBRARY",
 					PackageExternalReferences: []*spdx.PackageExternalReference{{Category: common.CategoryPackageManager, RefType: "purl",
-						Locator: fmt.Sprintf("pkg:deb/%s/%s@%s?arch=%s", o.vendor, o.name, o.version, o.arch)}},
+						Locator: fmt.Sprintf("pkg:deb/%s/%s@%s?arch=%s", o.vendor, o.name, strings.ReplaceAll(o.version, "+", "%2B"), o.arch)}},
 				})
 				relate(imageID, common.TypeRelationshipContains, pid)
 			}
