@@ -43,8 +43,7 @@ build-nocgo: ## build gpudra-controller and gpudra-scheduler with CGO_ENABLED=0 
 	@out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; CGO_ENABLED=0 go build -ldflags "$(LDFLAGS)" -o "$$out/" ./cmd/gpudra-controller ./cmd/gpudra-scheduler && echo "gpudra-controller and gpudra-scheduler build with CGO_ENABLED=0"
 
 release: ## a release under _output/release/<version>/, offline, without docker: images of gpudra-kubelet-plugin, gpudra-controller and gpudra-scheduler, their SBOMs, the packaged chart (docs/release.md)
-	lab/toolchain.sh helm
-	go run ./hack/release --version=$(VERSION) --helm="$$(lab/toolchain.sh --dir helm)/bin/helm"
+	go run ./hack/release --version=$(VERSION)
 
 lint: ## gofmt, go vet and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -1,5 +1,3 @@
-//go:build e2e
-
 package helm_test
 
 import (
@@ -138,7 +136,7 @@ func TestSchedulerReplacesTheDefaultProfile(t *testing.T) {
 	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "default-scheduler" {
 		t.Errorf("profiles %+v, want one named default-scheduler", cfg.Profiles)
 	}
-	out, err := helmCmd(t, templateArgs([]string{"scheduler.enabled=true", "scheduler.schedulerName=GPU_Scheduler"})...)
+	out, err := template(t, []string{"scheduler.enabled=true", "scheduler.schedulerName=GPU_Scheduler"})
 	if err == nil || !strings.Contains(out, `scheduler.schedulerName="GPU_Scheduler": must be a DNS label`) {
 		t.Errorf("a bad scheduler name: err %v, output should name scheduler.schedulerName:\n%s", err, out)
 	}

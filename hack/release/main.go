@@ -20,7 +20,6 @@ func main() {
 	flag.StringVar(&o.Out, "out", "_output/release", "the folder the release goes under, in <version>/")
 	flag.StringVar(&o.Version, "version", "", "the release's version, a semantic version (default: from git describe --tags --always --dirty)")
 	flag.StringVar(&o.Registry, "registry", release.DefaultRegistry, "the images' registry and path: each is <registry>/<binary>:<version without v>")
-	flag.StringVar(&o.Helm, "helm", "", "the helm binary that packages the chart (make release passes lab/toolchain.sh's)")
 	flag.StringVar(&o.CABundle, "ca-bundle", "", "PEM file of the CA certificates the images carry (default: this machine's)")
 	flag.Parse()
 	o.Progress = os.Stderr

@@ -209,3 +209,11 @@ func Install(ctx context.Context, kubeconfig, dir string, o Options, v Values) (
 
 // Load loads the chart in dir (for callers that read its metadata).
 func Load(dir string) (*chart.Chart, error) { return loader.Load(dir) }
+
+// Package packages the chart in dir as `helm package --version --app-version
+// --destination` does and returns the archive's path (<dest>/<name>-<version>.tgz).
+func Package(dir, version, appVersion, dest string) (string, error) {
+	p := action.NewPackage()
+	p.Version, p.AppVersion, p.Destination = version, appVersion, dest
+	return p.Run(dir, nil)
+}

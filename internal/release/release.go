@@ -19,10 +19,10 @@ type Options struct {
 	// Version overrides the version of the repository's git description (any semantic
 	// version, buildinfo.ParseVersion).
 	Version string
-	// Registry names the images (DefaultRegistry); Helm is the helm binary's path;
-	// CABundle the CA certificates the images carry (empty: this machine's).
-	Registry, Helm, CABundle string
-	Progress                 io.Writer
+	// Registry names the images (DefaultRegistry); CABundle the CA certificates the
+	// images carry (empty: this machine's).
+	Registry, CABundle string
+	Progress           io.Writer
 }
 
 // Result is what a release wrote.
@@ -81,7 +81,7 @@ func Make(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	fmt.Fprintf(o.Progress, "Packaging the chart %s\n", ChartDir)
-	chart, err := PackageChart(ctx, o.Helm, filepath.Join(o.Repo, ChartDir), b.Tag(), r.Dir)
+	chart, err := PackageChart(filepath.Join(o.Repo, ChartDir), b.Tag(), r.Dir)
 	if err != nil {
 		return r, err
 	}
