@@ -15,7 +15,7 @@ var usageWriters sync.Map // *Driver → *usageStatus
 // the plugin does every Usage.StatusInterval, where it changed meaningfully since d
 // last wrote it.
 func WriteUsageStatus(ctx context.Context, d *Driver) {
-	w, _ := usageWriters.LoadOrStore(d, &usageStatus{d: d, sampler: usageCollectorIn(d.metrics).sampler.Load(), written: map[types.UID][]UsageData{}})
+	w, _ := usageWriters.LoadOrStore(d, &usageStatus{d: d, sampler: usageCollectorIn(d.metrics).sampler.Load(), written: map[types.UID]deviceStatuses{}})
 	w.(*usageStatus).writeAll(ctx)
 }
 

@@ -3,12 +3,18 @@ package kubeletplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -134,11 +140,17 @@ func usageChanged(was, now []UsageData) bool {
 	return false
 }
 
-// usageStatus writes the prepared claims' usage to their status.devices.
+// usageStatus writes the prepared claims' usage and readiness to their status.devices.
 type usageStatus struct {
 	d       *Driver
 	sampler *usageSampler
-	written map[types.UID][]UsageData
+	written map[types.UID]deviceStatuses
+}
+
+// deviceStatuses are what was last written for a claim's devices, in its devices' order.
+type deviceStatuses struct {
+	usages []UsageData
+	ready  []readiness
 }
 
 // startUsageStatus writes the prepared claims' usage to their status every
@@ -152,7 +164,7 @@ func (d *Driver) startUsageStatus(ctx context.Context) {
 	if every <= 0 {
 		every = defaultUsageStatusInterval
 	}
-	w := &usageStatus{d: d, sampler: u.sampler.Load(), written: map[types.UID][]UsageData{}}
+	w := &usageStatus{d: d, sampler: u.sampler.Load(), written: map[types.UID]deviceStatuses{}}
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -167,8 +179,8 @@ func (d *Driver) startUsageStatus(ctx context.Context) {
 	}()
 }
 
-// writeAll writes the usage of each prepared claim whose usage changed meaningfully
-// since it was last written.
+// writeAll writes the usage and readiness of each prepared claim whose usage changed
+// meaningfully, or whose readiness changed, since it was last written.
 func (w *usageStatus) writeAll(ctx context.Context) {
 	snap := w.sampler.sample(ctx)
 	gpus, claims := w.d.state.preparedView()
@@ -176,19 +188,26 @@ func (w *usageStatus) writeAll(ctx context.Context) {
 	for _, g := range gpus {
 		mem[g.Index] = int64(g.MemoryBytes)
 	}
+	var taints map[int][]resourceapi.DeviceTaint
+	if w.d.health != nil {
+		taints = w.d.health.renderTaints()
+	}
 	seen := map[types.UID]bool{}
 	now := time.Now()
 	for _, pc := range claims {
 		seen[pc.UID] = true
-		usages := deviceUsages(pc, snap, mem, now)
-		if was, ok := w.written[pc.UID]; ok && !usageChanged(was, usages) {
+		st := deviceStatuses{usages: deviceUsages(pc, snap, mem, now)}
+		for _, pd := range pc.Devices {
+			st.ready = append(st.ready, deviceReadiness(pd, taints))
+		}
+		if was, ok := w.written[pc.UID]; ok && !usageChanged(was.usages, st.usages) && slices.Equal(was.ready, st.ready) {
 			continue
 		}
-		if err := w.d.writeUsage(ctx, pc, usages); err != nil {
-			klog.FromContext(ctx).V(2).Info("Writing a claim's device usage failed; trying again later", "claim", klog.KRef(pc.Namespace, pc.Name), "err", err)
+		if err := w.d.writeStatus(ctx, pc, st, now); err != nil {
+			klog.FromContext(ctx).V(2).Info("Writing a claim's device status failed; trying again later", "claim", klog.KRef(pc.Namespace, pc.Name), "err", err)
 			continue
 		}
-		w.written[pc.UID] = usages
+		w.written[pc.UID] = st
 	}
 	for uid := range w.written {
 		if !seen[uid] {
@@ -197,9 +216,44 @@ func (w *usageStatus) writeAll(ctx context.Context) {
 	}
 }
 
-// writeUsage sets the data of the claim's status.devices entries of its prepared
-// devices to their usage, keeping the entries' other fields and other entries.
-func (d *Driver) writeUsage(ctx context.Context, pc *PreparedClaim, usages []UsageData) error {
+// StatusFieldManager is the field manager of the plugin's writes to claims' status.
+const StatusFieldManager = "gpudra-kubelet-plugin"
+
+// ConditionReady is the condition of a prepared device's status.devices entry that says
+// whether the device is ready for the claim's pods: True once prepared on healthy GPUs.
+const ConditionReady = "Ready"
+
+// ReasonPrepared is the reason of a True Ready condition; a False one has
+// ReasonGPUUnhealthy.
+const ReasonPrepared = "Prepared"
+
+// readiness is a prepared device's Ready condition.
+type readiness struct {
+	ready           bool
+	reason, message string
+}
+
+// deviceReadiness is Ready for a prepared device: False while one of its GPUs carries
+// the unhealthy taint.
+func deviceReadiness(pd PreparedDevice, taints map[int][]resourceapi.DeviceTaint) readiness {
+	var sick []string
+	for _, idx := range pd.GPUs {
+		for _, t := range taints[idx] {
+			if t.Key == api.TaintUnhealthy {
+				sick = append(sick, fmt.Sprintf("GPU %d (%s)", idx, t.Value))
+			}
+		}
+	}
+	if len(sick) > 0 {
+		return readiness{reason: ReasonGPUUnhealthy, message: "unhealthy: " + strings.Join(sick, ", ")}
+	}
+	return readiness{ready: true, reason: ReasonPrepared, message: "prepared on this node"}
+}
+
+// writeStatus applies the claim's status.devices entries of its prepared devices (their
+// usage in data, and the Ready condition) with server-side apply: the entries of other
+// drivers, and fields of other managers, are left alone.
+func (d *Driver) writeStatus(ctx context.Context, pc *PreparedClaim, st deviceStatuses, now time.Time) error {
 	claims := d.cfg.BackgroundClient.ResourceV1().ResourceClaims(pc.Namespace)
 	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
 	if err != nil {
@@ -217,11 +271,13 @@ func (d *Driver) writeUsage(ctx context.Context, pc *PreparedClaim, usages []Usa
 		}
 		allocated[deviceStatusKey(r.Driver, r.Pool, r.Device, share)] = true
 	}
-	c = c.DeepCopy()
-	at := map[string]int{}
-	for k, s := range c.Status.Devices {
-		at[deviceStatusKey(s.Driver, s.Pool, s.Device, s.ShareID)] = k
+	readySince := map[string]metav1.Condition{}
+	for _, s := range c.Status.Devices {
+		if r := meta.FindStatusCondition(s.Conditions, ConditionReady); r != nil {
+			readySince[deviceStatusKey(s.Driver, s.Pool, s.Device, s.ShareID)] = *r
+		}
 	}
+	status := resourceac.ResourceClaimStatus()
 	for k, pd := range pc.Devices {
 		var share *string
 		if pd.ShareID != "" {
@@ -231,21 +287,30 @@ func (d *Driver) writeUsage(ctx context.Context, pc *PreparedClaim, usages []Usa
 		if !allocated[key] {
 			continue
 		}
-		raw, err := json.Marshal(DeviceUsage{Usage: usages[k]})
+		raw, err := json.Marshal(DeviceUsage{Usage: st.usages[k]})
 		if err != nil {
 			return err
 		}
-		if i, ok := at[key]; ok {
-			c.Status.Devices[i].Data = &runtime.RawExtension{Raw: raw}
-			continue
+		r := st.ready[k]
+		cond := metav1.ConditionFalse
+		if r.ready {
+			cond = metav1.ConditionTrue
 		}
-		at[key] = len(c.Status.Devices)
-		c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{
-			Driver: api.DriverName, Pool: pd.Pool, Device: pd.Device, ShareID: share,
-			Data: &runtime.RawExtension{Raw: raw},
-		})
+		since := metav1.NewTime(now.Truncate(time.Second))
+		if was, ok := readySince[key]; ok && was.Status == cond {
+			since = was.LastTransitionTime
+		}
+		e := resourceac.AllocatedDeviceStatus().WithDriver(api.DriverName).WithPool(pd.Pool).WithDevice(pd.Device).
+			WithData(runtime.RawExtension{Raw: raw}).
+			WithConditions(metav1ac.Condition().WithType(ConditionReady).WithStatus(cond).WithReason(r.reason).
+				WithMessage(r.message).WithObservedGeneration(c.Generation).WithLastTransitionTime(since))
+		if share != nil {
+			e.WithShareID(*share)
+		}
+		status.WithDevices(e)
 	}
-	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: "gpudra-kubelet-plugin"})
+	apply := resourceac.ResourceClaim(pc.Name, pc.Namespace).WithUID(pc.UID).WithStatus(status)
+	_, err = claims.ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: StatusFieldManager, Force: true})
 	return err
 }
 
