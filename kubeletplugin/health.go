@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -372,32 +373,27 @@ var healthFilePoll = time.Second
 // followHealthFile publishes the taints another plugin instance (a rolling update)
 // writes to HealthFile, until ctx ends.
 func (d *Driver) followHealthFile(ctx context.Context) {
-	const loop = "health-file"
+	const name = "health-file"
 	logger := klog.FromContext(ctx)
-	defer d.health.loops.done(loop)
-	t := time.NewTicker(healthFilePoll)
-	defer t.Stop()
-	for {
-		d.health.loops.beat(loop)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	defer d.health.loops.done(name)
+	d.health.loops.beat(name)
+	loop.After(ctx, healthFilePoll, func(ctx context.Context) bool {
+		defer d.health.loops.beat(name)
 		changed, err := d.health.reload()
 		if err != nil {
 			logger.Error(err, "Reading the GPU health file failed")
-			continue
+			return false
 		}
 		if !changed {
-			continue
+			return false
 		}
 		logger.Info("GPU health changed in the GPU health file (written by another plugin instance of this node): republishing")
 		if err := d.republish(ctx); err != nil {
 			logger.Error(err, "Republishing the node's devices with the GPU health file's taints failed")
 		}
 		d.health.notify()
-	}
+		return false
+	})
 }
 
 // taintsDropped says whether err only reports that the API server dropped device taints

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 )
 
 // watchNVMLHealth registers for the health events of every GPU and returns a function
@@ -111,28 +112,24 @@ const injectionPoll = 500 * time.Millisecond
 // the plugin takes the file (renames it, so lines appended meanwhile start a new one),
 // injects each line's event and removes it. Blank lines and # comments are skipped.
 func watchInjections(ctx context.Context, lib nvml.Interface, path string, l *loops) {
-	const loop = "health-injection"
+	const name = "health-injection"
 	logger := klog.FromContext(ctx).WithValues("file", path)
 	taken := path + ".taken"
-	defer l.done(loop)
-	for {
-		l.beat(loop)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(injectionPoll):
-		}
+	defer l.done(name)
+	l.beat(name)
+	loop.After(ctx, injectionPoll, func(context.Context) bool {
+		defer l.beat(name)
 		if err := os.Rename(path, taken); err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				logger.Error(err, "Taking the health injection file failed")
 			}
-			continue
+			return false
 		}
 		data, err := os.ReadFile(taken)
 		_ = os.Remove(taken)
 		if err != nil {
 			logger.Error(err, "Reading the health injection file failed")
-			continue
+			return false
 		}
 		lines := bufio.NewScanner(bytes.NewReader(data))
 		for lines.Scan() {
@@ -151,5 +148,6 @@ func watchInjections(ctx context.Context, lib nvml.Interface, path string, l *lo
 			}
 			logger.Info("Injected a simulated GPU event", "gpu", gpu, "event", fmt.Sprintf("%#x", ev.Type), "data", ev.Data)
 		}
-	}
+		return false
+	})
 }

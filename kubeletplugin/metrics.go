@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -232,27 +233,19 @@ func (d *Driver) ServeMetrics(ctx context.Context, address string, access Metric
 		return nil, fmt.Errorf("metrics bind address %q: %w", address, err)
 	}
 	logger.Info("Metrics address in use (another plugin of this node, e.g. during a rolling update); serving metrics once it is free", "address", address)
-	go func() {
-		t := time.NewTicker(metricsRetryInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
-			if err == nil {
-				logger.Info("Serving metrics", "address", l.Addr().String(), "https", tlsConfig != nil)
-				serve(l)
-				return
-			}
-			if !errors.Is(err, syscall.EADDRINUSE) {
-				logger.Error(err, "Metrics bind address", "address", address)
-				return
-			}
+	go loop.After(ctx, metricsRetryInterval, func(ctx context.Context) (done bool) {
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", address)
+		if err == nil {
+			logger.Info("Serving metrics", "address", l.Addr().String(), "https", tlsConfig != nil)
+			serve(l)
+			return true
 		}
-	}()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			logger.Error(err, "Metrics bind address", "address", address)
+			return true
+		}
+		return false
+	})
 	return nil, nil
 }
 

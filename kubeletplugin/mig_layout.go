@@ -22,6 +22,7 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/miglayout"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -69,16 +70,10 @@ func (d *Driver) startMIGLayouts(ctx context.Context) {
 	}
 	l := &migLayouts{d: d}
 	d.health.watchers.Go(func() {
-		t := time.NewTicker(cmp.Or(d.cfg.MIGLayoutInterval, defaultMIGLayoutInterval))
-		defer t.Stop()
-		for {
+		loop.Every(ctx, cmp.Or(d.cfg.MIGLayoutInterval, defaultMIGLayoutInterval), func(ctx context.Context) bool {
 			l.reconcile(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+			return false
+		})
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 )
 
 // defaultMIGLayoutInterval is how often, with static MIG, the plugin looks for MIG
@@ -44,18 +45,12 @@ func (d *Driver) startMIGLayoutWatch(ctx context.Context) {
 	}
 	d.health.watchers.Go(func() {
 		logger := klog.FromContext(ctx)
-		t := time.NewTicker(cmp.Or(d.cfg.MIGLayoutInterval, defaultMIGLayoutInterval))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		loop.After(ctx, cmp.Or(d.cfg.MIGLayoutInterval, defaultMIGLayoutInterval), func(ctx context.Context) bool {
 			if _, err := d.refreshMIGLayout(ctx); err != nil {
 				logger.Error(err, "Reading the GPUs' MIG instances failed: the published MIG devices stay as they were")
 			}
-		}
+			return false
+		})
 	})
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -472,20 +473,19 @@ func RunMPSDaemon(ctx context.Context, ctl MPSControl, d MPSDaemon, every time.D
 	}
 	logger.Info("MPS control daemon running", "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir,
 		"activeThreadPercentage", d.ActiveThreadPercent, "pinnedMemoryMiB", d.PinnedMemoryMiB)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			logger.Info("Stopping the MPS control daemon", "pipeDir", d.PipeDir)
-			return ctl.Stop(d.PipeDir)
-		case <-tick.C:
-			running, err := ctl.Running(d.PipeDir)
-			if err != nil {
-				logger.Error(err, "Checking the MPS control daemon")
-			} else if !running {
-				return fmt.Errorf("the MPS control daemon in %s exited; its log: %s", d.PipeDir, tail(filepath.Join(d.LogDir, "control.log")))
-			}
+	var exited error
+	loop.After(ctx, every, func(context.Context) (done bool) {
+		running, err := ctl.Running(d.PipeDir)
+		if err != nil {
+			logger.Error(err, "Checking the MPS control daemon")
+		} else if !running {
+			exited = fmt.Errorf("the MPS control daemon in %s exited; its log: %s", d.PipeDir, tail(filepath.Join(d.LogDir, "control.log")))
 		}
+		return exited != nil
+	})
+	if exited != nil {
+		return exited
 	}
+	logger.Info("Stopping the MPS control daemon", "pipeDir", d.PipeDir)
+	return ctl.Stop(d.PipeDir)
 }

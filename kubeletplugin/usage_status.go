@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 )
 
 // DeviceUsage is what the plugin writes in the data of a prepared claim's
@@ -165,18 +166,10 @@ func (d *Driver) startUsageStatus(ctx context.Context) {
 		every = defaultUsageStatusInterval
 	}
 	w := &usageStatus{d: d, sampler: u.sampler.Load(), written: map[types.UID]deviceStatuses{}}
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			w.writeAll(ctx)
-		}
-	}()
+	go loop.After(ctx, every, func(ctx context.Context) bool {
+		w.writeAll(ctx)
+		return false
+	})
 }
 
 // writeAll writes the usage and readiness of each prepared claim whose usage changed
