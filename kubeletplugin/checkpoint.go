@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // CheckpointVersion is the version of the checkpoint file format. v2 pairs the checkpoint
@@ -40,65 +40,6 @@ const (
 // journalCompactBytes is the size past which the journal is folded into the checkpoint.
 const journalCompactBytes = 1 << 20
 
-// ClaimState is where a claim is in its prepare/unprepare life.
-type ClaimState string
-
-// Claim states. A claim in PrepareStarted or UnprepareStarted when the plugin starts was
-// interrupted: the first is rolled back (the kubelet retries the prepare), the second
-// is finished (the kubelet's retried unprepare then finds nothing to do).
-const (
-	PrepareStarted   ClaimState = "PrepareStarted"
-	PrepareCompleted ClaimState = "PrepareCompleted"
-	UnprepareStarted ClaimState = "UnprepareStarted"
-)
-
-// PreparedClaim is one claim as prepared on this node. The checkpoint records it as a
-// claimRecord (checkpoint_record.go).
-type PreparedClaim struct {
-	UID       types.UID
-	Namespace string
-	Name      string
-	// PodClaimName is the pod's name for a claim made from its template (the claim's
-	// resource.kubernetes.io/pod-claim-name annotation); "" for other claims.
-	PodClaimName string
-	State        ClaimState
-	Devices      []PreparedDevice
-	// MPS is the claim's MPS control daemon once started; nil when it has none.
-	MPS *MPSDaemon
-	// TimeSlicesLeft are the UUIDs of the GPUs whose time-slices the claim's unprepare or
-	// rollback has still to give back, once it has released all else the claim held:
-	// Devices and MPS are empty then, and the claim's devices free for other claims.
-	TimeSlicesLeft []string
-}
-
-// PreparedDevice is one allocated device of a claim as prepared on this node.
-type PreparedDevice struct {
-	Request string
-	Pool    string
-	// Device is the published device name.
-	Device  string
-	ShareID string
-	// Type is the device's type attribute (gpu, share, mig, nvlink-group).
-	Type string
-	// GPUs are the indices of the physical GPUs it uses (the parent, for MIG).
-	GPUs []int
-	// MIG is set for MIG devices: the instance to create and, once created, its ids.
-	MIG *MIGInstance
-	// CDI is what the device's CDI entry is built from.
-	CDI cdi.Device
-}
-
-// MIGInstance is a MIG device's GPU instance at a fixed placement, with a full
-// compute instance.
-type MIGInstance struct {
-	Parent      int
-	Profile     string
-	GIProfileID int
-	CIProfileID int
-	Start       int
-	Size        int
-}
-
 // checkpointData is the node's claims as of a checkpoint generation; the checkpoint
 // file holds it as a checkpointRecord, which its checksum covers.
 type checkpointData struct {
@@ -106,7 +47,7 @@ type checkpointData struct {
 	// Generation pairs the checkpoint with its journal: the journal's records apply to
 	// the checkpoint of the same generation only. 0 in a v1 checkpoint.
 	Generation uint64
-	Claims     map[types.UID]*PreparedClaim
+	Claims     map[types.UID]*prepared.Claim
 }
 
 type checkpointFile struct {
@@ -231,7 +172,7 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &checkpointData{Claims: map[types.UID]*PreparedClaim{}}, nil
+		return &checkpointData{Claims: map[types.UID]*prepared.Claim{}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading checkpoint: %w", err)
@@ -259,7 +200,7 @@ func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
 		return nil, fmt.Errorf("%w %s: generation 0", ErrCorruptCheckpoint, s.path)
 	}
 	if d.Claims == nil {
-		d.Claims = map[types.UID]*PreparedClaim{}
+		d.Claims = map[types.UID]*prepared.Claim{}
 	}
 	for uid, pc := range d.Claims {
 		if pc == nil || pc.UID != uid {
@@ -354,7 +295,7 @@ func line(payload []byte) []byte {
 
 // put records the claim as it is now; torn is the hook point reached with half the line
 // written.
-func (s *checkpointStore) put(d *checkpointData, pc *PreparedClaim, torn string) error {
+func (s *checkpointStore) put(d *checkpointData, pc *prepared.Claim, torn string) error {
 	rec, err := marshalClaim(pc)
 	if err != nil {
 		return err

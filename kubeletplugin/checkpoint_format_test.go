@@ -16,6 +16,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // The checkpoints and CDI specs in testdata are what plugins wrote on a simulated
@@ -33,7 +34,7 @@ import (
 // Both nodes hold the claims of formatClaims: a whole GPU with a Long time-slice, a MIG
 // device, a share under MPS limits (a pod's claim from a template), a share under
 // HAMi-core, an NVLink group of two GPUs under MPS, a claim whose unprepare was
-// interrupted after UnprepareStarted and one whose prepare was killed after writing its
+// interrupted after prepared.UnprepareStarted and one whose prepare was killed after writing its
 // CDI spec.
 const (
 	formatStateDir = "/var/lib/kubelet/plugins/gpu.gpudra.dev"
@@ -59,11 +60,11 @@ type formatDevice struct {
 type formatClaim struct {
 	uid                           types.UID
 	namespace, name, podClaimName string
-	state                         ClaimState
+	state                         prepared.State
 	devices                       []formatDevice
 	// daemon is the claim's MPS control daemon: its devices, default active thread
 	// percentage and pinned memory limits; nil when it has none.
-	daemon *MPSDaemon
+	daemon *prepared.MPSDaemon
 }
 
 const (
@@ -80,27 +81,27 @@ const (
 // formatClaims are the claims of the testdata nodes; podClaimName is set for v2 only
 // (v1 did not record it).
 var formatClaims = []formatClaim{
-	{uid: "0b6f4a1e-3c52-4d7a-8e19-5f2a7c4d9b10", namespace: "default", name: "whole", state: PrepareCompleted,
+	{uid: "0b6f4a1e-3c52-4d7a-8e19-5f2a7c4d9b10", namespace: "default", name: "whole", state: prepared.PrepareCompleted,
 		devices: []formatDevice{{request: "gpu", device: "gpu-2", typ: api.TypeGPU, gpus: []int{2}, visible: []string{uuidGPU2},
 			memory: 80 * gib, compute: 100, timeSlice: "Long"}}},
-	{uid: "1c7a5b2f-4d63-4e8b-9f2a-6a3b8d5e0c21", namespace: "default", name: "mig", state: PrepareCompleted,
+	{uid: "1c7a5b2f-4d63-4e8b-9f2a-6a3b8d5e0c21", namespace: "default", name: "mig", state: prepared.PrepareCompleted,
 		devices: []formatDevice{{request: "mig", device: "gpu-0-mig-1g10gb-0", typ: api.TypeMIG, gpus: []int{0},
 			visible: []string{"MIG-" + uuidGPU0 + "/0/0"}, memory: 10 * gib, compute: 12, timeSlice: "Default"}}},
-	{uid: "2d8b6c3a-5e74-4f9c-a03b-7b4c9e6f1d32", namespace: "ml", name: "inference-7d9f-gpu", podClaimName: "gpu", state: PrepareCompleted,
+	{uid: "2d8b6c3a-5e74-4f9c-a03b-7b4c9e6f1d32", namespace: "ml", name: "inference-7d9f-gpu", podClaimName: "gpu", state: prepared.PrepareCompleted,
 		devices: []formatDevice{{request: "share", device: "gpu-1-share", typ: api.TypeShare, share: true, gpus: []int{1}, visible: []string{uuidGPU1},
 			memory: 4 * gib, compute: 20, limits: &cdi.Limits{MemoryMiB: 4096, ComputePercent: 20}, mps: true}},
-		daemon: &MPSDaemon{Devices: []string{uuidGPU1}, ActiveThreadPercent: 20, PinnedMemoryMiB: []int64{4096}}},
-	{uid: "3e9c7d4b-6f85-405d-b14c-8c5d0f7a2e43", namespace: "ml", name: "notebook", state: PrepareCompleted,
+		daemon: &prepared.MPSDaemon{Devices: []string{uuidGPU1}, ActiveThreadPercent: 20, PinnedMemoryMiB: []int64{4096}}},
+	{uid: "3e9c7d4b-6f85-405d-b14c-8c5d0f7a2e43", namespace: "ml", name: "notebook", state: prepared.PrepareCompleted,
 		devices: []formatDevice{{request: "share", device: "gpu-1-share", typ: api.TypeShare, share: true, gpus: []int{1}, visible: []string{uuidGPU1},
 			memory: 8 * gib, compute: 30, limits: &cdi.Limits{MemoryMiB: 8192, ComputePercent: 30, HAMi: true}, hami: true, timeSlice: "Default"}}},
-	{uid: "4fad8e5c-7096-416e-825d-9d6e1a8b3f54", namespace: "training", name: "pair", state: PrepareCompleted,
+	{uid: "4fad8e5c-7096-416e-825d-9d6e1a8b3f54", namespace: "training", name: "pair", state: prepared.PrepareCompleted,
 		devices: []formatDevice{{request: "pair", device: "nvlink-4-5", typ: api.TypeNVLinkGroup, gpus: []int{4, 5}, visible: []string{uuidGPU4, uuidGPU5},
 			memory: 80 * gib, compute: 100, mps: true}},
-		daemon: &MPSDaemon{Devices: []string{uuidGPU4, uuidGPU5}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{20480, 20480}}},
-	{uid: "61cfa07e-92b8-4380-a47f-bf803cad5b76", namespace: "default", name: "leaving", state: UnprepareStarted,
+		daemon: &prepared.MPSDaemon{Devices: []string{uuidGPU4, uuidGPU5}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{20480, 20480}}},
+	{uid: "61cfa07e-92b8-4380-a47f-bf803cad5b76", namespace: "default", name: "leaving", state: prepared.UnprepareStarted,
 		devices: []formatDevice{{request: "gpu", device: "gpu-6", typ: api.TypeGPU, gpus: []int{6}, visible: []string{uuidGPU6},
 			memory: 80 * gib, compute: 100, timeSlice: "Default"}}},
-	{uid: "72d0b18f-a3c9-4491-b580-c0914dbe6c87", namespace: "default", name: "killed", state: PrepareStarted,
+	{uid: "72d0b18f-a3c9-4491-b580-c0914dbe6c87", namespace: "default", name: "killed", state: prepared.PrepareStarted,
 		devices: []formatDevice{{request: "gpu", device: "gpu-7", typ: api.TypeGPU, gpus: []int{7}, visible: []string{uuidGPU7},
 			memory: 80 * gib, compute: 100, timeSlice: "Short"}}},
 }
@@ -189,7 +190,7 @@ func TestCheckpointFilesLoad(t *testing.T) {
 	}
 }
 
-func checkFormatClaim(t *testing.T, pc *PreparedClaim, want formatClaim, shm bool) {
+func checkFormatClaim(t *testing.T, pc *prepared.Claim, want formatClaim, shm bool) {
 	t.Helper()
 	podClaimName := ""
 	if shm {
@@ -335,7 +336,7 @@ func viewOf(s *cdispec.Spec) specView {
 
 // checkAgainstSpec checks the loaded claim against the CDI spec the plugin wrote for
 // it: the CDI devices, what their containers see and mount.
-func checkAgainstSpec(t *testing.T, pc *PreparedClaim, spec *cdispec.Spec) {
+func checkAgainstSpec(t *testing.T, pc *prepared.Claim, spec *cdispec.Spec) {
 	t.Helper()
 	view := viewOf(spec)
 	if len(view) != len(pc.Devices) {
@@ -415,13 +416,13 @@ func TestCheckpointFilesRoundTrip(t *testing.T) {
 			oldClaims, _ := old["claims"].(map[string]any)
 			journal := newCheckpointStore(t.TempDir(), nil, klog.Background())
 			defer journal.closeJournal()
-			if err := journal.compact(&checkpointData{BootID: d.BootID, Claims: map[types.UID]*PreparedClaim{}}); err != nil {
+			if err := journal.compact(&checkpointData{BootID: d.BootID, Claims: map[types.UID]*prepared.Claim{}}); err != nil {
 				t.Fatal(err)
 			}
 			st := formatState(t)
 			for uid, pc := range d.Claims {
 				before, _ := os.ReadFile(journal.journalPath)
-				if err := journal.put(&checkpointData{Claims: map[types.UID]*PreparedClaim{}}, pc, ""); err != nil {
+				if err := journal.put(&checkpointData{Claims: map[types.UID]*prepared.Claim{}}, pc, ""); err != nil {
 					t.Fatal(err)
 				}
 				after, _ := os.ReadFile(journal.journalPath)
@@ -441,7 +442,7 @@ func TestCheckpointFilesRoundTrip(t *testing.T) {
 					t.Fatal(err)
 				}
 				completed, _ := deepCopyJSON(oldClaims[string(uid)]).(map[string]any)
-				completed["state"] = string(PrepareCompleted)
+				completed["state"] = string(prepared.PrepareCompleted)
 				sameJSON(t, "CDI spec annotation of "+string(uid), annotated, completed, ff.version == checkpointVersionV1)
 			}
 			onDisk, err := st.specs.Claims()
@@ -485,7 +486,7 @@ func TestCDISpecFilesRebuild(t *testing.T) {
 			}
 			for uid, pc := range d.Claims {
 				want := *pc
-				want.State = PrepareCompleted
+				want.State = prepared.PrepareCompleted
 				got := rebuilt.Claims[uid]
 				if got == nil {
 					t.Errorf("claim %s was not rebuilt", pc.Name)
@@ -625,7 +626,7 @@ func emptyJSON(v any) bool {
 // TestClaimRecordKeepsEveryField: a claim whose every field is set comes back from its
 // record whole, so that no field of the in-memory types is left out of the files.
 func TestClaimRecordKeepsEveryField(t *testing.T) {
-	var pc PreparedClaim
+	var pc prepared.Claim
 	n := 0
 	fillAll(reflect.ValueOf(&pc).Elem(), &n)
 	raw, err := marshalClaim(&pc)
@@ -641,7 +642,7 @@ func TestClaimRecordKeepsEveryField(t *testing.T) {
 			t.Errorf("claim read back from its record (strict %v):\n%+v\nwant\n%+v\nrecord %s", strict, *got, pc, raw)
 		}
 	}
-	d := &checkpointData{BootID: "boot", Generation: 7, Claims: map[types.UID]*PreparedClaim{pc.UID: &pc}}
+	d := &checkpointData{BootID: "boot", Generation: 7, Claims: map[types.UID]*prepared.Claim{pc.UID: &pc}}
 	if got := checkpointRecordOf(d).data(); !reflect.DeepEqual(got, d) {
 		t.Errorf("checkpoint read back from its record:\n%+v\nwant\n%+v", got, d)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // storeFiles returns the checkpoint and journal that a store writes for a few prepares
@@ -22,19 +23,19 @@ func storeFiles(f *testing.F) (checkpoint, journal []byte) {
 	dir := f.TempDir()
 	s := newCheckpointStore(dir, nil, klog.Background())
 	defer s.closeJournal()
-	d := &checkpointData{BootID: "boot-1", Claims: map[types.UID]*PreparedClaim{}}
+	d := &checkpointData{BootID: "boot-1", Claims: map[types.UID]*prepared.Claim{}}
 	if err := s.compact(d); err != nil {
 		f.Fatal(err)
 	}
-	whole := &PreparedClaim{UID: "u-whole", Namespace: "default", Name: "whole", State: PrepareCompleted,
-		Devices: []PreparedDevice{{Request: "gpu", Pool: "node-a", Device: "gpu-2", Type: "gpu", GPUs: []int{2},
+	whole := &prepared.Claim{UID: "u-whole", Namespace: "default", Name: "whole", State: prepared.PrepareCompleted,
+		Devices: []prepared.Device{{Request: "gpu", Pool: "node-a", Device: "gpu-2", Type: "gpu", GPUs: []int{2},
 			CDI: cdi.Device{Name: "u-whole-gpu-2", Device: "gpu-2", GPUs: []cdi.GPU{{Index: 2, Minor: 2, UUID: "GPU-2"}}, MemoryBytes: 1 << 30, ComputePercent: 100}}}}
-	mps := &PreparedClaim{UID: "u-mps", Namespace: "ml", Name: "mps", PodClaimName: "gpu", State: PrepareStarted,
-		Devices: []PreparedDevice{{Request: "share", Pool: "node-a", Device: "gpu-0-share", ShareID: "s1", Type: "share", GPUs: []int{0},
-			MIG: &MIGInstance{Parent: 0, Profile: "1g.10gb", GIProfileID: 19, Start: 2, Size: 1}}},
-		MPS: &MPSDaemon{PipeDir: "/run/mps/u-mps/pipe", LogDir: "/run/mps/u-mps/log", Devices: []string{"GPU-0"}}}
+	mps := &prepared.Claim{UID: "u-mps", Namespace: "ml", Name: "mps", PodClaimName: "gpu", State: prepared.PrepareStarted,
+		Devices: []prepared.Device{{Request: "share", Pool: "node-a", Device: "gpu-0-share", ShareID: "s1", Type: "share", GPUs: []int{0},
+			MIG: &prepared.MIGInstance{Parent: 0, Profile: "1g.10gb", GIProfileID: 19, Start: 2, Size: 1}}},
+		MPS: &prepared.MPSDaemon{PipeDir: "/run/mps/u-mps/pipe", LogDir: "/run/mps/u-mps/log", Devices: []string{"GPU-0"}}}
 	// An unprepare with only its GPUs' time-slices left to give back.
-	left := &PreparedClaim{UID: "u-left", Namespace: "default", Name: "left", State: UnprepareStarted, TimeSlicesLeft: []string{"GPU-1", "GPU-3"}}
+	left := &prepared.Claim{UID: "u-left", Namespace: "default", Name: "left", State: prepared.UnprepareStarted, TimeSlicesLeft: []string{"GPU-1", "GPU-3"}}
 	for _, step := range []func() error{
 		func() error { d.Claims[whole.UID] = whole; return s.put(d, whole, "") },
 		func() error { d.Claims[mps.UID] = mps; return s.put(d, mps, "") },

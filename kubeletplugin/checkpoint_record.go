@@ -6,12 +6,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // The records below are the claims as files hold them: the checkpoint (CheckpointFile),
 // its journal (JournalFile) and the CDI specs' api.AnnotationPreparedClaim. Their JSON
 // names are the format, fixed whatever becomes of the Go names of the in-memory types
-// (PreparedClaim, cdi.Device...), which loading and saving convert from and to. The
+// (prepared.Claim, cdi.Device...), which loading and saving convert from and to. The
 // names in cdiDeviceRecord and below are those of the Go fields that the first v1 and v2
 // files were written from. A field added to an in-memory type needs its field here (and
 // in the conversions; TestClaimRecordKeepsEveryField fails until it has one), with
@@ -25,7 +26,7 @@ type checkpointRecord struct {
 	Claims     map[string]*claimRecord `json:"claims"`
 }
 
-// claimRecord is a PreparedClaim.
+// claimRecord is a prepared.Claim.
 type claimRecord struct {
 	UID          string           `json:"uid"`
 	Namespace    string           `json:"namespace"`
@@ -38,7 +39,7 @@ type claimRecord struct {
 	TimeSlicesLeft []string `json:"timeSlicesLeft,omitempty"`
 }
 
-// deviceRecord is a PreparedDevice.
+// deviceRecord is a prepared.Device.
 type deviceRecord struct {
 	Request string             `json:"request"`
 	Pool    string             `json:"pool"`
@@ -50,7 +51,7 @@ type deviceRecord struct {
 	CDI     cdiDeviceRecord    `json:"cdi"`
 }
 
-// migInstanceRecord is a MIGInstance.
+// migInstanceRecord is a prepared.MIGInstance.
 type migInstanceRecord struct {
 	Parent      int    `json:"parent"`
 	Profile     string `json:"profile"`
@@ -60,7 +61,7 @@ type migInstanceRecord struct {
 	Size        int    `json:"size"`
 }
 
-// mpsDaemonRecord is an MPSDaemon.
+// mpsDaemonRecord is a prepared.MPSDaemon.
 type mpsDaemonRecord struct {
 	PipeDir             string   `json:"pipeDir"`
 	LogDir              string   `json:"logDir"`
@@ -127,13 +128,13 @@ type cdiMPSRecord struct {
 }
 
 // marshalClaim is the claim's record as JSON.
-func marshalClaim(pc *PreparedClaim) ([]byte, error) {
+func marshalClaim(pc *prepared.Claim) ([]byte, error) {
 	return json.Marshal(claimRecordOf(pc))
 }
 
 // unmarshalClaim reads a claim's record; strict (the checkpoint's journal) refuses
 // members that are not the record's.
-func unmarshalClaim(raw []byte, strict bool) (*PreparedClaim, error) {
+func unmarshalClaim(raw []byte, strict bool) (*prepared.Claim, error) {
 	var rec claimRecord
 	var err error
 	if strict {
@@ -162,9 +163,9 @@ func checkpointRecordOf(d *checkpointData) *checkpointRecord {
 func (r *checkpointRecord) data() *checkpointData {
 	d := &checkpointData{BootID: r.BootID, Generation: r.Generation}
 	if r.Claims != nil {
-		d.Claims = make(map[types.UID]*PreparedClaim, len(r.Claims))
+		d.Claims = make(map[types.UID]*prepared.Claim, len(r.Claims))
 		for uid, rec := range r.Claims {
-			var pc *PreparedClaim
+			var pc *prepared.Claim
 			if rec != nil {
 				pc = rec.claim()
 			}
@@ -174,7 +175,7 @@ func (r *checkpointRecord) data() *checkpointData {
 	return d
 }
 
-func claimRecordOf(pc *PreparedClaim) *claimRecord {
+func claimRecordOf(pc *prepared.Claim) *claimRecord {
 	if pc == nil {
 		return nil
 	}
@@ -187,20 +188,20 @@ func claimRecordOf(pc *PreparedClaim) *claimRecord {
 	return r
 }
 
-func (r *claimRecord) claim() *PreparedClaim {
-	pc := &PreparedClaim{UID: types.UID(r.UID), Namespace: r.Namespace, Name: r.Name, PodClaimName: r.PodClaimName,
-		State: ClaimState(r.State), Devices: convertSlice(r.Devices, deviceRecord.device)}
+func (r *claimRecord) claim() *prepared.Claim {
+	pc := &prepared.Claim{UID: types.UID(r.UID), Namespace: r.Namespace, Name: r.Name, PodClaimName: r.PodClaimName,
+		State: prepared.State(r.State), Devices: convertSlice(r.Devices, deviceRecord.device)}
 	if len(r.TimeSlicesLeft) > 0 { // an empty list reads as none, as it is written
 		pc.TimeSlicesLeft = r.TimeSlicesLeft
 	}
 	if d := r.MPS; d != nil {
-		pc.MPS = &MPSDaemon{PipeDir: d.PipeDir, LogDir: d.LogDir, ShmDir: d.ShmDir, Devices: d.Devices,
+		pc.MPS = &prepared.MPSDaemon{PipeDir: d.PipeDir, LogDir: d.LogDir, ShmDir: d.ShmDir, Devices: d.Devices,
 			ActiveThreadPercent: d.ActiveThreadPercent, PinnedMemoryMiB: d.PinnedMemoryMiB, PID: d.PID}
 	}
 	return pc
 }
 
-func deviceRecordOf(d PreparedDevice) deviceRecord {
+func deviceRecordOf(d prepared.Device) deviceRecord {
 	r := deviceRecord{Request: d.Request, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID, Type: d.Type, GPUs: d.GPUs,
 		CDI: cdiDeviceRecordOf(d.CDI)}
 	if mi := d.MIG; mi != nil {
@@ -210,11 +211,11 @@ func deviceRecordOf(d PreparedDevice) deviceRecord {
 	return r
 }
 
-func (r deviceRecord) device() PreparedDevice {
-	d := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID, Type: r.Type, GPUs: r.GPUs,
+func (r deviceRecord) device() prepared.Device {
+	d := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID, Type: r.Type, GPUs: r.GPUs,
 		CDI: r.CDI.device()}
 	if mi := r.MIG; mi != nil {
-		d.MIG = &MIGInstance{Parent: mi.Parent, Profile: mi.Profile, GIProfileID: mi.GIProfileID, CIProfileID: mi.CIProfileID,
+		d.MIG = &prepared.MIGInstance{Parent: mi.Parent, Profile: mi.Profile, GIProfileID: mi.GIProfileID, CIProfileID: mi.CIProfileID,
 			Start: mi.Start, Size: mi.Size}
 	}
 	return d

@@ -18,6 +18,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 func TestConcurrentPrepareAndUnprepareKeepTheCheckpointConsistent(t *testing.T) {
@@ -78,7 +79,7 @@ func checkpointClaims(t *testing.T, n *node) int {
 		t.Fatal(err)
 	}
 	for uid, st := range claims {
-		if st != plugin.PrepareCompleted {
+		if st != prepared.PrepareCompleted {
 			t.Errorf("claim %s is %s in the checkpoint", uid, st)
 		}
 	}

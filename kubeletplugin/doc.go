@@ -6,8 +6,8 @@
 // group), applies its gpu.gpudra.dev/v1alpha1 configuration, creates MIG instances,
 // sets GPU time-slices (TimeSlicer), starts the claim's MPS control daemon (MPSControl)
 // and writes one CDI spec (its GPU parts from nvcdi reading the driver root,
-// cdi.Driver); a versioned, checksummed checkpoint (PrepareStarted /
-// PrepareCompleted / UnprepareStarted, node boot id) lets a restarted plugin roll back
+// cdi.Driver); a versioned, checksummed checkpoint (claim states PrepareStarted /
+// PrepareCompleted / UnprepareStarted of package prepared, node boot id) lets a restarted plugin roll back
 // or finish interrupted work, so no MIG instance, MPS daemon or CDI spec leaks. Each
 // state change is one checksummed line appended to the checkpoint's journal
 // (checkpoint.journal); checkpoint.json is rewritten only when the journal outgrows it,

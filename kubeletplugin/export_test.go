@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // CompactJournalAfterEachRecord makes d fold the checkpoint journal into a new
@@ -20,14 +22,14 @@ func CompactJournalAfterEachRecord(d *Driver) {
 
 // ReadCheckpoint returns the claims that the checkpoint in dir, with its journal, holds,
 // their states, and the checkpoint's generation (how many times it was written).
-func ReadCheckpoint(dir string) (map[types.UID]ClaimState, uint64, error) {
+func ReadCheckpoint(dir string) (map[types.UID]prepared.State, uint64, error) {
 	s := newCheckpointStore(dir, nil, klog.Background())
 	defer s.closeJournal()
 	d, err := s.load()
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make(map[types.UID]ClaimState, len(d.Claims))
+	out := make(map[types.UID]prepared.State, len(d.Claims))
 	for uid, pc := range d.Claims {
 		out[uid] = pc.State
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // HAMi-core caps a container's GPUs by CUDA index, and CUDA numbers all the GPUs a
@@ -36,7 +37,7 @@ func compareCUDAPlace(a, b cudaPlace) int {
 	return cmp.Or(cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.mig, b.mig))
 }
 
-func placesOf(d PreparedDevice) []cudaPlace {
+func placesOf(d prepared.Device) []cudaPlace {
 	if d.MIG != nil {
 		return []cudaPlace{{d.MIG.Parent, d.Device}}
 	}
@@ -48,7 +49,7 @@ func placesOf(d PreparedDevice) []cudaPlace {
 }
 
 // sortedPlaces numbers devices as CUDA does: their places, sorted, each once.
-func sortedPlaces(devs []PreparedDevice) []cudaPlace {
+func sortedPlaces(devs []prepared.Device) []cudaPlace {
 	var all []cudaPlace
 	for _, d := range devs {
 		all = append(all, placesOf(d)...)
@@ -57,10 +58,10 @@ func sortedPlaces(devs []PreparedDevice) []cudaPlace {
 	return slices.Compact(all)
 }
 
-func isHAMi(d PreparedDevice) bool { return d.CDI.Limits != nil && d.CDI.Limits.HAMi }
+func isHAMi(d prepared.Device) bool { return d.CDI.Limits != nil && d.CDI.Limits.HAMi }
 
 // hamiGPUs are the GPUs that HAMi-core shares among devs are on.
-func hamiGPUs(devs []PreparedDevice) []int {
+func hamiGPUs(devs []prepared.Device) []int {
 	var out []int
 	for _, d := range devs {
 		if isHAMi(d) {
@@ -73,7 +74,7 @@ func hamiGPUs(devs []PreparedDevice) []int {
 
 // ownIndices are the CUDA indices a claim's HAMi-core shares are capped at: the index
 // decided at its prepare, else their GPU's place among the claim's own devices.
-func ownIndices(devs []PreparedDevice) map[int]int {
+func ownIndices(devs []prepared.Device) map[int]int {
 	all := sortedPlaces(devs)
 	out := map[int]int{}
 	for _, d := range devs {
@@ -97,7 +98,7 @@ func ownIndices(devs []PreparedDevice) map[int]int {
 type seenClaim struct {
 	name    string // namespace/name
 	uid     types.UID
-	devices []PreparedDevice
+	devices []prepared.Device
 	capped  map[int]int
 }
 
@@ -114,10 +115,10 @@ type containerView struct {
 // claims that give one container devices of a GPU that a HAMi-core share is on (HAMi-core
 // has one cap per GPU), containers that need different indices for one GPU of the claim,
 // and a container that needs other indices than a claim prepared before caps its GPUs at.
-func decideHAMiIndices(uid types.UID, own []PreparedDevice, views []containerView) (map[int]int, error) {
+func decideHAMiIndices(uid types.UID, own []prepared.Device, views []containerView) (map[int]int, error) {
 	want, by := map[int]int{}, map[int]string{}
 	for _, v := range views {
-		var devs []PreparedDevice
+		var devs []prepared.Device
 		for _, c := range v.claims {
 			devs = append(devs, c.devices...)
 		}
@@ -185,7 +186,7 @@ func checkSharedGPU(v containerView, c seenClaim, gpus []int) error {
 // one prepared on this node; and only when the claim has HAMi-core shares, or a claim
 // prepared on this node does (whose caps a new neighbour could contradict). A read that
 // fails fails the prepare, which the kubelet retries: it never guesses.
-func (s *state) numberHAMi(claim *resourceapi.ResourceClaim, planned []PreparedDevice, reads *claimReads, batch []*resourceapi.ResourceClaim) error {
+func (s *state) numberHAMi(claim *resourceapi.ResourceClaim, planned []prepared.Device, reads *claimReads, batch []*resourceapi.ResourceClaim) error {
 	if s.planner.api == nil {
 		return nil
 	}
@@ -232,7 +233,7 @@ func (s *state) numberHAMi(claim *resourceapi.ResourceClaim, planned []PreparedD
 
 // containerViews are the containers of the claim's pods that use it, each with the gpudra
 // claims it gets on this node.
-func (s *state) containerViews(claim *resourceapi.ResourceClaim, planned []PreparedDevice, reads *claimReads) ([]containerView, error) {
+func (s *state) containerViews(claim *resourceapi.ResourceClaim, planned []prepared.Device, reads *claimReads) ([]containerView, error) {
 	pods, err := reads.reservedPods()
 	if err != nil {
 		return nil, err
@@ -255,7 +256,7 @@ func (s *state) containerViews(claim *resourceapi.ResourceClaim, planned []Prepa
 
 // containerView is what ctr gets from gpudra claims on this node, and whether it uses
 // claim. claims caches the claims read, by name, in the pods' namespace.
-func (s *state) containerView(pod *corev1.Pod, ctr corev1.Container, claim *resourceapi.ResourceClaim, planned []PreparedDevice,
+func (s *state) containerView(pod *corev1.Pod, ctr corev1.Container, claim *resourceapi.ResourceClaim, planned []prepared.Device,
 	claims map[string]*resourceapi.ResourceClaim) (containerView, bool, error) {
 	v := containerView{name: pod.Name + "/" + ctr.Name}
 	requests := map[string][]string{} // claim name → requests the container takes ("": all)
@@ -285,14 +286,14 @@ func (s *state) containerView(pod *corev1.Pod, ctr corev1.Container, claim *reso
 		switch pc := s.cp.Claims[c.UID]; {
 		case c.UID == claim.UID:
 			seen.devices = planned
-		case pc != nil && pc.State == PrepareCompleted:
+		case pc != nil && pc.State == prepared.PrepareCompleted:
 			seen.devices, seen.capped = pc.Devices, ownIndices(pc.Devices)
 		default:
 			if seen.devices, err = s.planner.allocated(c); err != nil {
 				return v, false, err
 			}
 		}
-		seen.devices = slices.DeleteFunc(slices.Clone(seen.devices), func(d PreparedDevice) bool {
+		seen.devices = slices.DeleteFunc(slices.Clone(seen.devices), func(d prepared.Device) bool {
 			return !takes(requests[name], d.Request)
 		})
 		if len(seen.devices) > 0 {
@@ -352,11 +353,11 @@ func podClaimName(pod *corev1.Pod, name string) (string, error) {
 
 // allocated are the devices of a claim not prepared here that its allocation gives on
 // this node, with what a CUDA index depends on: their GPUs, and which are MIG devices.
-func (p *planner) allocated(c *resourceapi.ResourceClaim) ([]PreparedDevice, error) {
+func (p *planner) allocated(c *resourceapi.ResourceClaim) ([]prepared.Device, error) {
 	if c.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated yet", c.Namespace, c.Name)
 	}
-	var out []PreparedDevice
+	var out []prepared.Device
 	for k, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != api.DriverName || r.Pool != p.nodeName {
 			continue
@@ -365,7 +366,7 @@ func (p *planner) allocated(c *resourceapi.ResourceClaim) ([]PreparedDevice, err
 		if !ok {
 			return nil, fmt.Errorf("claim %s/%s: status.allocation.devices.results[%d]: device %q is not published by this node", c.Namespace, c.Name, k, r.Device)
 		}
-		d := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
+		d := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
 		switch d.Type {
 		case api.TypeGPU, api.TypeShare:
 			idx, _ := attrInt(pub, api.AttrIndex)
@@ -380,7 +381,7 @@ func (p *planner) allocated(c *resourceapi.ResourceClaim) ([]PreparedDevice, err
 			}
 		case api.TypeMIG:
 			parent, _ := attrInt(pub, api.AttrParentIndex)
-			d.MIG, d.GPUs = &MIGInstance{Parent: parent}, []int{parent}
+			d.MIG, d.GPUs = &prepared.MIGInstance{Parent: parent}, []int{parent}
 		default:
 			return nil, fmt.Errorf("claim %s/%s: device %q has unknown type %q", c.Namespace, c.Name, r.Device, d.Type)
 		}

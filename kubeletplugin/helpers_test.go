@@ -31,6 +31,7 @@ import (
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/simulated"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 const nodeName = "node-a"
@@ -80,7 +81,7 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	if err := os.WriteFile(bootID, []byte("boot-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mps, ts := &fakeMPS{running: map[string]plugin.MPSDaemon{}}, &fakeTimeSlicer{intervals: map[string]api.TimeSliceInterval{}}
+	mps, ts := &fakeMPS{running: map[string]prepared.MPSDaemon{}}, &fakeTimeSlicer{intervals: map[string]api.TimeSliceInterval{}}
 	cfg := plugin.Config{
 		MPS:           mps,
 		TimeSlicer:    ts,
@@ -190,14 +191,14 @@ func (n *node) backendGPU(index int) string {
 // every start.
 type fakeMPS struct {
 	mu      sync.Mutex
-	running map[string]plugin.MPSDaemon
-	started []plugin.MPSDaemon
+	running map[string]prepared.MPSDaemon
+	started []prepared.MPSDaemon
 	stops   int
 	// failStart, when set, makes Start fail (a missing binary, a daemon that never answers).
 	failStart error
 }
 
-func (f *fakeMPS) Start(d plugin.MPSDaemon) (int, error) {
+func (f *fakeMPS) Start(d prepared.MPSDaemon) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failStart != nil {
@@ -232,7 +233,7 @@ func (f *fakeMPS) Running(pipeDir string) (bool, error) {
 }
 
 // daemons are the running daemons, by pipe directory.
-func (f *fakeMPS) daemons() map[string]plugin.MPSDaemon {
+func (f *fakeMPS) daemons() map[string]prepared.MPSDaemon {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.running)

@@ -15,6 +15,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // crashAtNth is a hook that kills the plugin the nth time it reaches point, and
@@ -116,7 +117,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[types.UID]plugin.ClaimState{"v1-whole": plugin.PrepareCompleted, "v1-mig": plugin.PrepareCompleted}
+	want := map[types.UID]prepared.State{"v1-whole": prepared.PrepareCompleted, "v1-mig": prepared.PrepareCompleted}
 	if !reflect.DeepEqual(claims, want) {
 		t.Errorf("migrated claims %v, want %v", claims, want)
 	}
@@ -209,7 +210,7 @@ func TestTwoPluginInstancesShareTheCheckpoint(t *testing.T) {
 	}
 	assertSharing(t, n, 0, api.IntervalDefault)
 	claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir)
-	if want := map[types.UID]plugin.ClaimState{whole.UID: plugin.PrepareCompleted}; err != nil || !reflect.DeepEqual(claims, want) {
+	if want := map[types.UID]prepared.State{whole.UID: prepared.PrepareCompleted}; err != nil || !reflect.DeepEqual(claims, want) {
 		t.Errorf("checkpoint %v (%v), want %v", claims, err, want)
 	}
 	n.newDriver(nil)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // migInstances creates and destroys MIG instances through NVML. Instances are found by
@@ -71,7 +72,7 @@ func (m migInstances) setMode(index int, enabled bool) error {
 
 // create makes the GPU instance of mi at its placement and a full compute instance; with
 // adopt it returns the existing one instead.
-func (m migInstances) create(mi *MIGInstance) (created, error) {
+func (m migInstances) create(mi *prepared.MIGInstance) (created, error) {
 	if m.adopt {
 		return m.existing(mi)
 	}
@@ -173,7 +174,7 @@ func (m migInstances) list(index int) ([]existing, error) {
 
 // occupant is a GPU instance on mi's GPU whose placement overlaps mi's, nil when the
 // placement is free.
-func (m migInstances) occupant(mi *MIGInstance) (*existing, error) {
+func (m migInstances) occupant(mi *prepared.MIGInstance) (*existing, error) {
 	if m.adopt { // the instance must be there, and is the claim's to use
 		_, err := m.existing(mi)
 		return nil, err
@@ -192,7 +193,7 @@ func (m migInstances) occupant(mi *MIGInstance) (*existing, error) {
 
 // destroy removes mi's GPU instance (and its compute instances) if it exists; with
 // adopt it leaves it.
-func (m migInstances) destroy(mi *MIGInstance) error {
+func (m migInstances) destroy(mi *prepared.MIGInstance) error {
 	if m.adopt {
 		return nil
 	}
@@ -231,7 +232,7 @@ func (m migInstances) destroyInstance(index int, e existing) error {
 
 // existing finds the GPU instance of mi's profile at mi's placement and its compute
 // instance using all of it, as they exist on the GPU (static MIG).
-func (m migInstances) existing(mi *MIGInstance) (created, error) {
+func (m migInstances) existing(mi *prepared.MIGInstance) (created, error) {
 	where := fmt.Sprintf("GPU %d: MIG %s at %d", mi.Parent, mi.Profile, mi.Start)
 	list, err := m.list(mi.Parent)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/miglayout"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // gpuLayout is a GPU's layout: its MIG mode and the instances to make, placed.
@@ -17,7 +18,7 @@ type gpuLayout struct {
 	gpu       *driver.GPU
 	enabled   bool
 	profiles  []string
-	instances []MIGInstance
+	instances []prepared.MIGInstance
 }
 
 // layoutChange is a GPU the layout repartitions, with its layout before.
@@ -208,7 +209,7 @@ func previousLayout(g *driver.GPU, v migView) gpuLayout {
 	p := gpuLayout{gpu: g, enabled: v.enabled, profiles: []string{}}
 	for _, in := range v.instances {
 		p.profiles = append(p.profiles, in.Profile)
-		p.instances = append(p.instances, MIGInstance{Parent: g.Index, Profile: in.Profile, GIProfileID: in.GIProfileID,
+		p.instances = append(p.instances, prepared.MIGInstance{Parent: g.Index, Profile: in.Profile, GIProfileID: in.GIProfileID,
 			CIProfileID: in.CIProfileID, Start: in.Placement.Start, Size: in.Placement.Size})
 	}
 	return p

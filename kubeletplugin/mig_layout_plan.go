@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/miglayout"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // planGPULayout places the entry's MIG devices on g, or says why g cannot hold them.
@@ -50,7 +51,7 @@ func planGPULayout(g *driver.GPU, e miglayout.Entry) (gpuLayout, error) {
 		return p, fmt.Errorf("%s cannot hold %s: they need %d compute slices, the GPU has %d", where, strings.Join(p.profiles, " "), compute, maxCompute)
 	}
 	used := make([]bool, g.MIG.MemorySlices)
-	placed := make([]MIGInstance, len(p.profiles))
+	placed := make([]prepared.MIGInstance, len(p.profiles))
 	var place func(k int) bool
 	place = func(k int) bool {
 		if k == len(p.profiles) {
@@ -64,7 +65,7 @@ func planGPULayout(g *driver.GPU, e miglayout.Entry) (gpuLayout, error) {
 			for i := pl.Start; i < pl.Start+pl.Size; i++ {
 				used[i] = true
 			}
-			placed[k] = MIGInstance{Parent: g.Index, Profile: mp.Name, GIProfileID: mp.GIProfileID, CIProfileID: mp.CIProfileID, Start: pl.Start, Size: pl.Size}
+			placed[k] = prepared.MIGInstance{Parent: g.Index, Profile: mp.Name, GIProfileID: mp.GIProfileID, CIProfileID: mp.CIProfileID, Start: pl.Start, Size: pl.Size}
 			if place(k + 1) {
 				return true
 			}

@@ -13,32 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-)
 
-// MPSDaemon is one claim's MPS control daemon: where it listens, the devices it serves
-// and the limits it gives its clients by default. As JSON it is a SimulatedMPS daemon's
-// file; the checkpoint records it as an mpsDaemonRecord.
-type MPSDaemon struct {
-	// PipeDir and LogDir are its CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY
-	// (host paths; the claim's containers mount them).
-	PipeDir string `json:"pipeDir"`
-	LogDir  string `json:"logDir"`
-	// ShmDir is the claim's shm directory (cdi.MPS.ShmDir), which the daemon sees as its
-	// /dev/shm, as the claim's containers do; "" (a claim recorded before claims had
-	// one): the plugin's /dev/shm.
-	ShmDir string `json:"shmDir,omitempty"`
-	// Devices is its CUDA_VISIBLE_DEVICES: the UUIDs of the claim's GPUs or MIG devices
-	// that run under MPS, in the claim's order.
-	Devices []string `json:"devices"`
-	// ActiveThreadPercent is set with set_default_active_thread_percentage; 0: no cap.
-	ActiveThreadPercent int `json:"activeThreadPercent,omitempty"`
-	// PinnedMemoryMiB is set with set_default_device_pinned_mem_limit for each device,
-	// by its position in Devices; 0: no cap.
-	PinnedMemoryMiB []int64 `json:"pinnedMemoryMiB,omitempty"`
-	// PID is the daemon's process id when it was started (for people reading the
-	// checkpoint; the plugin finds a daemon by its pipe directory).
-	PID int `json:"pid,omitempty"`
-}
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
+)
 
 // MPSControl starts and stops MPS control daemons. A daemon is found by its pipe
 // directory, never by a remembered process id, so that a plugin that died between
@@ -46,7 +23,7 @@ type MPSDaemon struct {
 type MPSControl interface {
 	// Start starts the daemon, waits until it answers and applies its limits. It
 	// returns the daemon's process id (0 when there is no process, as with a double).
-	Start(d MPSDaemon) (pid int, err error)
+	Start(d prepared.MPSDaemon) (pid int, err error)
 	// Stop asks the daemon listening in pipeDir to quit and waits until it has; no
 	// daemon there is no error.
 	Stop(pipeDir string) error
@@ -117,15 +94,15 @@ func (m *mpsManager) shmDir(uid types.UID) string { return filepath.Join(m.claim
 
 // mpsDaemon is the daemon the claim needs, nil when none of its devices runs under MPS.
 // MIG devices must have been created (their UUIDs are known only then).
-func mpsDaemon(pc *PreparedClaim) *MPSDaemon {
-	var d *MPSDaemon
+func mpsDaemon(pc *prepared.Claim) *prepared.MPSDaemon {
+	var d *prepared.MPSDaemon
 	for _, dev := range pc.Devices {
 		m := dev.CDI.MPS
 		if m == nil {
 			continue
 		}
 		if d == nil {
-			d = &MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir}
+			d = &prepared.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir}
 		}
 		var uuids []string
 		if mig := dev.CDI.MIG; mig != nil {
@@ -163,8 +140,8 @@ func hasLimit(mibs []int64) bool {
 // into place when there is one) and starts its MPS control daemon, if it needs one;
 // nothing for a claim none of whose devices runs under MPS. MIG devices must have been
 // created.
-func (m *mpsManager) prepare(pc *PreparedClaim) error {
-	if slices.ContainsFunc(pc.Devices, func(d PreparedDevice) bool { return d.CDI.MPS != nil }) {
+func (m *mpsManager) prepare(pc *prepared.Claim) error {
+	if slices.ContainsFunc(pc.Devices, func(d prepared.Device) bool { return d.CDI.MPS != nil }) {
 		m.takeSpare(pc.UID)
 	}
 	for _, d := range pc.Devices {
@@ -178,7 +155,7 @@ func (m *mpsManager) prepare(pc *PreparedClaim) error {
 }
 
 // start starts the claim's MPS control daemon, if it needs one, and records it.
-func (m *mpsManager) start(pc *PreparedClaim) error {
+func (m *mpsManager) start(pc *prepared.Claim) error {
 	d := mpsDaemon(pc)
 	if d == nil {
 		return nil
@@ -205,7 +182,7 @@ func (m *mpsManager) start(pc *PreparedClaim) error {
 // prepares and unprepares on the node need not wait for it.
 type mpsDeferred interface {
 	// Create starts the daemon, or finds it started, without waiting for it.
-	Create(d MPSDaemon) error
+	Create(d prepared.MPSDaemon) error
 	// WaitReady waits until the daemon listening in pipeDir is ready, or ctx ends, and
 	// says why it is not.
 	WaitReady(ctx context.Context, pipeDir string) error
@@ -223,7 +200,7 @@ var errMPSDaemonGoing = errors.New("the MPS control daemon is still stopping")
 
 // waitFor is the pipe directory of the claim's daemon that the prepare must wait for
 // once the node's lock is released ("" when none: no daemon, or one started ready).
-func (m *mpsManager) waitFor(pc *PreparedClaim) string {
+func (m *mpsManager) waitFor(pc *prepared.Claim) string {
 	if _, ok := m.ctl.(mpsDeferred); !ok || pc.MPS == nil {
 		return ""
 	}
@@ -320,7 +297,7 @@ func (m *mpsManager) removeDirs(uid types.UID) error {
 // does not propagate its mounts goes with that container. A daemon that takes long to
 // stop (a pod) is asked to, and the restart fails with errMPSDaemonGoing until it has
 // gone, for a later try to finish.
-func (m *mpsManager) restore(pc *PreparedClaim, devicesChanged bool) error {
+func (m *mpsManager) restore(pc *prepared.Claim, devicesChanged bool) error {
 	d := mpsDaemon(pc)
 	if d == nil {
 		return nil

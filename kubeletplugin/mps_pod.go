@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -135,7 +136,7 @@ func mpsPodName(pipeDir string) (name, claimUID string, err error) {
 }
 
 // daemonArgs are the mps-control-daemon flags that give d, as the pod sees it.
-func (p MPSPods) daemonArgs(d MPSDaemon) []string {
+func (p MPSPods) daemonArgs(d prepared.MPSDaemon) []string {
 	args := []string{MPSDaemonCommand, "--pipe-dir=" + cdi.MPSPipeDir, "--log-dir=" + cdi.MPSLogDir,
 		"--devices=" + strings.Join(d.Devices, ",")}
 	if d.ActiveThreadPercent > 0 {
@@ -160,7 +161,7 @@ func (p MPSPods) daemonFlag() string {
 }
 
 // deployment is the Deployment that runs d.
-func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
+func (p MPSPods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
 	name, claimUID, err := mpsPodName(d.PipeDir)
 	if err != nil {
 		return nil, err
@@ -250,7 +251,7 @@ func (p MPSPods) deployment(d MPSDaemon) (*appsv1.Deployment, error) {
 
 // Start implements MPSControl: Create, then WaitReady. A daemon that does not become
 // ready is deleted again, and the error says why its pod is not.
-func (p MPSPods) Start(d MPSDaemon) (int, error) {
+func (p MPSPods) Start(d prepared.MPSDaemon) (int, error) {
 	if err := p.Create(d); err != nil {
 		return 0, err
 	}
@@ -263,7 +264,7 @@ func (p MPSPods) Start(d MPSDaemon) (int, error) {
 // Create creates the daemon's Deployment, or finds the one an earlier plugin made for
 // the same daemon. One made for another daemon is deleted, and one being deleted is left
 // to go: Create fails then, without waiting, and a later try makes the new one.
-func (p MPSPods) Create(d MPSDaemon) error {
+func (p MPSPods) Create(d prepared.MPSDaemon) error {
 	want, err := p.deployment(d)
 	if err != nil {
 		return err
@@ -465,7 +466,7 @@ type mpsDaemonLister interface {
 // RunMPSDaemon is a daemon pod's process: it starts the daemon with ctl, watches it, and
 // stops it when ctx ends (the pod is deleted). It returns an error when the daemon stops
 // on its own, so that the pod's container restarts it.
-func RunMPSDaemon(ctx context.Context, ctl MPSControl, d MPSDaemon, every time.Duration) error {
+func RunMPSDaemon(ctx context.Context, ctl MPSControl, d prepared.MPSDaemon, every time.Duration) error {
 	logger := klog.FromContext(ctx)
 	pid, err := ctl.Start(d)
 	if err != nil {

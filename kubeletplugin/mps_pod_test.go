@@ -19,6 +19,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -217,8 +218,8 @@ func TestMPSPodsOfUnknownClaimsAreDeletedAtStartUp(t *testing.T) {
 	other := pods
 	other.NodeName = "node-b"
 	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = pods })
-	orphan := plugin.MPSDaemon{PipeDir: filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000001", "pipe"), Devices: []string{"GPU-x"}}
-	elsewhere := plugin.MPSDaemon{PipeDir: filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000002", "pipe"), Devices: []string{"GPU-y"}}
+	orphan := prepared.MPSDaemon{PipeDir: filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000001", "pipe"), Devices: []string{"GPU-x"}}
+	elsewhere := prepared.MPSDaemon{PipeDir: filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000002", "pipe"), Devices: []string{"GPU-y"}}
 	if _, err := pods.Start(orphan); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	pods.DriverRoot, pods.Binary, pods.LibraryPath = "/run/nvidia/driver", "/driver-root/usr/bin/nvidia-cuda-mps-control", "/driver-root/usr/lib64"
 	pods.PullPolicy, pods.PullSecrets = corev1.PullAlways, []string{"regcred"}
 	pipe := filepath.Join(t.TempDir(), "mps", "0b7e6a5c-1f1e-4b7e-9f55-000000000003", "pipe")
-	if _, err := pods.Start(plugin.MPSDaemon{PipeDir: pipe, LogDir: filepath.Join(filepath.Dir(pipe), "log"), Devices: []string{"MIG-1", "MIG-2"}}); err != nil {
+	if _, err := pods.Start(prepared.MPSDaemon{PipeDir: pipe, LogDir: filepath.Join(filepath.Dir(pipe), "log"), Devices: []string{"MIG-1", "MIG-2"}}); err != nil {
 		t.Fatal(err)
 	}
 	dep := deploymentsOf(t, client)[plugin.MPSPodPrefix+"0b7e6a5c-1f1e-4b7e-9f55-000000000003"]
@@ -281,7 +282,7 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	if err := pods.Stop(pipe); err != nil {
 		t.Errorf("a second Stop: %v", err)
 	}
-	if _, err := pods.Start(plugin.MPSDaemon{PipeDir: "/var/lib/x/pipe"}); err == nil {
+	if _, err := pods.Start(prepared.MPSDaemon{PipeDir: "/var/lib/x/pipe"}); err == nil {
 		t.Error("Start with a pipe directory that is not a claim's: no error")
 	}
 }
@@ -290,7 +291,7 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 // restarts), and stops it when the pod is deleted.
 func TestRunMPSDaemonKeepsTheDaemonUntilThePodGoes(t *testing.T) {
 	pipe := filepath.Join(t.TempDir(), "pipe")
-	d := plugin.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-a"}}
+	d := prepared.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-a"}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- plugin.RunMPSDaemon(ctx, plugin.SimulatedMPS{}, d, 10*time.Millisecond) }()

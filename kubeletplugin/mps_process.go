@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // MPSPIDFile is the file in its pipe directory where an MPS control daemon writes its
@@ -125,7 +127,7 @@ func (p MPSProcess) run(ctx context.Context, shmDir string, env []string, stdin 
 }
 
 // Start implements MPSControl.
-func (p MPSProcess) Start(d MPSDaemon) (int, error) {
+func (p MPSProcess) Start(d prepared.MPSDaemon) (int, error) {
 	if _, err := os.Stat(p.Binary); err != nil {
 		return 0, fmt.Errorf("MPS control daemon %s: %w (set --mps-control-daemon to its path under the driver root)", p.Binary, err)
 	}
@@ -168,7 +170,7 @@ func (p MPSProcess) Start(d MPSDaemon) (int, error) {
 }
 
 // waitReady waits until the daemon has written its pid file and answers get_server_list.
-func (p MPSProcess) waitReady(d MPSDaemon) (int, error) {
+func (p MPSProcess) waitReady(d prepared.MPSDaemon) (int, error) {
 	deadline := time.Now().Add(p.timeout())
 	var last error
 	for {
@@ -186,7 +188,7 @@ func (p MPSProcess) waitReady(d MPSDaemon) (int, error) {
 	}
 }
 
-func (p MPSProcess) applyLimits(d MPSDaemon) error {
+func (p MPSProcess) applyLimits(d prepared.MPSDaemon) error {
 	var cmds []string
 	if d.ActiveThreadPercent > 0 {
 		cmds = append(cmds, "set_default_active_thread_percentage "+strconv.Itoa(d.ActiveThreadPercent))

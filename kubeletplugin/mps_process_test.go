@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // fakeMPSControl stands in for nvidia-cuda-mps-control: "-d" forks a daemon that writes
@@ -71,7 +72,7 @@ func TestMPSProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"),
+	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"),
 		Devices: []string{"GPU-a", "GPU-b"}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{1024, 0}}
 	pid, err := p.Start(d)
 	if err != nil {
@@ -140,7 +141,7 @@ func TestMPSProcessIsNotFooledByAStalePIDFile(t *testing.T) {
 
 func TestMPSProcessFailsClearly(t *testing.T) {
 	dir := t.TempDir()
-	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), Devices: []string{"GPU-a"}}
+	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), Devices: []string{"GPU-a"}}
 	missing := plugin.MPSProcess{Binary: filepath.Join(dir, "usr/bin/nvidia-cuda-mps-control")}
 	if _, err := missing.Start(d); err == nil || !strings.Contains(err.Error(), missing.Binary) {
 		t.Errorf("missing binary: %v, want an error naming %s", err, missing.Binary)
@@ -161,7 +162,7 @@ func TestMPSProcessGivesTheDaemonTheClaimsShmDirectory(t *testing.T) {
 	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
 	dir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(t, dir) })
-	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"), Devices: []string{"GPU-a"}}
+	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"), Devices: []string{"GPU-a"}}
 	privileged := canMountTmpfs()
 	// Another claim's shm tmpfs: the daemon's mount namespace starts as a copy of the
 	// plugin's, this mount included.

@@ -18,6 +18,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 const mpsConfig = "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nsharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 50, defaultPinnedDeviceMemoryLimit: 20Gi}}"
@@ -144,7 +145,7 @@ func TestMPSClaimStartsOneDaemonWithItsDevicesAndLimits(t *testing.T) {
 	pipe, log := mpsMounts(t, n, c)
 	shm := mpsShm(t, n, c)
 	assertMPSDirs(t, pipe, log, shm)
-	want := plugin.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, Devices: []string{d.Inventory().GPU(2).UUID},
+	want := prepared.MPSDaemon{PipeDir: pipe, LogDir: log, ShmDir: shm, Devices: []string{d.Inventory().GPU(2).UUID},
 		ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{20 << 10}}
 	if len(n.mps.started) != 1 || !reflect.DeepEqual(n.mps.started[0], want) {
 		t.Fatalf("daemons started %+v, want exactly %+v", n.mps.started, want)
@@ -402,7 +403,7 @@ func TestMPSClaimRecordedWithoutAShmDirectory(t *testing.T) {
 	if aside, _ := filepath.Glob(path + ".corrupt-*"); len(aside) != 0 {
 		t.Fatalf("the checkpoint without shm directories was set aside as corrupt: %v", aside)
 	}
-	if claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir); err != nil || claims[c.UID] != plugin.PrepareCompleted {
+	if claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir); err != nil || claims[c.UID] != prepared.PrepareCompleted {
 		t.Fatalf("claims %v (%v), want %s prepared", claims, err, c.Name)
 	}
 	running := n.mps.daemons()

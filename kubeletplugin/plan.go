@@ -13,6 +13,7 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // planner decides, from plain data, what preparing a claim means on this node: which
@@ -75,12 +76,12 @@ func (p *planner) preloadFile(claimUID string) string {
 // plan resolves the claim's results for this driver on this node. Configuration errors
 // name the field (status.allocation.devices.config[i].opaque.parameters...). reads are
 // the prepare's reads of the claim's pods.
-func (p *planner) plan(claim *resourceapi.ResourceClaim, reads *claimReads) ([]PreparedDevice, error) {
+func (p *planner) plan(claim *resourceapi.ResourceClaim, reads *claimReads) ([]prepared.Device, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
 	alloc := claim.Status.Allocation.Devices
-	var out []PreparedDevice
+	var out []prepared.Device
 	// The claim's pods are read once, and only for a share that needs their priority.
 	var fromPods *derived
 	priority := func() (derived, error) {
@@ -116,12 +117,12 @@ func (p *planner) plan(claim *resourceapi.ResourceClaim, reads *claimReads) ([]P
 
 // device plans one allocated device. priority gives a share whose configuration leaves
 // limits.priority unset its pods' priority, when p.priorities is set.
-func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf api.Resolved, priority func() (derived, error)) (PreparedDevice, error) {
+func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationResult, conf api.Resolved, priority func() (derived, error)) (prepared.Device, error) {
 	pub, ok := p.devices[r.Device]
 	if !ok {
-		return PreparedDevice{}, fmt.Errorf("device %q is not published by this node", r.Device)
+		return prepared.Device{}, fmt.Errorf("device %q is not published by this node", r.Device)
 	}
-	pd := PreparedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
+	pd := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
 	name := claimUID + "-" + r.Device
 	if r.ShareID != nil {
 		pd.ShareID = string(*r.ShareID)
@@ -134,7 +135,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		idx, _ := attrInt(pub, api.AttrIndex)
 		g := p.inv.GPU(idx)
 		if g == nil {
-			return PreparedDevice{}, fmt.Errorf("GPU %d is not in the inventory", idx)
+			return prepared.Device{}, fmt.Errorf("GPU %d is not in the inventory", idx)
 		}
 		pd.GPUs = []int{idx}
 		pd.CDI.GPUs = []cdi.GPU{{Index: g.Index, Minor: g.Minor, UUID: g.UUID}}
@@ -144,7 +145,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 			idx, err := strconv.Atoi(s)
 			g := p.inv.GPU(idx)
 			if err != nil || g == nil {
-				return PreparedDevice{}, fmt.Errorf("group member %q is not a GPU of this node", s)
+				return prepared.Device{}, fmt.Errorf("group member %q is not a GPU of this node", s)
 			}
 			pd.GPUs = append(pd.GPUs, idx)
 			pd.CDI.GPUs = append(pd.CDI.GPUs, cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
@@ -154,18 +155,18 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	case api.TypeMIG:
 		mi, err := p.migInstance(pub)
 		if err != nil {
-			return PreparedDevice{}, err
+			return prepared.Device{}, err
 		}
 		pd.MIG, pd.GPUs = mi, []int{mi.Parent}
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = p.migCapacity(mi)
 		sharing = conf.MIG.Sharing
 	default:
-		return PreparedDevice{}, fmt.Errorf("device %q has unknown type %q", r.Device, pd.Type)
+		return prepared.Device{}, fmt.Errorf("device %q has unknown type %q", r.Device, pd.Type)
 	}
 
 	mem := pd.CDI.MemoryBytes
 	if l := conf.GPU.Limits; pd.Type != api.TypeShare && l != nil && (l.Policy != api.PolicyFixed || l.ComputeLimit != nil || l.Priority != "") {
-		return PreparedDevice{}, field.Invalid(field.NewPath("limits"), "", fmt.Sprintf("device %s is of type %s: a share's policy, computeLimit and priority apply only to devices of type %s (DeviceClass %s)", r.Device, pd.Type, api.TypeShare, api.DeviceClassShare))
+		return prepared.Device{}, field.Invalid(field.NewPath("limits"), "", fmt.Sprintf("device %s is of type %s: a share's policy, computeLimit and priority apply only to devices of type %s (DeviceClass %s)", r.Device, pd.Type, api.TypeShare, api.DeviceClassShare))
 	}
 	if pd.Type == api.TypeShare {
 		memQ, compQ := driver.ShareMemoryDefault, driver.ShareComputeMin
@@ -178,31 +179,31 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		// The allocator bounds both by the device's capacity; a status written by other
 		// means is checked all the same before it becomes a limit.
 		if memQ.Sign() <= 0 || memQ.Cmp(maxShareMemory) > 0 {
-			return PreparedDevice{}, field.Invalid(field.NewPath("status", "allocation", "devices", "results").Key(r.Request).Child("consumedCapacity", string(api.CapMemory)), memQ.String(), "a share's memory must be from 1 byte to the GPU's memory")
+			return prepared.Device{}, field.Invalid(field.NewPath("status", "allocation", "devices", "results").Key(r.Request).Child("consumedCapacity", string(api.CapMemory)), memQ.String(), "a share's memory must be from 1 byte to the GPU's memory")
 		}
 		comp, ferr := api.ComputePercent(field.NewPath("status", "allocation", "devices", "results").Key(r.Request).Child("consumedCapacity", string(api.CapCompute)), compQ)
 		if ferr != nil {
-			return PreparedDevice{}, ferr
+			return prepared.Device{}, ferr
 		}
 		mem = memQ.Value()
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = mem, comp
 		tier := conf.GPU.Limits
 		if errs := tier.ValidateFor(field.NewPath("limits"), comp); len(errs) > 0 {
-			return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
+			return prepared.Device{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
 		}
 		limits := &cdi.Limits{MemoryMiB: mem >> 20, ComputePercent: tier.ComputeCap(comp),
 			Policy: string(tier.Policy), Priority: string(tier.Priority)}
 		if limits.Priority == "" && p.priorities != nil {
 			d, err := priority()
 			if err != nil {
-				return PreparedDevice{}, err
+				return prepared.Device{}, err
 			}
 			limits.Priority = string(d.priority)
 		}
 		switch conf.GPU.Limits.Enforcement {
 		case api.EnforceHAMi:
 			if p.node.VGPULibrary == "" {
-				return PreparedDevice{}, field.Invalid(field.NewPath("limits", "enforcement"), api.EnforceHAMi,
+				return prepared.Device{}, field.Invalid(field.NewPath("limits", "enforcement"), api.EnforceHAMi,
 					"this node has no HAMi-core libvgpu.so configured (--vgpu-library); use Auto or MPS")
 			}
 			limits.HAMi = true
@@ -211,7 +212,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 		if factor, over := memoryOversubscription(pub); over {
 			if err := oversubscribable(conf.GPU.Limits.Enforcement, sharing.Strategy, limits.HAMi, factor); err != nil {
-				return PreparedDevice{}, err
+				return prepared.Device{}, err
 			}
 			limits.Oversubscribed = true
 		}
@@ -221,7 +222,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 	}
 	if errs := sharing.ValidateFor(field.NewPath("sharing"), api.Device{MemoryBytes: mem}); len(errs) > 0 {
-		return PreparedDevice{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
+		return prepared.Device{}, fmt.Errorf("invalid device configuration: %w", errs.ToAggregate())
 	}
 	useMPS := sharing.Strategy == api.MPS || (pd.CDI.Limits != nil && !pd.CDI.Limits.HAMi)
 	if useMPS {
@@ -280,7 +281,7 @@ func oversubscribable(enforcement api.Enforcement, strategy api.SharingStrategy,
 	return nil
 }
 
-func (p *planner) migInstance(pub resourceapi.Device) (*MIGInstance, error) {
+func (p *planner) migInstance(pub resourceapi.Device) (*prepared.MIGInstance, error) {
 	parent, _ := attrInt(pub, api.AttrParentIndex)
 	start, _ := attrInt(pub, api.AttrMIGPlacementStart)
 	size, _ := attrInt(pub, api.AttrMIGPlacementSize)
@@ -291,14 +292,14 @@ func (p *planner) migInstance(pub resourceapi.Device) (*MIGInstance, error) {
 	}
 	for _, prof := range g.MIG.Profiles {
 		if prof.Name == profile {
-			return &MIGInstance{Parent: parent, Profile: profile, GIProfileID: prof.GIProfileID, CIProfileID: prof.CIProfileID, Start: start, Size: size}, nil
+			return &prepared.MIGInstance{Parent: parent, Profile: profile, GIProfileID: prof.GIProfileID, CIProfileID: prof.CIProfileID, Start: start, Size: size}, nil
 		}
 	}
 	return nil, fmt.Errorf("GPU %d has no MIG profile %q", parent, profile)
 }
 
 // migCapacity returns the MIG profile's memory and share of the GPU's SMs.
-func (p *planner) migCapacity(mi *MIGInstance) (int64, int) {
+func (p *planner) migCapacity(mi *prepared.MIGInstance) (int64, int) {
 	g := p.inv.GPU(mi.Parent)
 	for _, prof := range g.MIG.Profiles {
 		if prof.Name == mi.Profile && g.Multiprocessors > 0 {
@@ -311,7 +312,7 @@ func (p *planner) migCapacity(mi *MIGInstance) (int64, int) {
 // conflict reports whether two prepared devices of different claims may not coexist:
 // shares of a GPU coexist, MIG instances coexist when their placements are disjoint,
 // anything else on the same GPU excludes the other.
-func conflict(a, b PreparedDevice) bool {
+func conflict(a, b prepared.Device) bool {
 	for _, ga := range a.GPUs {
 		for _, gb := range b.GPUs {
 			if ga != gb {

@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // recover brings the node to a consistent state at start-up: a corrupt checkpoint is
@@ -45,7 +47,7 @@ func (s *state) recover() error {
 	}
 	if cp.BootID != "" && cp.BootID != s.bootID {
 		s.logger.Info("Node rebooted since the checkpoint was written: dropping its claims", "checkpointBootID", cp.BootID, "bootID", s.bootID, "claims", len(cp.Claims))
-		cp.Claims = map[types.UID]*PreparedClaim{}
+		cp.Claims = map[types.UID]*prepared.Claim{}
 	}
 	cp.BootID = s.bootID
 	s.cp = cp
@@ -69,7 +71,7 @@ func (s *state) recover() error {
 			continue
 		}
 		switch pc.State {
-		case PrepareCompleted:
+		case prepared.PrepareCompleted:
 			part, err := s.restore(pc, false)
 			if err == nil {
 				part = partTimeSlice
@@ -78,7 +80,7 @@ func (s *state) recover() error {
 			if err != nil {
 				s.repairs.failed(uid, ref, part, err)
 			}
-		case UnprepareStarted:
+		case prepared.UnprepareStarted:
 			s.logger.Info("Finishing an interrupted unprepare", "claim", ref)
 			if err := s.finishAtStart(pc); errors.Is(err, errMPSDaemonGoing) {
 				s.repairs.add(uid, ref, partUnprepare)
@@ -105,7 +107,7 @@ func (s *state) recover() error {
 
 // rebuild recovers the completed claims recorded in the CDI specs' annotations.
 func (s *state) rebuild() *checkpointData {
-	cp := &checkpointData{BootID: s.bootID, Claims: map[types.UID]*PreparedClaim{}}
+	cp := &checkpointData{BootID: s.bootID, Claims: map[types.UID]*prepared.Claim{}}
 	onDisk, err := s.specs.Claims()
 	if err != nil {
 		s.logger.Error(err, "Listing CDI specs to rebuild the checkpoint")
@@ -116,7 +118,7 @@ func (s *state) rebuild() *checkpointData {
 		if err != nil || string(pc.UID) != uid || checkClaimUID(pc.UID) != nil {
 			continue // removed below as a spec no claim accounts for
 		}
-		pc.State = PrepareCompleted
+		pc.State = prepared.PrepareCompleted
 		cp.Claims[pc.UID] = pc
 	}
 	return cp
@@ -130,7 +132,7 @@ func (s *state) rebuild() *checkpointData {
 // It removes nothing the claim holds; on failure it says which part (partMIG...) failed.
 // Its callers set the claim's time-slices again then (a GPU reset forgets them): start-up
 // recovery under the node's lock, the background repair after it is released.
-func (s *state) restore(pc *PreparedClaim, rewrite bool) (part string, err error) {
+func (s *state) restore(pc *prepared.Claim, rewrite bool) (part string, err error) {
 	rewrite = rewrite || !s.specs.Exists(string(pc.UID))
 	migRecreated := false
 	for k := range pc.Devices {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // The parts of a claim that a repair brings back or finishes: the part label of
@@ -353,9 +354,9 @@ func (s *state) repairLocked(uid types.UID) (next repairNext, part string, err e
 	defer unlock()
 	pc := s.cp.Claims[uid]
 	switch {
-	case pc == nil || pc.State == UnprepareStarted:
+	case pc == nil || pc.State == prepared.UnprepareStarted:
 		return repairUnprepare, "", nil
-	case pc.State == PrepareCompleted:
+	case pc.State == prepared.PrepareCompleted:
 		part, err := s.restore(pc, true)
 		// What was restored (a re-created MIG instance's ids, a daemon's pid) is recorded
 		// even when a later part failed.
@@ -375,22 +376,22 @@ func (s *state) repairLocked(uid types.UID) (next repairNext, part string, err e
 }
 
 // exitedDaemons are the prepared claims whose MPS control daemon does not run.
-func (s *state) exitedDaemons() []PreparedClaim {
+func (s *state) exitedDaemons() []prepared.Claim {
 	type daemon struct {
-		pc   PreparedClaim
+		pc   prepared.Claim
 		pipe string
 	}
 	var daemons []daemon
 	s.mu.Lock()
 	if s.cp != nil {
 		for _, pc := range s.cp.Claims {
-			if pc.State == PrepareCompleted && pc.MPS != nil {
-				daemons = append(daemons, daemon{PreparedClaim{UID: pc.UID, Namespace: pc.Namespace, Name: pc.Name}, pc.MPS.PipeDir})
+			if pc.State == prepared.PrepareCompleted && pc.MPS != nil {
+				daemons = append(daemons, daemon{prepared.Claim{UID: pc.UID, Namespace: pc.Namespace, Name: pc.Name}, pc.MPS.PipeDir})
 			}
 		}
 	}
 	s.mu.Unlock()
-	var out []PreparedClaim
+	var out []prepared.Claim
 	for _, d := range daemons {
 		if running, err := s.mps.running(d.pipe); err == nil && !running {
 			out = append(out, d.pc)
@@ -411,7 +412,7 @@ func (r *repairs) claimsEvent(gpu int, kind, reason, action, note string, args .
 	r.s.mu.Lock()
 	if r.s.cp != nil {
 		for uid, c := range r.s.cp.Claims {
-			if c.State != PrepareCompleted {
+			if c.State != prepared.PrepareCompleted {
 				continue
 			}
 			for _, d := range c.Devices {

@@ -18,6 +18,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // flakyTimeSlicer is the node's time-slicer with nvidia-smi failing while fail is set.
@@ -62,7 +63,7 @@ func assertStillPrepared(t *testing.T, n *node, c string, spec bool, pipe string
 	}
 	found := false
 	for _, st := range claims {
-		found = found || st == plugin.PrepareCompleted
+		found = found || st == prepared.PrepareCompleted
 	}
 	if len(claims) != 1 || !found {
 		t.Errorf("checkpoint holds %v, want the claim PrepareCompleted", claims)

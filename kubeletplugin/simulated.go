@@ -11,13 +11,14 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // SimulatedMPSFile is the file a SimulatedMPS daemon is, in its pipe directory.
 const SimulatedMPSFile = "gpudra-simulated-mps.json"
 
 // SimulatedMPS stands in for MPS control daemons on a simulated node: a "daemon" is a
-// file in its pipe directory holding the MPSDaemon it was started with, so that it
+// file in its pipe directory holding the prepared.MPSDaemon it was started with, so that it
 // outlives plugin restarts as a real daemon would and a lab can read what was applied.
 // Only for simulated NVML backends: New refuses it with the real NVML.
 type SimulatedMPS struct{}
@@ -25,7 +26,7 @@ type SimulatedMPS struct{}
 var _ MPSControl = SimulatedMPS{}
 
 // Start implements MPSControl.
-func (SimulatedMPS) Start(d MPSDaemon) (int, error) {
+func (SimulatedMPS) Start(d prepared.MPSDaemon) (int, error) {
 	if err := os.MkdirAll(d.PipeDir, mpsPipeMode); err != nil {
 		return 0, err
 	}

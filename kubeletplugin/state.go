@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // Hook is called at each named point of prepare and unprepare. Tests use it to inject
@@ -36,16 +37,16 @@ func (h Hook) at(point string) error {
 // points are reached with half of a journal record written (as when the plugin is
 // killed in the middle of the write).
 const (
-	PointPrepareStartedTorn   = "prepare-started-torn"   // half the PrepareStarted record in the journal
-	PointPrepareStarted       = "prepare-started"        // checkpoint says PrepareStarted
+	PointPrepareStartedTorn   = "prepare-started-torn"   // half the prepared.PrepareStarted record in the journal
+	PointPrepareStarted       = "prepare-started"        // checkpoint says prepared.PrepareStarted
 	PointMIGInstanceCreated   = "mig-instance-created"   // GPU instance exists, compute instance not yet
 	PointMIGReady             = "mig-ready"              // GPU and compute instance exist
 	PointMPSStarted           = "mps-started"            // the claim's MPS control daemon runs, not yet recorded
 	PointCDIWritten           = "cdi-written"            // CDI spec on disk
-	PointPrepareCompletedTorn = "prepare-completed-torn" // half the PrepareCompleted record in the journal
-	PointPrepareCompleted     = "prepare-completed"      // checkpoint says PrepareCompleted
-	PointUnprepareStartedTorn = "unprepare-started-torn" // half the UnprepareStarted record in the journal
-	PointUnprepareStarted     = "unprepare-started"      // checkpoint says UnprepareStarted
+	PointPrepareCompletedTorn = "prepare-completed-torn" // half the prepared.PrepareCompleted record in the journal
+	PointPrepareCompleted     = "prepare-completed"      // checkpoint says prepared.PrepareCompleted
+	PointUnprepareStartedTorn = "unprepare-started-torn" // half the prepared.UnprepareStarted record in the journal
+	PointUnprepareStarted     = "unprepare-started"      // checkpoint says prepared.UnprepareStarted
 	PointCDIRemoved           = "cdi-removed"
 	PointMPSStopped           = "mps-stopped" // the claim's MPS control daemon (if any) is gone
 	PointMIGDestroyed         = "mig-destroyed"
@@ -154,7 +155,7 @@ func (s *state) lockLoaded() (func(), error) {
 }
 
 // record appends the claim's record, as it is now, to the checkpoint journal.
-func (s *state) record(pc *PreparedClaim, torn string) error {
+func (s *state) record(pc *prepared.Claim, torn string) error {
 	return s.store.put(s.cp, pc, torn)
 }
 
@@ -178,7 +179,7 @@ func (s *state) reload() error {
 	return nil
 }
 
-func results(pc *PreparedClaim) []kubeletplugin.Device {
+func results(pc *prepared.Claim) []kubeletplugin.Device {
 	out := make([]kubeletplugin.Device, 0, len(pc.Devices))
 	for _, d := range pc.Devices {
 		dev := kubeletplugin.Device{
@@ -239,7 +240,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 	defer unlock()
 	uid := claim.UID
 	if pc := s.cp.Claims[uid]; pc != nil {
-		if pc.State == PrepareCompleted {
+		if pc.State == prepared.PrepareCompleted {
 			if !s.specs.Exists(string(uid)) {
 				if _, err := s.writeSpec(pc); err != nil {
 					return nil, "", nil, err
@@ -277,8 +278,8 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 	if err := s.checkMIGPlacements(planned); err != nil {
 		return nil, "", nil, err
 	}
-	pc := &PreparedClaim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
-		State: PrepareStarted, Devices: planned}
+	pc := &prepared.Claim{UID: uid, Namespace: claim.Namespace, Name: claim.Name, PodClaimName: claim.Annotations[resourceapi.PodResourceClaimAnnotation],
+		State: prepared.PrepareStarted, Devices: planned}
 	if err := s.checkTimeSlices(pc); err != nil {
 		return nil, "", nil, err
 	}
@@ -295,10 +296,10 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 	if err != nil {
 		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
-	pc.State = PrepareCompleted
+	pc.State = prepared.PrepareCompleted
 	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
 	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
-		pc.State = PrepareStarted
+		pc.State = prepared.PrepareStarted
 		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
 	if err := s.hook.at(PointPrepareCompleted); err != nil {
@@ -311,7 +312,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 }
 
 // checkExclusive refuses devices that another claim prepared on this node holds.
-func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
+func (s *state) checkExclusive(uid types.UID, devs []prepared.Device) error {
 	for _, other := range s.cp.Claims {
 		if other.UID == uid {
 			continue
@@ -330,9 +331,9 @@ func (s *state) checkExclusive(uid types.UID, devs []PreparedDevice) error {
 // checkMIGPlacements refuses MIG devices whose placement a GPU instance already
 // occupies (made outside gpudra, as with nvidia-smi mig -cgi): creating the device's
 // instance would fail, and that instance is not the claim's to destroy. It runs before
-// PrepareStarted is recorded, so that an instance found at the placement of an
+// prepared.PrepareStarted is recorded, so that an instance found at the placement of an
 // interrupted prepare is the one that prepare created.
-func (s *state) checkMIGPlacements(devs []PreparedDevice) error {
+func (s *state) checkMIGPlacements(devs []prepared.Device) error {
 	for _, d := range devs {
 		mi := d.MIG
 		if mi == nil {
@@ -379,7 +380,7 @@ func (m *made) setTimeSlice(gpu string) bool {
 // daemon and writes its CDI spec, noting in m what it changed on the GPUs (its
 // time-slices are set once the node's lock is released: setTimeSlices). It returns the claim's completed record as JSON (the spec's
 // annotation).
-func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
+func (s *state) realize(pc *prepared.Claim, m *made) ([]byte, error) {
 	for k := range pc.Devices {
 		d := &pc.Devices[k]
 		if d.MIG == nil {
@@ -413,7 +414,7 @@ func (s *state) realize(pc *PreparedClaim, m *made) ([]byte, error) {
 	return rec, s.hook.at(PointCDIWritten)
 }
 
-func (s *state) createMIG(d *PreparedDevice) error {
+func (s *state) createMIG(d *prepared.Device) error {
 	if s.dynamic {
 		if err := s.mig.setMode(d.MIG.Parent, true); err != nil {
 			return err
@@ -434,9 +435,9 @@ func (s *state) createMIG(d *PreparedDevice) error {
 
 // writeSpec writes the claim's CDI spec, annotated with the completed record, and
 // returns that record.
-func (s *state) writeSpec(pc *PreparedClaim) ([]byte, error) {
+func (s *state) writeSpec(pc *prepared.Claim) ([]byte, error) {
 	rec := *pc
-	rec.State = PrepareCompleted
+	rec.State = prepared.PrepareCompleted
 	raw, err := marshalClaim(&rec)
 	if err != nil {
 		return nil, err

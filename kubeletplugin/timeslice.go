@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // TimeSlicer sets the compute time-slice of a GPU: how long a CUDA context runs before
@@ -36,7 +37,7 @@ const nvidiaSMIOutputLimit = 4 << 10
 
 // timeSlices are the intervals a claim's devices ask for, by GPU UUID. Default is no
 // request: the GPU keeps (or gets back) its default.
-func timeSlices(pc *PreparedClaim) map[string]api.TimeSliceInterval {
+func timeSlices(pc *prepared.Claim) map[string]api.TimeSliceInterval {
 	out := map[string]api.TimeSliceInterval{}
 	for _, d := range pc.Devices {
 		iv := api.TimeSliceInterval(d.CDI.TimeSlice)
@@ -53,7 +54,7 @@ func timeSlices(pc *PreparedClaim) map[string]api.TimeSliceInterval {
 // wantedTimeSlice is the interval the prepared claims other than except ask for on gpu. A
 // claim released but for its GPUs' time-slices (TimeSlicesLeft) has no devices left, and
 // asks for none.
-func (s *state) wantedTimeSlice(gpu string, except types.UID) (api.TimeSliceInterval, *PreparedClaim) {
+func (s *state) wantedTimeSlice(gpu string, except types.UID) (api.TimeSliceInterval, *prepared.Claim) {
 	for _, uid := range slices.Sorted(maps.Keys(s.cp.Claims)) {
 		if uid == except {
 			continue
@@ -67,7 +68,7 @@ func (s *state) wantedTimeSlice(gpu string, except types.UID) (api.TimeSliceInte
 
 // checkTimeSlices refuses a claim asking for another interval on a GPU than a claim
 // prepared on it already has.
-func (s *state) checkTimeSlices(pc *PreparedClaim) error {
+func (s *state) checkTimeSlices(pc *prepared.Claim) error {
 	for gpu, iv := range timeSlices(pc) {
 		if other, by := s.wantedTimeSlice(gpu, pc.UID); by != nil && other != iv {
 			return fmt.Errorf("sharing.timeSlicing.interval: %s asked for GPU %s, which claim %s/%s prepared on this node runs with %s", iv, gpu, by.Namespace, by.Name, other)
@@ -78,7 +79,7 @@ func (s *state) checkTimeSlices(pc *PreparedClaim) error {
 
 // applyTimeSlices sets the claim's intervals on its GPUs, for start-up recovery: under
 // the node's lock, when nothing else runs.
-func (s *state) applyTimeSlices(ctx context.Context, pc *PreparedClaim) error {
+func (s *state) applyTimeSlices(ctx context.Context, pc *prepared.Claim) error {
 	want := timeSlices(pc)
 	for _, gpu := range slices.Sorted(maps.Keys(want)) {
 		iv := want[gpu]
@@ -92,7 +93,7 @@ func (s *state) applyTimeSlices(ctx context.Context, pc *PreparedClaim) error {
 // timeSlicesToRelease are the GPUs whose time-slices the claim gives back when it is
 // released: those of its devices that m says its prepare set (all with m nil), and those
 // an earlier release left (TimeSlicesLeft), sorted.
-func timeSlicesToRelease(pc *PreparedClaim, m *made) []string {
+func timeSlicesToRelease(pc *prepared.Claim, m *made) []string {
 	gpus := slices.Clone(pc.TimeSlicesLeft)
 	for gpu := range timeSlices(pc) {
 		if m.setTimeSlice(gpu) && !slices.Contains(gpus, gpu) {
@@ -124,7 +125,7 @@ func (s *state) finishRelease(ctx context.Context, uid types.UID) error {
 		return err
 	}
 	defer unlock()
-	if pc := s.cp.Claims[uid]; pc == nil || pc.State == PrepareCompleted || len(pc.TimeSlicesLeft) == 0 {
+	if pc := s.cp.Claims[uid]; pc == nil || pc.State == prepared.PrepareCompleted || len(pc.TimeSlicesLeft) == 0 {
 		return nil // another plugin instance finished it, or prepared the claim again
 	}
 	delete(s.cp.Claims, uid)
@@ -139,7 +140,7 @@ func (s *state) timeSlicesLeft(uid types.UID) ([]string, error) {
 	}
 	defer unlock()
 	pc := s.cp.Claims[uid]
-	if pc == nil || pc.State == PrepareCompleted {
+	if pc == nil || pc.State == prepared.PrepareCompleted {
 		return nil, nil
 	}
 	return slices.Clone(pc.TimeSlicesLeft), nil
@@ -259,7 +260,7 @@ func (s *state) preparedTimeSlices(uid types.UID) (map[string]api.TimeSliceInter
 		return nil, err
 	}
 	defer unlock()
-	if pc := s.cp.Claims[uid]; pc != nil && pc.State == PrepareCompleted {
+	if pc := s.cp.Claims[uid]; pc != nil && pc.State == prepared.PrepareCompleted {
 		return timeSlices(pc), nil
 	}
 	return nil, nil
@@ -274,7 +275,7 @@ func (s *state) abandon(p *pendingTimeSlices) (left bool, err error) {
 	}
 	defer unlock()
 	pc := s.cp.Claims[p.uid]
-	if pc == nil || pc.State != PrepareCompleted {
+	if pc == nil || pc.State != prepared.PrepareCompleted {
 		return false, nil
 	}
 	left, err = s.rollback(pc, p.made)

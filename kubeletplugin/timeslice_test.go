@@ -18,6 +18,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 func timeSlicing(interval string) string {
@@ -364,7 +365,7 @@ func await(t *testing.T, what string, done <-chan error) error {
 }
 
 // checkpointed is the state of each claim the node's checkpoint holds.
-func checkpointed(t *testing.T, n *node) map[types.UID]plugin.ClaimState {
+func checkpointed(t *testing.T, n *node) map[types.UID]prepared.State {
 	t.Helper()
 	claims, _, err := plugin.ReadCheckpoint(n.cfg.CheckpointDir)
 	if err != nil {
@@ -494,7 +495,7 @@ func TestAnUnprepareKilledBeforeNvidiaSMIIsFinishedAtRestart(t *testing.T) {
 	if got := n.timeSlices.interval(gpu2); got != api.IntervalLong {
 		t.Fatalf("GPU 2 time-slice %s when the plugin was killed, want Long (not given back yet)", got)
 	}
-	if got := checkpointed(t, n); got[c.UID] != plugin.UnprepareStarted {
+	if got := checkpointed(t, n); got[c.UID] != prepared.UnprepareStarted {
 		t.Fatalf("checkpoint holds %v when the plugin was killed, want the claim UnprepareStarted", got)
 	}
 	d = n.newDriver(nil)
@@ -531,7 +532,7 @@ func TestAFailedTimeSliceResetKeepsTheClaimForTheRetryAndFreesItsDevice(t *testi
 		if err := unprepare(t, d, first); err == nil || !strings.Contains(err.Error(), "GPU is busy") || !strings.Contains(err.Error(), gpu2) {
 			t.Fatalf("unprepare whose nvidia-smi failed: %v, want the failure naming GPU %s", err, gpu2)
 		}
-		if got := checkpointed(t, n); got[first.UID] != plugin.UnprepareStarted {
+		if got := checkpointed(t, n); got[first.UID] != prepared.UnprepareStarted {
 			t.Fatalf("checkpoint holds %v after the failed unprepare, want the claim UnprepareStarted", got)
 		}
 		if n.spec(first) != nil {
@@ -540,7 +541,7 @@ func TestAFailedTimeSliceResetKeepsTheClaimForTheRetryAndFreesItsDevice(t *testi
 	}
 	failedUnprepare()
 	mustPrepare(t, d, first)
-	if n.spec(first) == nil || checkpointed(t, n)[first.UID] != plugin.PrepareCompleted {
+	if n.spec(first) == nil || checkpointed(t, n)[first.UID] != prepared.PrepareCompleted {
 		t.Errorf("the claim prepared again has CDI spec %v, checkpoint %v; want a spec and the claim PrepareCompleted", n.spec(first) != nil, checkpointed(t, n))
 	}
 	if got := n.timeSlices.interval(gpu2); got != api.IntervalLong {
@@ -564,7 +565,7 @@ func TestAFailedTimeSliceResetKeepsTheClaimForTheRetryAndFreesItsDevice(t *testi
 	if got := n.timeSlices.interval(gpu2); got != api.IntervalShort {
 		t.Errorf("GPU 2 time-slice %s after the retried unprepare, want the next claim's Short", got)
 	}
-	if got := checkpointed(t, n); len(got) != 1 || got[next.UID] != plugin.PrepareCompleted {
+	if got := checkpointed(t, n); len(got) != 1 || got[next.UID] != prepared.PrepareCompleted {
 		t.Errorf("checkpoint holds %v, want the next claim alone", got)
 	}
 	if err := unprepare(t, d, next); err != nil {
@@ -617,13 +618,13 @@ func TestARolledBackPrepareGivesBackItsTimeSlicesWithoutHoldingUpOtherClaims(t *
 	claim, other := n.allocate(twoGPUs(timeSlicing("Long"))), n.allocate(gpuClaim("5", ""))
 	gate := sync.OnceFunc(func() { close(ts.gate) })
 	defer gate()
-	prepared := prepareAsync(context.Background(), d, claim)
+	preparing := prepareAsync(context.Background(), d, claim)
 	select {
 	case gpu := <-ts.entered:
 		if gpu != gpus[0] {
 			t.Fatalf("the rollback gave GPU %s its default back, want %s (the GPU the prepare set)", gpu, gpus[0])
 		}
-	case err := <-prepared:
+	case err := <-preparing:
 		t.Fatalf("the prepare returned (%v) without giving GPU %s its default back", err, gpus[0])
 	case <-time.After(stuckGuard):
 		t.Fatal("the rollback never ran nvidia-smi")
@@ -635,7 +636,7 @@ func TestARolledBackPrepareGivesBackItsTimeSlicesWithoutHoldingUpOtherClaims(t *
 		t.Fatalf("prepare of a claim on another GPU: %v", err)
 	}
 	gate()
-	if err := await(t, "the prepare rolled back", prepared); err == nil || !strings.Contains(err.Error(), "GPU is busy") || !strings.Contains(err.Error(), gpus[1]) {
+	if err := await(t, "the prepare rolled back", preparing); err == nil || !strings.Contains(err.Error(), "GPU is busy") || !strings.Contains(err.Error(), gpus[1]) {
 		t.Fatalf("prepare whose GPU %s refused its interval: %v, want nvidia-smi's error naming the GPU", gpus[1], err)
 	}
 	for _, gpu := range gpus {
@@ -646,7 +647,7 @@ func TestARolledBackPrepareGivesBackItsTimeSlicesWithoutHoldingUpOtherClaims(t *
 	if n.spec(claim) != nil {
 		t.Error("the rolled-back claim kept its CDI spec")
 	}
-	if got := checkpointed(t, n); len(got) != 1 || got[other.UID] != plugin.PrepareCompleted {
+	if got := checkpointed(t, n); len(got) != 1 || got[other.UID] != prepared.PrepareCompleted {
 		t.Errorf("checkpoint holds %v, want the other claim alone", got)
 	}
 }

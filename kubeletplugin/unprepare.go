@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // unprepareClaim unprepares the claim (unprepare) holding its lock.
@@ -19,21 +21,21 @@ func (s *state) unprepareClaim(ctx context.Context, uid types.UID) error {
 }
 
 // unprepare undoes prepare; an unknown claim is already unprepared. Under the node's
-// lock it records UnprepareStarted, removes the claim's CDI spec and stops its MPS
+// lock it records prepared.UnprepareStarted, removes the claim's CDI spec and stops its MPS
 // control daemon; one that takes long to stop (a pod) is asked to, and waited for after
 // the lock is released. The rest (MIG instances, directories) is done under the lock
 // again, but for the GPUs' time-slices: the claim is recorded with only those left
 // (TimeSlicesLeft), and nvidia-smi gives them back after the lock is released, each GPU
 // under its own lock (finishRelease), so that a slow nvidia-smi holds up no other claim's
 // prepare or unprepare. The checkpoint entry goes last. A plugin that dies meanwhile
-// finds the claim UnprepareStarted at start-up and finishes the unprepare then.
+// finds the claim prepared.UnprepareStarted at start-up and finishes the unprepare then.
 func (s *state) unprepare(ctx context.Context, uid types.UID) error {
 	wait, err := s.beginUnprepare(uid)
 	if err != nil {
 		return err
 	}
 	if err := s.mps.waitGone(ctx, wait); err != nil {
-		return err // the claim stays UnprepareStarted: the kubelet's next try waits again
+		return err // the claim stays prepared.UnprepareStarted: the kubelet's next try waits again
 	}
 	left, err := s.endUnprepare(uid)
 	if err != nil || !left {
@@ -57,7 +59,7 @@ func (s *state) beginUnprepare(uid types.UID) (wait string, err error) {
 	defer unlock()
 	pc := s.cp.Claims[uid]
 	if pc != nil {
-		pc.State = UnprepareStarted
+		pc.State = prepared.UnprepareStarted
 		if err := s.record(pc, PointUnprepareStartedTorn); err != nil {
 			return "", err
 		}
@@ -92,7 +94,7 @@ func (s *state) endUnprepare(uid types.UID) (left bool, err error) {
 	if pc == nil {
 		return false, s.removeClaimDirs(uid)
 	}
-	if pc.State != UnprepareStarted {
+	if pc.State != prepared.UnprepareStarted {
 		return false, fmt.Errorf("claim %s/%s is %s again (another plugin instance prepared it while its unprepare waited for its MPS control daemon to stop)", pc.Namespace, pc.Name, pc.State)
 	}
 	gpus, err := s.release(pc, nil)
@@ -113,16 +115,16 @@ func (s *state) endUnprepare(uid types.UID) (left bool, err error) {
 
 // leave forgets a released claim or, when gpus have their time-slices to get back, records
 // the claim with those alone (TimeSlicesLeft; no devices, which are free for other claims
-// then), for finishRelease. A completed claim is PrepareStarted again: its rollback is
+// then), for finishRelease. A completed claim is prepared.PrepareStarted again: its rollback is
 // unfinished.
-func (s *state) leave(pc *PreparedClaim, gpus []string) (left bool, err error) {
+func (s *state) leave(pc *prepared.Claim, gpus []string) (left bool, err error) {
 	if len(gpus) == 0 {
 		delete(s.cp.Claims, pc.UID)
 		return false, s.forget(pc.UID)
 	}
 	pc.Devices, pc.MPS, pc.TimeSlicesLeft = nil, nil, gpus
-	if pc.State == PrepareCompleted {
-		pc.State = PrepareStarted
+	if pc.State == prepared.PrepareCompleted {
+		pc.State = prepared.PrepareStarted
 	}
 	if err := s.record(pc, PointTimeSlicesLeftTorn); err != nil {
 		return false, err
@@ -136,7 +138,7 @@ func (s *state) leave(pc *PreparedClaim, gpus []string) (left bool, err error) {
 // errMPSDaemonGoing says the claim's daemon has not gone yet, and the claim stays for the
 // background repair; so does a claim whose time-slices could not be given back, recorded
 // with those alone.
-func (s *state) finishAtStart(pc *PreparedClaim) error {
+func (s *state) finishAtStart(pc *prepared.Claim) error {
 	gpus, err := s.teardown(pc, nil)
 	if err != nil {
 		return err
@@ -151,9 +153,9 @@ func (s *state) finishAtStart(pc *PreparedClaim) error {
 
 // undo rolls back a prepare that failed, as far as m says it got. A rollback that
 // cannot finish (a daemon's pod still stopping, a GPU that refuses) leaves the claim
-// PrepareStarted for the background repair, and for the kubelet's next prepare, which
+// prepared.PrepareStarted for the background repair, and for the kubelet's next prepare, which
 // rolls it back first; so does one that left GPUs' time-slices to give back.
-func (s *state) undo(pc *PreparedClaim, m *made) error {
+func (s *state) undo(pc *prepared.Claim, m *made) error {
 	left, err := s.rollback(pc, m)
 	if left {
 		s.repairs.add(pc.UID, klog.KRef(pc.Namespace, pc.Name), partRollback)
@@ -163,7 +165,7 @@ func (s *state) undo(pc *PreparedClaim, m *made) error {
 }
 
 // rollbackFailed schedules the repair of a claim whose rollback returned err (when not nil).
-func (s *state) rollbackFailed(pc *PreparedClaim, err error) {
+func (s *state) rollbackFailed(pc *prepared.Claim, err error) {
 	if errors.Is(err, errMPSDaemonGoing) {
 		s.repairs.add(pc.UID, klog.KRef(pc.Namespace, pc.Name), partRollback)
 	} else if err != nil {
@@ -175,7 +177,7 @@ func (s *state) rollbackFailed(pc *PreparedClaim, err error) {
 // nil) and forgets the claim, but for its GPUs' time-slices: with some to give back, the
 // claim stays recorded with those alone, and left says so (finishRelease gives them
 // back after the node's lock is released).
-func (s *state) rollback(pc *PreparedClaim, m *made) (left bool, err error) {
+func (s *state) rollback(pc *prepared.Claim, m *made) (left bool, err error) {
 	gpus, err := s.teardown(pc, m)
 	if err != nil {
 		return false, fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
@@ -187,7 +189,7 @@ func (s *state) rollback(pc *PreparedClaim, m *made) (left bool, err error) {
 // removes, and returns the GPUs whose time-slices are to be given back. A daemon that
 // takes long to stop (a pod) is asked to, and errMPSDaemonGoing says it has not gone
 // yet: the rest waits for a later try.
-func (s *state) teardown(pc *PreparedClaim, m *made) (timeSlices []string, err error) {
+func (s *state) teardown(pc *prepared.Claim, m *made) (timeSlices []string, err error) {
 	if err := s.specs.Remove(string(pc.UID)); err != nil {
 		return nil, err
 	}
@@ -204,7 +206,7 @@ func (s *state) teardown(pc *PreparedClaim, m *made) (timeSlices []string, err e
 // that m says are the claim's (all with m nil) and the claim's directories. It returns
 // the GPUs whose time-slices the claim is to give back (timeSlicesToRelease), which it
 // leaves alone: the node's lock is not held while nvidia-smi runs.
-func (s *state) release(pc *PreparedClaim, m *made) (timeSlices []string, err error) {
+func (s *state) release(pc *prepared.Claim, m *made) (timeSlices []string, err error) {
 	pc.MPS = nil
 	if err := s.hook.at(PointMPSStopped); err != nil {
 		return nil, err

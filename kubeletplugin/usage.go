@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -149,17 +150,17 @@ func (u *usageSampler) sample(ctx context.Context) *usageSnapshot {
 
 // preparedView is the inventory's GPUs and the completed claims, copied under the
 // state's lock.
-func (s *state) preparedView() ([]driver.GPU, []*PreparedClaim) {
+func (s *state) preparedView() ([]driver.GPU, []*prepared.Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var gpus []driver.GPU
 	if s.planner != nil && s.planner.inv != nil {
 		gpus = slices.Clone(s.planner.inv.GPUs)
 	}
-	var claims []*PreparedClaim
+	var claims []*prepared.Claim
 	if s.cp != nil {
 		for _, pc := range s.cp.Claims {
-			if pc.State != PrepareCompleted {
+			if pc.State != prepared.PrepareCompleted {
 				continue
 			}
 			c := *pc
@@ -167,7 +168,7 @@ func (s *state) preparedView() ([]driver.GPU, []*PreparedClaim) {
 			claims = append(claims, &c)
 		}
 	}
-	slices.SortFunc(claims, func(a, b *PreparedClaim) int {
+	slices.SortFunc(claims, func(a, b *prepared.Claim) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	return gpus, claims

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 func TestParsePodCgroup(t *testing.T) {
@@ -46,7 +47,7 @@ func TestDeviceReadinessFollowsItsGPUsHealth(t *testing.T) {
 		{"its GPU unhealthy", []int{3}, unhealthy, readiness{reason: ReasonGPUUnhealthy, message: "unhealthy: GPU 3 (xid-79)"}},
 		{"one GPU of an NVLink group unhealthy", []int{2, 3}, unhealthy, readiness{reason: ReasonGPUUnhealthy, message: "unhealthy: GPU 3 (xid-79)"}},
 	} {
-		if got := deviceReadiness(PreparedDevice{GPUs: tc.gpus}, tc.taints); got != tc.want {
+		if got := deviceReadiness(prepared.Device{GPUs: tc.gpus}, tc.taints); got != tc.want {
 			t.Errorf("%s: readiness %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

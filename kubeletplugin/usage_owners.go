@@ -22,6 +22,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // reservedForAge is how long a claim's status.reservedFor, as read from the API
@@ -113,7 +114,7 @@ func parsePodCgroup(data []byte) (types.UID, string) {
 
 // reservedFor returns the pods the claim is reserved for, reading the claim again
 // when what was read is older than reservedForAge; nil without an API client.
-func (o *processOwners) reservedFor(ctx context.Context, pc *PreparedClaim) []resourceapi.ResourceClaimConsumerReference {
+func (o *processOwners) reservedFor(ctx context.Context, pc *prepared.Claim) []resourceapi.ResourceClaimConsumerReference {
 	if o.client == nil {
 		return nil
 	}
@@ -143,7 +144,7 @@ func (o *processOwners) reservedFor(ctx context.Context, pc *PreparedClaim) []re
 }
 
 // forget drops what was read of claims that are no longer prepared.
-func (o *processOwners) forget(claims []*PreparedClaim) {
+func (o *processOwners) forget(claims []*prepared.Claim) {
 	keep := map[types.UID]bool{}
 	for _, pc := range claims {
 		keep[pc.UID] = true
@@ -214,7 +215,7 @@ func (o *processOwners) podClaims(ctx context.Context) map[string]map[string]boo
 }
 
 // claimsOf returns, by pid, the UIDs of the prepared claims the process runs for.
-func (o *processOwners) claimsOf(ctx context.Context, pids []uint32, claims []*PreparedClaim) map[uint32][]types.UID {
+func (o *processOwners) claimsOf(ctx context.Context, pids []uint32, claims []*prepared.Claim) map[uint32][]types.UID {
 	o.forget(claims)
 	if len(pids) == 0 || len(claims) == 0 {
 		return nil

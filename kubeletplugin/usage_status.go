@@ -19,6 +19,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // DeviceUsage is what the plugin writes in the data of a prepared claim's
@@ -55,7 +56,7 @@ type UsageData struct {
 const defaultUsageStatusInterval = 30 * time.Second
 
 // deviceUsages is the usage of each of the claim's devices, in the order of its devices.
-func deviceUsages(pc *PreparedClaim, snap *usageSnapshot, gpuMemory map[int]int64, now time.Time) []UsageData {
+func deviceUsages(pc *prepared.Claim, snap *usageSnapshot, gpuMemory map[int]int64, now time.Time) []UsageData {
 	on := map[int]claimGPUUsage{}
 	for _, u := range snap.claims {
 		if u.UID == pc.UID {
@@ -228,7 +229,7 @@ type readiness struct {
 
 // deviceReadiness is Ready for a prepared device: False while one of its GPUs carries
 // the unhealthy taint.
-func deviceReadiness(pd PreparedDevice, taints map[int][]resourceapi.DeviceTaint) readiness {
+func deviceReadiness(pd prepared.Device, taints map[int][]resourceapi.DeviceTaint) readiness {
 	var sick []string
 	for _, idx := range pd.GPUs {
 		for _, t := range taints[idx] {
@@ -246,7 +247,7 @@ func deviceReadiness(pd PreparedDevice, taints map[int][]resourceapi.DeviceTaint
 // writeStatus applies the claim's status.devices entries of its prepared devices (their
 // usage in data, and the Ready condition) with server-side apply: the entries of other
 // drivers, and fields of other managers, are left alone.
-func (d *Driver) writeStatus(ctx context.Context, pc *PreparedClaim, st deviceStatuses, now time.Time) error {
+func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceStatuses, now time.Time) error {
 	claims := d.cfg.BackgroundClient.ResourceV1().ResourceClaims(pc.Namespace)
 	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
 	if err != nil {

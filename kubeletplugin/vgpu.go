@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // preloadMode lets every user of a container read its /etc/ld.so.preload: the dynamic
@@ -21,7 +22,7 @@ const preloadMode = 0o644
 // shares under HAMi-core; a preload file that exists with other content (a write a crash
 // cut short) is written again. The preload file is written beside and renamed, so a
 // container never sees half of it.
-func makeVGPUFiles(pc *PreparedClaim) error {
+func makeVGPUFiles(pc *prepared.Claim) error {
 	for _, d := range pc.Devices {
 		if dir := d.CDI.CacheDir; dir != "" {
 			if err := os.MkdirAll(dir, 0o750); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 func TestSharingToolsAreSimulatedOnlyOnSimulatedNodesWithoutPaths(t *testing.T) {
@@ -170,7 +171,7 @@ func TestProcessModeStopsThePodDaemonsOfItsNode(t *testing.T) {
 	for _, node := range []string{"n1", "n2"} {
 		p := plugin.MPSPods{Client: client, Namespace: "gpudra", NodeName: node, Image: "img", Simulated: true, Poll: time.Millisecond}
 		pipe := filepath.Join(t.TempDir(), "mps", "uid-"+node, "pipe")
-		if _, err := p.Start(plugin.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-" + node}}); err != nil {
+		if _, err := p.Start(prepared.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-" + node}}); err != nil {
 			t.Fatal(err)
 		}
 	}

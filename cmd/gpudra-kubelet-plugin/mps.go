@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // Where the plugin runs the per-claim MPS control daemons (--mps-control-daemons).
@@ -31,7 +32,7 @@ const (
 // pod's readiness probe, it only says whether the daemon answers.
 func mpsDaemonCommand() *cobra.Command {
 	var (
-		d                  plugin.MPSDaemon
+		d                  prepared.MPSDaemon
 		devices, pinned    string
 		binary             string
 		simulated, checkIt bool

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // pluginUser is the kubelet plugin's identity, as its pod-bound token gives it.
@@ -148,7 +149,7 @@ func flagValues(c corev1.Container) map[string]string {
 // configures it (cmd/gpudra-kubelet-plugin: the daemon sees the driver root at
 // /driver-root). limits, when not nil, gives the claim's devices and limits (else one GPU,
 // 50 % of its threads, 1 GiB pinned).
-func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits *plugin.MPSDaemon) *appsv1.Deployment {
+func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits *prepared.MPSDaemon) *appsv1.Deployment {
 	t.Helper()
 	c := ds.Spec.Template.Spec.Containers[0]
 	f := flagValues(c)
@@ -174,7 +175,7 @@ func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits 
 		p.LibraryPath = strings.Join(dirs, ":")
 	}
 	dir := filepath.Join(f["plugin-data-dir"], "mps", claimUID)
-	d := plugin.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
+	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"),
 		Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}, ActiveThreadPercent: 50, PinnedMemoryMiB: []int64{1024}}
 	if limits != nil {
 		d.ActiveThreadPercent, d.PinnedMemoryMiB = limits.ActiveThreadPercent, limits.PinnedMemoryMiB
@@ -230,7 +231,7 @@ func TestMPSDaemonPolicy(t *testing.T) {
 			good := daemonOf(t, ds, node, uid, nil)
 			privileged := !strings.HasPrefix(flagValues(ds.Spec.Template.Spec.Containers[0])["nvml"], "sim:")
 			// Every daemon the plugin makes passes: whatever the claim's devices and limits.
-			for _, limits := range []plugin.MPSDaemon{
+			for _, limits := range []prepared.MPSDaemon{
 				{Devices: []string{"GPU-00000000-0000-0000-0000-000000000001"}},
 				{Devices: []string{"MIG-00000000-0000-0000-0000-000000000002", "GPU-00000000-0000-0000-0000-000000000003"}, ActiveThreadPercent: 100},
 				{Devices: []string{"GPU-00000000-0000-0000-0000-000000000001", "GPU-00000000-0000-0000-0000-000000000003"}, PinnedMemoryMiB: []int64{0, 81920}},

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 	"github.com/gpudra/gpudra/lab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -194,7 +195,7 @@ func TestRealNodeManyClaimsAtOnce(t *testing.T) {
 	// What the plugin keeps of prepared claims is where the checks below look for leftovers.
 	held := checkpointClaims(t, node)
 	for name, uid := range uids {
-		if st := held[string(uid)]; st != string(kubeletplugin.PrepareCompleted) {
+		if st := held[string(uid)]; st != string(prepared.PrepareCompleted) {
 			t.Errorf("claim %s is prepared, but the checkpoint has it %q", name, st)
 		}
 		if specs := cdiSpecsMentioning(t, node, string(uid)); len(specs) == 0 {
