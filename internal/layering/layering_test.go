@@ -1,7 +1,7 @@
 // Package layering checks the import graph that keeps gpudra's binaries small and its
 // packages in their rooms: the cluster-side binaries link no NVML code, the API package is
-// a leaf, the pure topology packages know nothing of the device model, and only binaries
-// and tests use the lab.
+// a leaf, the pure topology packages know nothing of the device model, the kubelet plugin's
+// subsystems do not reach into its core, and only binaries and tests use the lab.
 package layering
 
 import (
@@ -79,6 +79,21 @@ func TestClusterSideBinariesBuildWithoutCgoOrNVML(t *testing.T) {
 	}
 }
 
+// pluginSubsystems are the kubelet plugin's parts that live beside its core
+// (kubeletplugin): each talks to the core through interfaces it declares, and never
+// imports it.
+var pluginSubsystems = []string{"mps", "usage", "health", "checkpoint", "prepared"}
+
+// pluginSubsystem is the subsystem path is in ("" when none).
+func pluginSubsystem(path string) string {
+	for _, s := range pluginSubsystems {
+		if under(path, "kubeletplugin/"+s) {
+			return s
+		}
+	}
+	return ""
+}
+
 func TestImportRules(t *testing.T) {
 	pkgs := goList(t, nil, "./...")
 	if len(pkgs) < 10 {
@@ -95,6 +110,11 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s imports the lab; only binaries and tests may", local(p.ImportPath))
 			case local(p.ImportPath) == "driver" && strings.HasPrefix(imp, "github.com/NVIDIA/go-nvml"):
 				t.Errorf("the device model imports %s; NVML belongs in driver/discover", imp)
+			}
+			if sub := pluginSubsystem(p.ImportPath); sub != "" && imp == module+"/kubeletplugin" {
+				t.Errorf("%s imports the kubelet plugin's core; it must take what it needs through an interface of its own", local(p.ImportPath))
+			} else if sub == "prepared" && under(imp, "kubeletplugin") {
+				t.Errorf("%s imports %s; the prepared claims' types import no other part of the plugin", local(p.ImportPath), local(imp))
 			}
 		}
 	}
