@@ -18,6 +18,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -164,18 +165,18 @@ func TestKubeletCallsForOtherClaimsDoNotWaitForAnMPSDaemonsPod(t *testing.T) {
 	n.daemonPods = podClient
 	var socket string
 	cl := startOnCluster(t, n, func(c *plugin.Config) { socket = filepath.Join(c.PluginDataDir, "dra.sock") })
-	mps, whole, other := n.allocate(gpuClaim("2", mpsConfig)), n.allocate(gpuClaim("5", "")), n.allocate(gpuClaim("6", ""))
-	for _, c := range []*resourceapi.ResourceClaim{mps, whole, other} {
+	mpsClaim, whole, other := n.allocate(gpuClaim("2", mpsConfig)), n.allocate(gpuClaim("5", "")), n.allocate(gpuClaim("6", ""))
+	for _, c := range []*resourceapi.ResourceClaim{mpsClaim, whole, other} {
 		if _, err := cl.client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	kubelet := dialPlugin(t, socket)
-	daemon := plugin.MPSPodPrefix + string(mps.UID)
+	daemon := mps.PodPrefix + string(mpsClaim.UID)
 
 	done := make(chan string, 1)
 	go func() {
-		msg, err := kubelet.prepare(mps, time.Minute)
+		msg, err := kubelet.prepare(mpsClaim, time.Minute)
 		if err != nil {
 			msg = err.Error()
 		}
@@ -199,7 +200,7 @@ func TestKubeletCallsForOtherClaimsDoNotWaitForAnMPSDaemonsPod(t *testing.T) {
 
 	// Its unprepare waits for the daemon's pod to go; meanwhile the others go on.
 	go func() {
-		msg, err := kubelet.unprepare(mps, time.Minute)
+		msg, err := kubelet.unprepare(mpsClaim, time.Minute)
 		if err != nil {
 			msg = err.Error()
 		}
@@ -219,7 +220,7 @@ func TestKubeletCallsForOtherClaimsDoNotWaitForAnMPSDaemonsPod(t *testing.T) {
 		t.Fatalf("the MPS claim's unprepare returned (%q) before its daemon's pod was gone", msg)
 	default:
 	}
-	if n.spec(mps) != nil {
+	if n.spec(mpsClaim) != nil {
 		t.Error("the MPS claim's CDI spec is still there while its unprepare waits")
 	}
 	release(daemon)
@@ -229,5 +230,5 @@ func TestKubeletCallsForOtherClaimsDoNotWaitForAnMPSDaemonsPod(t *testing.T) {
 	if msg, err := kubelet.unprepare(other, quick); err != nil || msg != "" {
 		t.Fatalf("unprepare: %v %s", err, msg)
 	}
-	assertClean(t, n, mps)
+	assertClean(t, n, mpsClaim)
 }

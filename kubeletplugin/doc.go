@@ -13,7 +13,7 @@
 // (checkpoint.journal); checkpoint.json is rewritten only when the journal outgrows it,
 // and at start-up (checkpoint.go). Claims under MPS take a spare, new directory tree
 // made at start-up or by an earlier unprepare (spares.go), with a shm directory that is
-// /dev/shm in the claim's containers and its daemon's own mount namespace (mps_shm.go).
+// /dev/shm in the claim's containers and its daemon's own mount namespace (package mps).
 // A prepare that fails undoes only what it made: a MIG instance it did not create is left
 // alone (a placement already occupied is refused). A prepared claim is never rolled back
 // at start-up: what cannot be restored (its daemon, its time-slices), or a daemon that

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -53,8 +54,8 @@ type Config struct {
 	// CDIHookPath is the host path of nvidia-cdi-hook, which runs the hooks nvcdi puts
 	// in the CDI specs (update-ldcache, create-symlinks, ...); "" writes no hooks.
 	CDIHookPath string
-	// MPS starts and stops the per-claim MPS control daemons. nil: MPSProcess running
-	// <ContainerDriverRoot or DriverRoot>/usr/bin/nvidia-cuda-mps-control. SimulatedMPS needs a simulated backend.
+	// MPS starts and stops the per-claim MPS control daemons. nil: mps.Process running
+	// <ContainerDriverRoot or DriverRoot>/usr/bin/nvidia-cuda-mps-control. mps.Simulated needs a simulated backend.
 	MPS MPSControl
 	// TimeSlicer sets the GPUs' time-slices. nil: NvidiaSMI running
 	// <ContainerDriverRoot or DriverRoot>/usr/bin/nvidia-smi. SimulatedTimeSlicer needs a simulated backend.
@@ -134,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	if !cfg.Backend.Simulated {
-		if _, ok := cfg.MPS.(SimulatedMPS); ok {
+		if _, ok := cfg.MPS.(mps.Simulated); ok {
 			return nil, fmt.Errorf("simulated MPS control daemons need a simulated NVML backend, not %s", cfg.Backend.Name)
 		}
 		if _, ok := cfg.TimeSlicer.(*SimulatedTimeSlicer); ok {
@@ -251,7 +252,7 @@ func (d *Driver) Stop() {
 
 // PrepareResourceClaims prepares allocated claims: MIG instances, CDI specs, enforced
 // sharing. Each claim succeeds or fails on its own; a failed claim leaves nothing behind,
-// except one whose MPS control daemon's pod is not ready yet (MPSPods), which stays
+// except one whose MPS control daemon's pod is not ready yet (mps.Pods), which stays
 // prepared for the kubelet's next try.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/moby/sys/mountinfo"
-	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -31,6 +30,7 @@ import (
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/simulated"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps/mpstest"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -111,19 +111,16 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1)), mps: mps, timeSlices: ts}
 }
 
-// mountsUnder are the mount points of this process's mount namespace at or below dir.
-func mountsUnder(t testing.TB, dir string) []string {
-	t.Helper()
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([]string, len(mounts))
-	for i, m := range mounts {
-		out[i] = m.Mountpoint
-	}
-	return out
-}
+var (
+	canMountTmpfs = mpstest.CanMountTmpfs
+	mountsUnder   = mpstest.MountsUnder
+	unmountUnder  = mpstest.UnmountUnder
+	mode          = mpstest.DirMode
+)
+
+// TestMain lets the test binary act as the plugin's "mps-exec" for the daemons that
+// tests start with mps.Process (mpstest.Main).
+func TestMain(m *testing.M) { mpstest.Main(m) }
 
 // mountEntry is the last mount on exactly dir in this process's mount namespace: its
 // filesystem type, source and mount options; ok false when nothing is mounted there.
@@ -138,39 +135,6 @@ func mountEntry(t testing.TB, dir string) (fsType, source, options string, ok bo
 	}
 	m := mounts[len(mounts)-1]
 	return m.FSType, m.Source, m.Options, true
-}
-
-var mountProbe struct {
-	once sync.Once
-	ok   bool
-}
-
-// canMountTmpfs reports whether this process may mount a tmpfs (root with
-// CAP_SYS_ADMIN), as the plugin tries to for each MPS claim's shm directory.
-func canMountTmpfs() bool {
-	mountProbe.once.Do(func() {
-		dir, err := os.MkdirTemp("", "gpudra-mount-probe-")
-		if err != nil {
-			return
-		}
-		defer os.Remove(dir)
-		if unix.Mount("gpudra-mount-probe", dir, "tmpfs", 0, "size=4k") == nil {
-			mountProbe.ok = true
-			_ = unix.Unmount(dir, unix.MNT_DETACH)
-		}
-	})
-	return mountProbe.ok
-}
-
-// unmountUnder unmounts everything mounted at or below dir, last mounted first.
-func unmountUnder(t testing.TB, dir string) {
-	t.Helper()
-	mounts := mountsUnder(t, dir)
-	for k := len(mounts) - 1; k >= 0; k-- {
-		if err := unix.Unmount(mounts[k], unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", mounts[k], err)
-		}
-	}
 }
 
 // backendGPU is the UUID of the simulated GPU at index.

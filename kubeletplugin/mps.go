@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -57,8 +58,8 @@ type mpsManager struct {
 	logger klog.Logger
 	// spares are the empty MPS directory trees ready for claims (spares.go).
 	spares []string
-	// mountShm mounts a claim's shm tmpfs (mountMPSShm; tests make it fail as without
-	// privilege) and unmountShm unmounts it (unmountMPSShm). shmFallback and
+	// mountShm mounts a claim's shm tmpfs (mps.MountShm; tests make it fail as without
+	// privilege) and unmountShm unmounts it (mps.UnmountShm). shmFallback and
 	// shmPropagation log, once, that the plugin may not mount and that its mounts do not
 	// propagate.
 	mountShm, unmountShm        func(dir string) error
@@ -77,7 +78,7 @@ func newMPSManager(ctl MPSControl, stateDir string, hook Hook, logger klog.Logge
 }
 
 // shmMounts are how new mpsManagers mount and unmount the shm tmpfs (tests stub them).
-var shmMounts = struct{ mount, unmount func(dir string) error }{mountMPSShm, unmountMPSShm}
+var shmMounts = struct{ mount, unmount func(dir string) error }{mps.MountShm, mps.UnmountShm}
 
 // mpsClaimDir is the claim's MPS directory tree under the plugin's state directory;
 // the planner puts the claim's cdi.MPS directories in it.
@@ -91,50 +92,6 @@ func (m *mpsManager) claimDir(uid types.UID) string { return filepath.Join(m.roo
 func (m *mpsManager) pipeDir(uid types.UID) string { return filepath.Join(m.claimDir(uid), "pipe") }
 
 func (m *mpsManager) shmDir(uid types.UID) string { return filepath.Join(m.claimDir(uid), "shm") }
-
-// mpsDaemon is the daemon the claim needs, nil when none of its devices runs under MPS.
-// MIG devices must have been created (their UUIDs are known only then).
-func mpsDaemon(pc *prepared.Claim) *prepared.MPSDaemon {
-	var d *prepared.MPSDaemon
-	for _, dev := range pc.Devices {
-		m := dev.CDI.MPS
-		if m == nil {
-			continue
-		}
-		if d == nil {
-			d = &prepared.MPSDaemon{PipeDir: m.PipeDir, LogDir: m.LogDir, ShmDir: m.ShmDir}
-		}
-		var uuids []string
-		if mig := dev.CDI.MIG; mig != nil {
-			uuids = []string{mig.UUID}
-		} else {
-			for _, g := range dev.CDI.GPUs {
-				uuids = append(uuids, g.UUID)
-			}
-		}
-		for _, u := range uuids {
-			d.Devices = append(d.Devices, u)
-			d.PinnedMemoryMiB = append(d.PinnedMemoryMiB, m.PinnedMemoryMiB)
-		}
-		// One default for the whole daemon: the tightest cap any device asks for.
-		if t := m.ActiveThreadPercent; t > 0 && (d.ActiveThreadPercent == 0 || t < d.ActiveThreadPercent) {
-			d.ActiveThreadPercent = t
-		}
-	}
-	if d != nil && !hasLimit(d.PinnedMemoryMiB) {
-		d.PinnedMemoryMiB = nil
-	}
-	return d
-}
-
-func hasLimit(mibs []int64) bool {
-	for _, m := range mibs {
-		if m > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // prepare makes the MPS directories of a claim being prepared (renaming a spare tree
 // into place when there is one) and starts its MPS control daemon, if it needs one;
@@ -156,7 +113,7 @@ func (m *mpsManager) prepare(pc *prepared.Claim) error {
 
 // start starts the claim's MPS control daemon, if it needs one, and records it.
 func (m *mpsManager) start(pc *prepared.Claim) error {
-	d := mpsDaemon(pc)
+	d := mps.DaemonOf(pc)
 	if d == nil {
 		return nil
 	}
@@ -176,7 +133,7 @@ func (m *mpsManager) start(pc *prepared.Claim) error {
 	return m.hook.at(PointMPSStarted)
 }
 
-// mpsDeferred is an MPSControl whose daemons take long to start and to stop (MPSPods: a
+// mpsDeferred is an MPSControl whose daemons take long to start and to stop (mps.Pods: a
 // pod): under the node's lock the plugin only asks for a daemon or for its end, and waits
 // for either after releasing the lock (prepareClaim, unprepare), so that other claims'
 // prepares and unprepares on the node need not wait for it.
@@ -193,10 +150,13 @@ type mpsDeferred interface {
 	WaitGone(ctx context.Context, pipeDir string) error
 }
 
-// errMPSDaemonGoing is an MPS control daemon asked to stop that has not gone yet (a pod
-// that takes its time): what needs it gone (the claim's directories, a new daemon) is
-// tried again later, by the kubelet or the background repair (repairs).
-var errMPSDaemonGoing = errors.New("the MPS control daemon is still stopping")
+var _ mpsDeferred = mps.Pods{}
+
+// mpsDaemonLister is an MPSControl that can list its daemons (mps.Pods), whose
+// Deployments may outlive the directories the start-up clean-up goes by.
+type mpsDaemonLister interface {
+	PipeDirs() ([]string, error)
+}
 
 // waitFor is the pipe directory of the claim's daemon that the prepare must wait for
 // once the node's lock is released ("" when none: no daemon, or one started ready).
@@ -223,7 +183,7 @@ func (m *mpsManager) requestStop(uid types.UID) (wait string, err error) {
 		return "", m.stop(uid)
 	}
 	err = m.stop(uid)
-	if errors.Is(err, errMPSDaemonGoing) {
+	if errors.Is(err, mps.ErrDaemonGoing) {
 		return m.pipeDir(uid), nil
 	}
 	return "", err
@@ -238,7 +198,7 @@ func (m *mpsManager) waitGone(ctx context.Context, pipeDir string) error {
 }
 
 // stop stops the MPS control daemon of the claim with this UID, if one runs. One that
-// takes long to stop (mpsDeferred) is asked to, and errMPSDaemonGoing says it has not
+// takes long to stop (mpsDeferred) is asked to, and mps.ErrDaemonGoing says it has not
 // gone yet: stop never waits for it.
 func (m *mpsManager) stop(uid types.UID) error {
 	pipe := m.pipeDir(uid)
@@ -248,7 +208,7 @@ func (m *mpsManager) stop(uid types.UID) error {
 			return fmt.Errorf("stopping the MPS control daemon in %s: %w", pipe, err)
 		}
 		if !gone {
-			return fmt.Errorf("MPS control daemon in %s: %w", pipe, errMPSDaemonGoing)
+			return fmt.Errorf("MPS control daemon in %s: %w", pipe, mps.ErrDaemonGoing)
 		}
 		return nil
 	}
@@ -295,10 +255,10 @@ func (m *mpsManager) removeDirs(uid types.UID) error {
 // again (a running daemon sees the old one). The claim's MPS directories are made again
 // when missing: a shm tmpfs mounted in the mount namespace of a plugin's container that
 // does not propagate its mounts goes with that container. A daemon that takes long to
-// stop (a pod) is asked to, and the restart fails with errMPSDaemonGoing until it has
+// stop (a pod) is asked to, and the restart fails with mps.ErrDaemonGoing until it has
 // gone, for a later try to finish.
 func (m *mpsManager) restore(pc *prepared.Claim, devicesChanged bool) error {
-	d := mpsDaemon(pc)
+	d := mps.DaemonOf(pc)
 	if d == nil {
 		return nil
 	}
@@ -324,15 +284,15 @@ func (m *mpsManager) restore(pc *prepared.Claim, devicesChanged bool) error {
 }
 
 // makeDirs makes a claim's MPS directories, or gives existing ones (a spare tree, an
-// earlier plugin's) their modes (mpsPipeMode...), and its shm directory unless shmDir is
+// earlier plugin's) their modes (mps.PipeMode...), and its shm directory unless shmDir is
 // "" (a claim recorded without one). It reports whether the shm directory was made anew.
 func (m *mpsManager) makeDirs(pipeDir, logDir, shmDir string) (bool, error) {
 	claimDir := filepath.Dir(pipeDir)
 	for _, dir := range []struct {
 		path string
 		mode fs.FileMode
-	}{{filepath.Dir(claimDir), mpsTreeMode}, {claimDir, mpsTreeMode}, {pipeDir, mpsPipeMode}, {logDir, mpsLogMode}} {
-		if err := mkdirMode(dir.path, dir.mode); err != nil {
+	}{{filepath.Dir(claimDir), mps.TreeMode}, {claimDir, mps.TreeMode}, {pipeDir, mps.PipeMode}, {logDir, mps.LogMode}} {
+		if err := mps.MkdirMode(dir.path, dir.mode); err != nil {
 			return false, fmt.Errorf("creating %s: %w", dir.path, err)
 		}
 	}
@@ -342,12 +302,12 @@ func (m *mpsManager) makeDirs(pipeDir, logDir, shmDir string) (bool, error) {
 	return m.makeShmDir(shmDir)
 }
 
-// makeShmDir makes a claim's shm directory: a tmpfs (mountMPSShm) mounted on it, or,
+// makeShmDir makes a claim's shm directory: a tmpfs (mps.MountShm) mounted on it, or,
 // where the plugin may not mount one, a plain directory of mode 1777, which the log
 // says. It reports whether it made the directory or mounted the tmpfs; nothing is done
 // when a tmpfs is mounted there already.
 func (m *mpsManager) makeShmDir(dir string) (bool, error) {
-	mounted, err := isMountPoint(dir)
+	mounted, err := mps.IsMountPoint(dir)
 	if err != nil {
 		return false, err
 	}
@@ -356,7 +316,7 @@ func (m *mpsManager) makeShmDir(dir string) (bool, error) {
 	}
 	_, statErr := os.Stat(dir)
 	made := errors.Is(statErr, fs.ErrNotExist)
-	if err := mkdirMode(dir, mpsShmMode); err != nil {
+	if err := mps.MkdirMode(dir, mps.ShmMode); err != nil {
 		return false, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	err = m.mountShm(dir)
@@ -385,14 +345,14 @@ func (m *mpsManager) makeShmDir(dir string) (bool, error) {
 // the claim's containers the empty directory beneath it.
 func (m *mpsManager) checkShmPropagation(dir string) {
 	m.shmPropagation.Do(func() {
-		mnt, err := mountOf(dir)
+		mnt, err := mps.MountOf(dir)
 		if err != nil {
 			m.logger.Error(err, "Cannot tell whether the MPS shm tmpfs mounts reach the container runtime")
 			return
 		}
-		if !mnt.shared {
+		if !mnt.Shared {
 			m.logger.Info("WARNING: the MPS claims' shm tmpfs mounts do not propagate out of this mount namespace: if the plugin runs in a container, mount its state directory with mountPropagation: Bidirectional, or the claims' containers will not share /dev/shm with their MPS control daemons",
-				"mountPoint", mnt.mountPoint, "fsType", mnt.fsType)
+				"mountPoint", mnt.MountPoint, "fsType", mnt.FSType)
 		}
 	})
 }
@@ -404,15 +364,15 @@ func (m *mpsManager) checkShmPropagation(dir string) {
 // client fails. Only for real daemons.
 func (m *mpsManager) checkSearchable() {
 	switch ctl := m.ctl.(type) {
-	case MPSProcess:
-	case MPSPods:
+	case mps.Process:
+	case mps.Pods:
 		if ctl.Simulated {
 			return
 		}
 	default:
 		return
 	}
-	if dir, mode := unsearchable(m.root); dir != "" {
+	if dir, mode := mps.Unsearchable(m.root); dir != "" {
 		m.logger.Info("WARNING: MPS clients that run as a non-root user will fail: the MPS control daemon runs their MPS server with their uid, which cannot pass through this directory to the claim's pipe directory (give others search permission, o+x)",
 			"dir", dir, "mode", mode.String())
 	}
@@ -420,7 +380,7 @@ func (m *mpsManager) checkSearchable() {
 
 // stopUnknown stops the MPS control daemons of claims the checkpoint does not know
 // (known reports false), found by their directory trees and, for an MPSControl that
-// lists its daemons (MPSPods), by its list. It returns the claims with a tree whose
+// lists its daemons (mps.Pods), by its list. It returns the claims with a tree whose
 // daemon has gone (their directories can go: removeDirs) and those whose daemon is
 // still stopping (a daemon in a pod: a later repair removes their directories).
 func (m *mpsManager) stopUnknown(known func(types.UID) bool) (gone, going []types.UID, err error) {
@@ -442,7 +402,7 @@ func (m *mpsManager) stopUnknown(known func(types.UID) bool) (gone, going []type
 		}
 		err := m.stop(uid)
 		switch {
-		case errors.Is(err, errMPSDaemonGoing):
+		case errors.Is(err, mps.ErrDaemonGoing):
 			going = append(going, uid)
 		case err != nil:
 			errs = append(errs, err)
@@ -453,7 +413,7 @@ func (m *mpsManager) stopUnknown(known func(types.UID) bool) (gone, going []type
 	return gone, going, errors.Join(append(errs, m.stopUnlisted(known))...)
 }
 
-// stopUnlisted stops the daemons an MPSControl that lists its daemons (MPSPods) runs for
+// stopUnlisted stops the daemons an MPSControl that lists its daemons (mps.Pods) runs for
 // claims the checkpoint does not know, whatever became of their directories (a node's
 // state directory wiped, a plugin moved to another one).
 func (m *mpsManager) stopUnlisted(known func(types.UID) bool) error {
@@ -467,7 +427,7 @@ func (m *mpsManager) stopUnlisted(known func(types.UID) bool) error {
 	}
 	var errs []error
 	for _, pipe := range dirs {
-		_, uid, err := mpsPodName(pipe)
+		_, uid, err := mps.PodName(pipe)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -26,10 +26,10 @@ import (
 
 const mpsNamespace = "gpudra-system"
 
-// mpsPods are MPSPods on a fake API server. With ready, every Deployment created is at
+// mpsPods are mps.Pods on a fake API server. With ready, every Deployment created is at
 // once reported with a ready pod, as the Deployment controller and the kubelet would
 // after a while.
-func mpsPods(t testing.TB, ready bool) (plugin.MPSPods, *fake.Clientset) {
+func mpsPods(t testing.TB, ready bool) (mps.Pods, *fake.Clientset) {
 	t.Helper()
 	client := fake.NewClientset()
 	if ready {
@@ -39,7 +39,7 @@ func mpsPods(t testing.TB, ready bool) (plugin.MPSPods, *fake.Clientset) {
 			return false, nil, nil
 		})
 	}
-	return plugin.MPSPods{Client: client, Namespace: mpsNamespace, NodeName: nodeName, Image: "ghcr.io/gpudra/gpudra:test",
+	return mps.Pods{Client: client, Namespace: mpsNamespace, NodeName: nodeName, Image: "ghcr.io/gpudra/gpudra:test",
 		Simulated: true, Timeout: 2 * time.Second, Poll: 10 * time.Millisecond}, client
 }
 
@@ -81,9 +81,9 @@ func TestMPSClaimDaemonRunsInAPodOfItsOwn(t *testing.T) {
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
 	deps := deploymentsOf(t, client)
-	dep, ok := deps[plugin.MPSPodPrefix+string(c.UID)]
+	dep, ok := deps[mps.PodPrefix+string(c.UID)]
 	if len(deps) != 1 || !ok {
-		t.Fatalf("Deployments %v, want one named %s", deps, plugin.MPSPodPrefix+string(c.UID))
+		t.Fatalf("Deployments %v, want one named %s", deps, mps.PodPrefix+string(c.UID))
 	}
 	pod := dep.Spec.Template.Spec
 	if pod.NodeName != nodeName || *dep.Spec.Replicas != 1 || dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
@@ -143,8 +143,8 @@ func TestMPSPodThatIsNotReadyFailsThePrepareSayingWhy(t *testing.T) {
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	// Its pod cannot pull the image.
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: plugin.MPSPodPrefix + string(c.UID) + "-abc", Namespace: mpsNamespace,
-			Labels: map[string]string{plugin.LabelMPSComponent: plugin.MPSComponent, api.LabelMPSClaimUID: string(c.UID)}},
+		ObjectMeta: metav1.ObjectMeta{Name: mps.PodPrefix + string(c.UID) + "-abc", Namespace: mpsNamespace,
+			Labels: map[string]string{mps.LabelComponent: mps.Component, api.LabelMPSClaimUID: string(c.UID)}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 			Name: "mps-control-daemon", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}},
 		}}},
@@ -154,13 +154,13 @@ func TestMPSPodThatIsNotReadyFailsThePrepareSayingWhy(t *testing.T) {
 	}
 	d := n.newDriver(nil)
 	_, err := prepare(t, d, c)
-	if err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") || !strings.Contains(err.Error(), plugin.MPSPodPrefix+string(c.UID)) {
+	if err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") || !strings.Contains(err.Error(), mps.PodPrefix+string(c.UID)) {
 		t.Fatalf("prepare error %v, want one naming the daemon's Deployment and ImagePullBackOff", err)
 	}
 	if got := n.daemons(t); len(got) != 1 || n.spec(c) == nil {
 		t.Fatalf("after the failed wait: daemons %v, spec %v; want the claim still prepared", got, n.spec(c) != nil)
 	}
-	markReady(t, client, plugin.MPSPodPrefix+string(c.UID))
+	markReady(t, client, mps.PodPrefix+string(c.UID))
 	mustPrepare(t, d, c)
 	if err := unprepare(t, d, c); err != nil {
 		t.Fatal(err)
@@ -190,9 +190,9 @@ func TestOtherPreparesDoNotWaitForAnMPSPod(t *testing.T) {
 	pods.Timeout = time.Minute
 	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = pods })
 	d := n.newDriver(nil)
-	mps, whole := n.allocate(gpuClaim("2", mpsConfig)), n.allocate(gpuClaim("5", ""))
+	mpsClaim, whole := n.allocate(gpuClaim("2", mpsConfig)), n.allocate(gpuClaim("5", ""))
 	done := make(chan error, 1)
-	go func() { _, err := prepare(t, d, mps); done <- err }()
+	go func() { _, err := prepare(t, d, mpsClaim); done <- err }()
 	waitFor(t, func() bool { return len(deploymentsOf(t, client)) == 1 })
 	mustPrepare(t, d, whole) // returns while the MPS claim still waits
 	select {
@@ -200,7 +200,7 @@ func TestOtherPreparesDoNotWaitForAnMPSPod(t *testing.T) {
 		t.Fatalf("the MPS claim's prepare returned (%v) before its daemon was ready", err)
 	default:
 	}
-	markReady(t, client, plugin.MPSPodPrefix+string(mps.UID))
+	markReady(t, client, mps.PodPrefix+string(mpsClaim.UID))
 	select {
 	case err := <-done:
 		if err != nil {
@@ -232,7 +232,7 @@ func TestMPSPodsOfUnknownClaimsAreDeletedAtStartUp(t *testing.T) {
 	n.newDriver(nil) // the prepared claim's daemon is known, and stays
 	deps := deploymentsOf(t, client)
 	got := slices.Sorted(maps.Keys(deps))
-	want := []string{plugin.MPSPodPrefix + "0b7e6a5c-1f1e-4b7e-9f55-000000000002", plugin.MPSPodPrefix + string(c.UID)}
+	want := []string{mps.PodPrefix + "0b7e6a5c-1f1e-4b7e-9f55-000000000002", mps.PodPrefix + string(c.UID)}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("Deployments after start-up %v, want the other node's and the prepared claim's %v", got, want)
@@ -251,7 +251,7 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	if _, err := pods.Start(prepared.MPSDaemon{PipeDir: pipe, LogDir: filepath.Join(filepath.Dir(pipe), "log"), Devices: []string{"MIG-1", "MIG-2"}}); err != nil {
 		t.Fatal(err)
 	}
-	dep := deploymentsOf(t, client)[plugin.MPSPodPrefix+"0b7e6a5c-1f1e-4b7e-9f55-000000000003"]
+	dep := deploymentsOf(t, client)[mps.PodPrefix+"0b7e6a5c-1f1e-4b7e-9f55-000000000003"]
 	pod := dep.Spec.Template.Spec
 	ctr := pod.Containers[0]
 	if s := ctr.SecurityContext; s.Privileged == nil || !*s.Privileged {
@@ -284,40 +284,6 @@ func TestMPSPodOfARealNodeRunsTheDriversDaemon(t *testing.T) {
 	}
 	if _, err := pods.Start(prepared.MPSDaemon{PipeDir: "/var/lib/x/pipe"}); err == nil {
 		t.Error("Start with a pipe directory that is not a claim's: no error")
-	}
-}
-
-// The daemon pod's process starts the daemon, notices when it dies (the container then
-// restarts), and stops it when the pod is deleted.
-func TestRunMPSDaemonKeepsTheDaemonUntilThePodGoes(t *testing.T) {
-	pipe := filepath.Join(t.TempDir(), "pipe")
-	d := prepared.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-a"}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- plugin.RunMPSDaemon(ctx, plugin.SimulatedMPS{}, d, 10*time.Millisecond) }()
-	waitFor(t, func() bool { ok, _ := plugin.SimulatedMPS{}.Running(pipe); return ok })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("stopped with %v", err)
-	}
-	if ok, _ := (plugin.SimulatedMPS{}).Running(pipe); ok {
-		t.Error("the daemon still runs after its pod went")
-	}
-
-	go func() {
-		done <- plugin.RunMPSDaemon(context.Background(), plugin.SimulatedMPS{}, d, 10*time.Millisecond)
-	}()
-	waitFor(t, func() bool { ok, _ := plugin.SimulatedMPS{}.Running(pipe); return ok })
-	if err := os.Remove(filepath.Join(pipe, plugin.SimulatedMPSFile)); err != nil { // it dies
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "exited") {
-			t.Errorf("a daemon that died: %v, want an error", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a daemon that died went unnoticed")
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -62,19 +63,6 @@ func mpsShm(t *testing.T, n *node, c *resourceapi.ResourceClaim) string {
 		t.Fatalf("claim %s mounts %v at /dev/shm, want its shm directory once", c.Name, shm)
 	}
 	return shm[0]
-}
-
-// mode is dir's permission bits with the sticky bit.
-func mode(t *testing.T, dir string) os.FileMode {
-	t.Helper()
-	info, err := os.Stat(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !info.IsDir() {
-		t.Fatalf("%s is not a directory", dir)
-	}
-	return info.Mode() & (os.ModePerm | os.ModeSticky)
 }
 
 // assertMPSDirs checks a prepared claim's MPS directories: every container uid can use
@@ -451,7 +439,7 @@ func TestMPSClaimFailsWhenTheDaemonCannotStart(t *testing.T) {
 
 func TestSimulatedDoublesNeedASimulatedBackend(t *testing.T) {
 	for name, mutate := range map[string]func(*plugin.Config){
-		"MPS":          func(c *plugin.Config) { c.MPS = plugin.SimulatedMPS{} },
+		"MPS":          func(c *plugin.Config) { c.MPS = mps.Simulated{} },
 		"time-slicing": func(c *plugin.Config) { c.TimeSlicer = &plugin.SimulatedTimeSlicer{} },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -468,19 +456,19 @@ func TestSimulatedDoublesNeedASimulatedBackend(t *testing.T) {
 }
 
 func TestSimulatedMPSDaemonIsAFileInItsPipeDirectory(t *testing.T) {
-	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = plugin.SimulatedMPS{} })
+	n := newNode(t, "dgx-h100", func(c *plugin.Config) { c.MPS = mps.Simulated{} })
 	d := n.newDriver(nil)
 	c := n.allocate(gpuClaim("2", mpsConfig))
 	mustPrepare(t, d, c)
 	pipe, _ := mpsMounts(t, n, c)
-	raw, err := os.ReadFile(filepath.Join(pipe, plugin.SimulatedMPSFile))
+	raw, err := os.ReadFile(filepath.Join(pipe, mps.SimulatedFile))
 	if err != nil || !strings.Contains(string(raw), d.Inventory().GPU(2).UUID) {
 		t.Fatalf("simulated daemon file: %q, %v", raw, err)
 	}
 	if err := unprepare(t, d, c); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(pipe, plugin.SimulatedMPSFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(pipe, mps.SimulatedFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("simulated daemon still there after unprepare (%v)", err)
 	}
 }

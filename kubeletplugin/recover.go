@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -82,7 +83,7 @@ func (s *state) recover() error {
 			}
 		case prepared.UnprepareStarted:
 			s.logger.Info("Finishing an interrupted unprepare", "claim", ref)
-			if err := s.finishAtStart(pc); errors.Is(err, errMPSDaemonGoing) {
+			if err := s.finishAtStart(pc); errors.Is(err, mps.ErrDaemonGoing) {
 				s.repairs.add(uid, ref, partUnprepare)
 			} else if err != nil {
 				s.repairs.failed(uid, ref, partUnprepare, err)
@@ -93,7 +94,7 @@ func (s *state) recover() error {
 			if err != nil {
 				err = fmt.Errorf("rolling back claim %s/%s: %w", pc.Namespace, pc.Name, err)
 			}
-			if errors.Is(err, errMPSDaemonGoing) {
+			if errors.Is(err, mps.ErrDaemonGoing) {
 				s.repairs.add(uid, ref, partRollback)
 			} else if err != nil {
 				s.repairs.failed(uid, ref, partRollback, err)

@@ -102,7 +102,7 @@ var crashClaims = []struct {
 	mig        bool
 	mps        int // MPS control daemons while prepared
 	slice      api.TimeSliceInterval
-	pods       bool // MPS control daemons in pods (MPSPods)
+	pods       bool // MPS control daemons in pods (mps.Pods)
 	hami       bool // the node has HAMi-core's libvgpu.so
 }{
 	{"mig", migClaim, true, 0, api.IntervalDefault, false, false},

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -280,7 +281,7 @@ func (r *repairs) runDue(ctx context.Context) {
 			continue
 		}
 		switch {
-		case errors.Is(err, errMPSDaemonGoing):
+		case errors.Is(err, mps.ErrDaemonGoing):
 			r.mu.Lock()
 			rp.at = time.Now().Add(rp.backoff.Step())
 			r.mu.Unlock()

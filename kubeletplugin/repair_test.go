@@ -18,6 +18,8 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
+	"github.com/gpudra/gpudra/kubeletplugin/mps/mpstest"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -181,9 +183,9 @@ func TestTimeSliceThatCannotBeSetAtStartUpIsSetLater(t *testing.T) {
 // A claim's MPS control daemon that the plugin runs as a process and that exits while
 // the plugin runs (an earlier plugin's container going away, a crash) is started again.
 func TestMPSProcessDaemonThatExitsIsRestarted(t *testing.T) {
-	bin := writeScript(t, fakeMPSControl)
+	bin := mpstest.WriteControl(t, mpstest.FakeControl)
 	n := newNode(t, "dgx-h100", func(c *plugin.Config) {
-		c.MPS = plugin.MPSProcess{Binary: bin, Timeout: 10 * time.Second}
+		c.MPS = mps.Process{Binary: bin, Timeout: 10 * time.Second}
 		c.MPSCheckInterval, c.RepairBackoff = 20*time.Millisecond, 10*time.Millisecond
 	})
 	d := n.newDriver(nil)
@@ -200,7 +202,7 @@ func TestMPSProcessDaemonThatExitsIsRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { p := daemonPID(t, pipe); return p != 0 && p != pid })
-	if running, _ := (plugin.MPSProcess{Binary: bin}).Running(pipe); !running {
+	if running, _ := (mps.Process{Binary: bin}).Running(pipe); !running {
 		t.Error("the restarted daemon does not answer")
 	}
 	if err := unprepare(t, d, c); err != nil {
@@ -214,7 +216,7 @@ func TestMPSProcessDaemonThatExitsIsRestarted(t *testing.T) {
 // daemonPID is the pid in the daemon's pid file, 0 when there is none.
 func daemonPID(t *testing.T, pipe string) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(pipe, plugin.MPSPIDFile))
+	raw, err := os.ReadFile(filepath.Join(pipe, mps.PIDFile))
 	if err != nil {
 		return 0
 	}

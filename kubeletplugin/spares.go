@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 )
 
 // spareMPSDirs is how many empty MPS directory trees (<checkpoint dir>/mps/.spare-*/
@@ -43,16 +45,16 @@ func (m *mpsManager) takeSpare(uid types.UID) bool {
 }
 
 // makeSpares creates spare trees until there are spareMPSDirs, with the modes of a
-// claim's MPS directories (mpsTreeMode...) and the shm tmpfs mounted (makeShmDir), so that
+// claim's MPS directories (mps.TreeMode...) and the shm tmpfs mounted (makeShmDir), so that
 // a prepare neither makes directories nor mounts: the mount moves with the tree when it is
 // renamed into place (a mount follows its directory, in every mount namespace it
 // propagated to). Mounting at prepare cost a share under MPS ~170 µs (p50 490 against 320
 // without a shm directory, BenchmarkPrepareVsFloor back to back).
 func (m *mpsManager) makeSpares() error {
-	if err := os.MkdirAll(m.root, mpsTreeMode); err != nil {
+	if err := os.MkdirAll(m.root, mps.TreeMode); err != nil {
 		return err
 	}
-	if err := mkdirMode(m.root, mpsTreeMode); err != nil {
+	if err := mps.MkdirMode(m.root, mps.TreeMode); err != nil {
 		return err
 	}
 	for len(m.spares) < spareMPSDirs {
@@ -60,14 +62,14 @@ func (m *mpsManager) makeSpares() error {
 		if err != nil {
 			return err
 		}
-		if err := os.Chmod(dir, mpsTreeMode); err != nil {
+		if err := os.Chmod(dir, mps.TreeMode); err != nil {
 			return err
 		}
 		for _, sub := range []struct {
 			name string
 			mode fs.FileMode
-		}{{"pipe", mpsPipeMode}, {"log", mpsLogMode}} {
-			if err := mkdirMode(filepath.Join(dir, sub.name), sub.mode); err != nil {
+		}{{"pipe", mps.PipeMode}, {"log", mps.LogMode}} {
+			if err := mps.MkdirMode(filepath.Join(dir, sub.name), sub.mode); err != nil {
 				return err
 			}
 		}

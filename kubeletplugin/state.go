@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -476,9 +477,9 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	}
 	node := cdi.Node{DriverRoot: cfg.DriverRoot, ContainerDriverRoot: cfg.ContainerDriverRoot, VGPULibrary: cfg.VGPULibrary, Driver: gpuParts}
 	tools := cmp.Or(cfg.ContainerDriverRoot, cfg.DriverRoot)
-	mps, timeSlicer := cfg.MPS, cfg.TimeSlicer
-	if mps == nil {
-		mps = MPSProcess{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
+	daemons, timeSlicer := cfg.MPS, cfg.TimeSlicer
+	if daemons == nil {
+		daemons = mps.Process{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
 	}
 	if timeSlicer == nil {
 		timeSlicer = NvidiaSMI{Binary: filepath.Join(tools, "usr/bin/nvidia-smi")}
@@ -495,7 +496,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 		planner:    planner,
 		mig:        migInstances{backend: cfg.Backend, inv: inv, hook: cfg.Hook, adopt: strategy != driver.MIGDynamic},
 		dynamic:    strategy == driver.MIGDynamic,
-		mps:        newMPSManager(mps, cfg.CheckpointDir, cfg.Hook, logger),
+		mps:        newMPSManager(daemons, cfg.CheckpointDir, cfg.Hook, logger),
 		timeSlicer: timeSlicer,
 		hook:       cfg.Hook,
 		logger:     logger,

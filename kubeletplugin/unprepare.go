@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -135,7 +136,7 @@ func (s *state) leave(pc *prepared.Claim, gpus []string) (left bool, err error) 
 // finishAtStart finishes, at start-up, an unprepare that an earlier plugin did not, or
 // rolls back its interrupted prepare: all the claim holds, its GPUs' time-slices included
 // (nothing else runs yet), and drops the claim; recover's compaction records that.
-// errMPSDaemonGoing says the claim's daemon has not gone yet, and the claim stays for the
+// mps.ErrDaemonGoing says the claim's daemon has not gone yet, and the claim stays for the
 // background repair; so does a claim whose time-slices could not be given back, recorded
 // with those alone.
 func (s *state) finishAtStart(pc *prepared.Claim) error {
@@ -166,7 +167,7 @@ func (s *state) undo(pc *prepared.Claim, m *made) error {
 
 // rollbackFailed schedules the repair of a claim whose rollback returned err (when not nil).
 func (s *state) rollbackFailed(pc *prepared.Claim, err error) {
-	if errors.Is(err, errMPSDaemonGoing) {
+	if errors.Is(err, mps.ErrDaemonGoing) {
 		s.repairs.add(pc.UID, klog.KRef(pc.Namespace, pc.Name), partRollback)
 	} else if err != nil {
 		s.repairs.failed(pc.UID, klog.KRef(pc.Namespace, pc.Name), partRollback, err)
@@ -187,7 +188,7 @@ func (s *state) rollback(pc *prepared.Claim, m *made) (left bool, err error) {
 
 // teardown removes the claim's CDI spec and MPS control daemon, then what release
 // removes, and returns the GPUs whose time-slices are to be given back. A daemon that
-// takes long to stop (a pod) is asked to, and errMPSDaemonGoing says it has not gone
+// takes long to stop (a pod) is asked to, and mps.ErrDaemonGoing says it has not gone
 // yet: the rest waits for a later try.
 func (s *state) teardown(pc *prepared.Claim, m *made) (timeSlices []string, err error) {
 	if err := s.specs.Remove(string(pc.UID)); err != nil {

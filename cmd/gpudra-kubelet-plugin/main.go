@@ -29,6 +29,7 @@ import (
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -154,15 +155,15 @@ func renderOptions(f flags) (driver.RenderOptions, error) {
 
 // mpsExecCommand is how the plugin runs nvidia-cuda-mps-control for a claim under MPS:
 // the plugin re-executes itself with it in a new mount namespace, where the claim's shm
-// directory becomes /dev/shm (plugin.MPSExec). Not for people.
+// directory becomes /dev/shm (mps.Exec). Not for people.
 func mpsExecCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:                plugin.MPSExecCommand + " <shm dir> <program> [args...]",
+		Use:                mps.ExecCommand + " <shm dir> <program> [args...]",
 		Short:              "run a program with a claim's MPS shm directory as /dev/shm (internal: in a mount namespace of its own)",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		Args:               cobra.MinimumNArgs(2),
-		RunE:               func(_ *cobra.Command, args []string) error { return plugin.MPSExec(args) },
+		RunE:               func(_ *cobra.Command, args []string) error { return mps.Exec(args) },
 	}
 }
 
@@ -220,7 +221,7 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("--health-injection-file needs a simulated backend (--nvml=sim:<profile>), not --nvml=%s", f.nvml)
 	}
 
-	mps, timeSlicer := sharingTools(f, backend.Simulated)
+	daemons, timeSlicer := sharingTools(f, backend.Simulated)
 	timeSlicer = f.gatedTimeSlicer(timeSlicer)
 	switch f.mpsDaemons {
 	case mpsInProcess:
@@ -230,7 +231,7 @@ func run(ctx context.Context, f flags) error {
 			}
 		}
 	case mpsInPod:
-		pods, err := mpsPods(f, mps, backend.Simulated)
+		pods, err := mpsPods(f, daemons, backend.Simulated)
 		if err != nil {
 			return err
 		}
@@ -239,7 +240,7 @@ func run(ctx context.Context, f flags) error {
 			return fmt.Errorf("--mps-control-daemons=pod: %w (set --mps-daemon-image, --mps-daemon-namespace)", err)
 		}
 		klog.InfoS("MPS control daemons run in pods of their own", "namespace", pods.Namespace, "image", pods.Image, "simulated", pods.Simulated)
-		mps = pods
+		daemons = pods
 	default:
 		return fmt.Errorf("--mps-control-daemons is %q, want %q or %q", f.mpsDaemons, mpsInProcess, mpsInPod)
 	}
@@ -268,7 +269,7 @@ func run(ctx context.Context, f flags) error {
 		ContainerDriverRoot:    f.containerDriverRoot,
 		VGPULibrary:            f.vgpuLibrary,
 		CDIHookPath:            hook,
-		MPS:                    mps,
+		MPS:                    daemons,
 		TimeSlicer:             timeSlicer,
 		HealthInjectionFile:    f.healthInjectionFile,
 		MIGLayoutsFile:         f.migLayouts,
@@ -339,14 +340,14 @@ func cdiHookPath(flag string, simulated bool) string {
 
 // sharingTools are what starts MPS control daemons and sets time-slices: the driver's
 // own tools (where this process sees the driver root), or, with a simulated backend and no path given, simulations of them.
-func sharingTools(f flags, simulated bool) (plugin.MPSControl, plugin.TimeSlicer) {
+func sharingTools(f flags, simulated bool) (mps.Control, plugin.TimeSlicer) {
 	tools := cmp.Or(f.containerDriverRoot, f.driverRoot)
-	var mps plugin.MPSControl = plugin.MPSProcess{Binary: f.mpsControl}
+	var ctl mps.Control = mps.Process{Binary: f.mpsControl}
 	if f.mpsControl == "" {
-		mps = plugin.MPSProcess{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
+		ctl = mps.Process{Binary: filepath.Join(tools, "usr/bin/nvidia-cuda-mps-control")}
 		if simulated {
-			klog.InfoS("Using SIMULATED MPS control daemons: a file in each claim's MPS pipe directory", "file", plugin.SimulatedMPSFile)
-			mps = plugin.SimulatedMPS{}
+			klog.InfoS("Using SIMULATED MPS control daemons: a file in each claim's MPS pipe directory", "file", mps.SimulatedFile)
+			ctl = mps.Simulated{}
 		}
 	}
 	var ts plugin.TimeSlicer = plugin.NvidiaSMI{Binary: f.nvidiaSMI}
@@ -357,5 +358,5 @@ func sharingTools(f flags, simulated bool) (plugin.MPSControl, plugin.TimeSlicer
 			ts = &plugin.SimulatedTimeSlicer{}
 		}
 	}
-	return mps, ts
+	return ctl, ts
 }

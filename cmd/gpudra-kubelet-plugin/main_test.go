@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -27,25 +28,25 @@ func TestSharingToolsAreSimulatedOnlyOnSimulatedNodesWithoutPaths(t *testing.T) 
 		name      string
 		f         flags
 		simulated bool
-		wantMPS   plugin.MPSControl
+		wantMPS   mps.Control
 		wantTS    plugin.TimeSlicer
 	}{
 		{"real node: the driver root's tools", flags{driverRoot: "/run/nvidia/driver"}, false,
-			plugin.MPSProcess{Binary: "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/run/nvidia/driver/usr/bin/nvidia-smi"}},
+			mps.Process{Binary: "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/run/nvidia/driver/usr/bin/nvidia-smi"}},
 		{"real node: paths given", flags{driverRoot: "/", mpsControl: "/driver-root/usr/bin/nvidia-cuda-mps-control", nvidiaSMI: "/driver-root/usr/bin/nvidia-smi"}, false,
-			plugin.MPSProcess{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
+			mps.Process{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
 		{"real node, plugin in a container: the mounted driver root's tools", flags{driverRoot: "/run/nvidia/driver", containerDriverRoot: "/driver-root"}, false,
-			plugin.MPSProcess{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
+			mps.Process{Binary: "/driver-root/usr/bin/nvidia-cuda-mps-control"}, plugin.NvidiaSMI{Binary: "/driver-root/usr/bin/nvidia-smi"}},
 		{"simulated node: simulated tools", flags{driverRoot: "/tmp/root"}, true,
-			plugin.SimulatedMPS{}, &plugin.SimulatedTimeSlicer{}},
+			mps.Simulated{}, &plugin.SimulatedTimeSlicer{}},
 		{"simulated node: a path given is used", flags{driverRoot: "/tmp/root", mpsControl: "/opt/fake-mps"}, true,
-			plugin.MPSProcess{Binary: "/opt/fake-mps"}, &plugin.SimulatedTimeSlicer{}},
+			mps.Process{Binary: "/opt/fake-mps"}, &plugin.SimulatedTimeSlicer{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			mps, ts := sharingTools(tc.f, tc.simulated)
-			if !reflect.DeepEqual(mps, tc.wantMPS) {
-				t.Errorf("MPS control %#v, want %#v", mps, tc.wantMPS)
+			ctl, ts := sharingTools(tc.f, tc.simulated)
+			if !reflect.DeepEqual(ctl, tc.wantMPS) {
+				t.Errorf("MPS control %#v, want %#v", ctl, tc.wantMPS)
 			}
 			if !reflect.DeepEqual(ts, tc.wantTS) {
 				t.Errorf("time-slicer %#v, want %#v", ts, tc.wantTS)
@@ -87,7 +88,7 @@ func TestMPSExecIsWiredAndRefusesTheParentsMountNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := newCommand()
-	cmd.SetArgs([]string{plugin.MPSExecCommand, shm, "/bin/true", "-d"})
+	cmd.SetArgs([]string{mps.ExecCommand, shm, "/bin/true", "-d"})
 	err := cmd.Execute()
 	if err == nil || !strings.Contains(err.Error(), "mount namespace") {
 		t.Fatalf("mps-exec in the test's mount namespace: %v, want a refusal", err)
@@ -95,7 +96,7 @@ func TestMPSExecIsWiredAndRefusesTheParentsMountNamespace(t *testing.T) {
 	if _, err := os.Stat("/dev/shm/claim-marker"); err == nil {
 		t.Fatal("the claim's shm directory was bound over the test's /dev/shm")
 	}
-	if sub, _, err := newCommand().Find([]string{plugin.MPSExecCommand}); err != nil || !sub.Hidden || !sub.DisableFlagParsing {
+	if sub, _, err := newCommand().Find([]string{mps.ExecCommand}); err != nil || !sub.Hidden || !sub.DisableFlagParsing {
 		t.Errorf("mps-exec subcommand %+v (%v): want hidden, flags passed through", sub, err)
 	}
 }
@@ -169,7 +170,7 @@ func TestProcessModeStopsThePodDaemonsOfItsNode(t *testing.T) {
 		return false, nil, nil
 	})
 	for _, node := range []string{"n1", "n2"} {
-		p := plugin.MPSPods{Client: client, Namespace: "gpudra", NodeName: node, Image: "img", Simulated: true, Poll: time.Millisecond}
+		p := mps.Pods{Client: client, Namespace: "gpudra", NodeName: node, Image: "img", Simulated: true, Poll: time.Millisecond}
 		pipe := filepath.Join(t.TempDir(), "mps", "uid-"+node, "pipe")
 		if _, err := p.Start(prepared.MPSDaemon{PipeDir: pipe, Devices: []string{"GPU-" + node}}); err != nil {
 			t.Fatal(err)
@@ -182,7 +183,7 @@ func TestProcessModeStopsThePodDaemonsOfItsNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Items) != 1 || list.Items[0].Name != plugin.MPSPodPrefix+"uid-n2" {
+	if len(list.Items) != 1 || list.Items[0].Name != mps.PodPrefix+"uid-n2" {
 		t.Errorf("Deployments left %v, want only node n2's daemon", list.Items)
 	}
 	// Without the right to list them there are none of its own.

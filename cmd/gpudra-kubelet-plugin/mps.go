@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
-	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -27,7 +27,7 @@ const (
 	mpsInPod     = "pod"
 )
 
-// mpsDaemonCommand is what a claim's MPS control daemon pod runs (plugin.MPSPods): it
+// mpsDaemonCommand is what a claim's MPS control daemon pod runs (mps.Pods): it
 // starts the daemon, keeps it, and stops it when the pod is deleted; with --check, the
 // pod's readiness probe, it only says whether the daemon answers.
 func mpsDaemonCommand() *cobra.Command {
@@ -38,18 +38,18 @@ func mpsDaemonCommand() *cobra.Command {
 		simulated, checkIt bool
 	)
 	cmd := &cobra.Command{
-		Use:   plugin.MPSDaemonCommand,
+		Use:   mps.DaemonCommand,
 		Short: "run one claim's MPS control daemon in the foreground (what the plugin's per-claim daemon pods run)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var ctl plugin.MPSControl = plugin.SimulatedMPS{}
+			var ctl mps.Control = mps.Simulated{}
 			switch {
 			case simulated && binary != "":
 				return fmt.Errorf("--simulated and --mps-control-daemon exclude each other")
 			case !simulated && binary == "":
 				return fmt.Errorf("--mps-control-daemon (the path of nvidia-cuda-mps-control) or --simulated is required")
 			case !simulated:
-				ctl = plugin.MPSProcess{Binary: binary}
+				ctl = mps.Process{Binary: binary}
 			}
 			if checkIt {
 				running, err := ctl.Running(d.PipeDir)
@@ -85,7 +85,7 @@ func mpsDaemonCommand() *cobra.Command {
 			d.ShmDir = ""
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return plugin.RunMPSDaemon(klog.NewContext(ctx, klog.Background()), ctl, d, time.Second)
+			return mps.RunDaemon(klog.NewContext(ctx, klog.Background()), ctl, d, time.Second)
 		},
 	}
 	fs := cmd.Flags()
@@ -101,8 +101,8 @@ func mpsDaemonCommand() *cobra.Command {
 }
 
 // mpsPods is the MPSControl that runs each claim's daemon in a pod, from the flags.
-func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, error) {
-	p := plugin.MPSPods{
+func mpsPods(f flags, tools mps.Control, simulated bool) (mps.Pods, error) {
+	p := mps.Pods{
 		Namespace: f.mpsNamespace, NodeName: f.nodeName, Image: f.mpsImage, Simulated: simulated,
 		PullPolicy: corev1.PullPolicy(f.mpsPullPolicy), PullSecrets: f.mpsPullSecrets,
 		DriverRoot: f.driverRoot, LibraryPath: os.Getenv("LD_LIBRARY_PATH"), PriorityClassName: f.mpsPriorityClass,
@@ -114,16 +114,16 @@ func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, 
 		return p, fmt.Errorf("--mps-daemon-image-pull-policy is %q, want %s, %s or %s", f.mpsPullPolicy, corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever)
 	}
 	if !simulated {
-		proc, ok := tools.(plugin.MPSProcess)
+		proc, ok := tools.(mps.Process)
 		if !ok || f.containerDriverRoot == "" || !strings.HasPrefix(proc.Binary, f.containerDriverRoot+"/") {
-			return p, fmt.Errorf("--mps-control-daemons=pod: the daemon pods mount --driver-root at %s; run the plugin with --container-driver-root and --mps-control-daemon under it", plugin.MPSPodDriverRoot)
+			return p, fmt.Errorf("--mps-control-daemons=pod: the daemon pods mount --driver-root at %s; run the plugin with --container-driver-root and --mps-control-daemon under it", mps.PodDriverRoot)
 		}
-		p.Binary = plugin.MPSPodDriverRoot + strings.TrimPrefix(proc.Binary, f.containerDriverRoot)
+		p.Binary = mps.PodDriverRoot + strings.TrimPrefix(proc.Binary, f.containerDriverRoot)
 		// The driver's libraries, where the pod mounts them.
 		dirs := strings.Split(p.LibraryPath, ":")
 		for k, dir := range dirs {
 			if rest, ok := strings.CutPrefix(dir, f.containerDriverRoot+"/"); ok {
-				dirs[k] = plugin.MPSPodDriverRoot + "/" + rest
+				dirs[k] = mps.PodDriverRoot + "/" + rest
 			}
 		}
 		p.LibraryPath = strings.Join(dirs, ":")
@@ -137,7 +137,7 @@ func mpsPods(f flags, tools plugin.MPSControl, simulated bool) (plugin.MPSPods, 
 // beside one of them would serve the same pipe directory. Without RBAC to list the
 // daemons' Deployments (a plugin never installed with pods) there are none to stop.
 func stopPodDaemons(client kubernetes.Interface, namespace, node string) error {
-	pods := plugin.MPSPods{Client: client, Namespace: namespace, NodeName: node}
+	pods := mps.Pods{Client: client, Namespace: namespace, NodeName: node}
 	dirs, err := pods.PipeDirs()
 	if apierrors.IsForbidden(err) {
 		klog.V(2).InfoS("Not allowed to list MPS control daemon pods; none to stop", "namespace", namespace, "err", err)

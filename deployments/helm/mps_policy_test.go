@@ -24,7 +24,7 @@ import (
 	k8sappsv1 "k8s.io/kubernetes/pkg/apis/apps/v1"
 	"k8s.io/utils/ptr"
 
-	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -145,7 +145,7 @@ func flagValues(c corev1.Container) map[string]string {
 }
 
 // daemonOf is the Deployment the plugin of this DaemonSet makes for an MPS claim on node:
-// kubeletplugin.MPSPods configured from the DaemonSet's flags and environment as the plugin
+// mps.Pods configured from the DaemonSet's flags and environment as the plugin
 // configures it (cmd/gpudra-kubelet-plugin: the daemon sees the driver root at
 // /driver-root). limits, when not nil, gives the claim's devices and limits (else one GPU,
 // 50 % of its threads, 1 GiB pinned).
@@ -156,20 +156,20 @@ func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits 
 	if f["mps-control-daemons"] != "pod" {
 		t.Fatalf("%s runs MPS daemons as %q, not in pods", ds.Name, f["mps-control-daemons"])
 	}
-	p := plugin.MPSPods{
+	p := mps.Pods{
 		Client: fake.NewClientset(), Namespace: namespace, NodeName: node,
 		Image: f["mps-daemon-image"], PullPolicy: corev1.PullPolicy(f["mps-daemon-image-pull-policy"]),
 		ServiceAccountName: f["mps-daemon-service-account"], PriorityClassName: f["mps-daemon-priority-class"],
 		Simulated: strings.HasPrefix(f["nvml"], "sim:"), DriverRoot: f["driver-root"],
 	}
 	if !p.Simulated {
-		p.Binary = plugin.MPSPodDriverRoot + strings.TrimPrefix(f["mps-control-daemon"], f["container-driver-root"])
+		p.Binary = mps.PodDriverRoot + strings.TrimPrefix(f["mps-control-daemon"], f["container-driver-root"])
 		// The plugin's own LD_LIBRARY_PATH, its directories under the container's driver
 		// root moved to where the daemon's pod mounts it (cmd/gpudra-kubelet-plugin).
 		dirs := strings.Split(envOf(c, "LD_LIBRARY_PATH").Value, ":")
 		for k, dir := range dirs {
 			if rest, ok := strings.CutPrefix(dir, f["container-driver-root"]+"/"); ok {
-				dirs[k] = plugin.MPSPodDriverRoot + "/" + rest
+				dirs[k] = mps.PodDriverRoot + "/" + rest
 			}
 		}
 		p.LibraryPath = strings.Join(dirs, ":")
@@ -184,7 +184,7 @@ func daemonOf(t *testing.T, ds *appsv1.DaemonSet, node, claimUID string, limits 
 	if err := p.Create(d); err != nil {
 		t.Fatal(err)
 	}
-	dep, err := p.Client.AppsV1().Deployments(namespace).Get(context.Background(), plugin.MPSPodPrefix+claimUID, metav1.GetOptions{})
+	dep, err := p.Client.AppsV1().Deployments(namespace).Get(context.Background(), mps.PodPrefix+claimUID, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

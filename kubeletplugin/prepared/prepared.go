@@ -70,7 +70,7 @@ type MIGInstance struct {
 }
 
 // MPSDaemon is one claim's MPS control daemon: where it listens, the devices it serves
-// and the limits it gives its clients by default. As JSON it is a SimulatedMPS daemon's
+// and the limits it gives its clients by default. As JSON it is an mps.Simulated daemon's
 // file; the checkpoint records it in a format of its own.
 type MPSDaemon struct {
 	// PipeDir and LogDir are its CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 	"github.com/gpudra/gpudra/lab"
 
@@ -57,11 +58,11 @@ func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
 	})
 	ns := namespace(t, "real-node-mps-wait")
 	ctx := t.Context()
-	mps, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, withConfig(claimOf(ns, "mps", api.DeviceClassGPU, nil, ""), mpsConfig), metav1.CreateOptions{})
+	mpsClaim, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, withConfig(claimOf(ns, "mps", api.DeviceClassGPU, nil, ""), mpsConfig), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	uid := string(mps.UID)
+	uid := string(mpsClaim.UID)
 	release := holdPods(t, dsNS, api.LabelMPSClaimUID, uid)
 	if _, err := client.CoreV1().Pods(ns).Create(ctx, lab.RealNodePod(ns, "mps", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("mps")}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
 
 	release(rs)
 	r := probeOutput(t, ns, "mps")
-	if !r.files["/tmp/nvidia-mps/"+kubeletplugin.SimulatedMPSFile] || len(r.gpuNodes()) != 1 {
+	if !r.files["/tmp/nvidia-mps/"+mps.SimulatedFile] || len(r.gpuNodes()) != 1 {
 		t.Errorf("the MPS pod runs without its daemon in its pipe directory or its GPU (files %v, GPUs %v)", r.files, r.gpuNodes())
 	}
 
@@ -110,7 +111,7 @@ func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
 		}
 	}
 	eventually(t, 3*time.Minute, "both claims are unprepared and nothing of them is left on the node", func(ctx context.Context) error {
-		return leftOnNode(ctx, t, node, dsNS, ns, []types.UID{mps.UID, whole.UID})
+		return leftOnNode(ctx, t, node, dsNS, ns, []types.UID{mpsClaim.UID, whole.UID})
 	})
 }
 
@@ -255,7 +256,7 @@ func leftOnNode(ctx context.Context, t *testing.T, node, dsNS, ns string, uids [
 			left = append(left, fmt.Sprintf("claim %s: MPS directory %s (%v)", uid, mpsDir(node, uid), err))
 		}
 		if dsNS != "" {
-			if _, err := client.AppsV1().Deployments(dsNS).Get(ctx, kubeletplugin.MPSPodPrefix+string(uid), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := client.AppsV1().Deployments(dsNS).Get(ctx, mps.PodPrefix+string(uid), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				left = append(left, fmt.Sprintf("claim %s: MPS control daemon Deployment (%v)", uid, err))
 			}
 			if err := mpsPodsOf(ctx, dsNS, string(uid), 0); err != nil {

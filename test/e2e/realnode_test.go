@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/lab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -273,7 +273,7 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 	// /dev/shm (a plain 1777 directory: the lab's plugin may not mount a tmpfs).
 	if r := reports["mps"]; r.env["CUDA_MPS_PIPE_DIRECTORY"] != "/tmp/nvidia-mps" || !slices.Contains(r.mounts, "/tmp/nvidia-mps") || !slices.Contains(r.mounts, "/var/log/nvidia-mps") {
 		t.Errorf("MPS share: CUDA_MPS_PIPE_DIRECTORY=%q, mounts %v: want the claim's pipe and log directories", r.env["CUDA_MPS_PIPE_DIRECTORY"], r.mounts)
-	} else if !r.files["/tmp/nvidia-mps/"+kubeletplugin.SimulatedMPSFile] {
+	} else if !r.files["/tmp/nvidia-mps/"+mps.SimulatedFile] {
 		t.Errorf("MPS share: the claim's daemon is not in the container's pipe directory (files %v)", r.files)
 	}
 	if root, mode, _ := strings.Cut(reports["mps"].shm, " "); !strings.HasSuffix(root, "/mps/"+uids["mps"]+"/shm") || mode != "sticky-777" {
@@ -571,11 +571,11 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := probeOutput(t, ns, "mps")
-	if !r.files["/tmp/nvidia-mps/"+kubeletplugin.SimulatedMPSFile] {
+	if !r.files["/tmp/nvidia-mps/"+mps.SimulatedFile] {
 		t.Fatalf("the claim's container does not see its daemon in its pipe directory (files %v)", r.files)
 	}
 
-	name := kubeletplugin.MPSPodPrefix + string(created.UID)
+	name := mps.PodPrefix + string(created.UID)
 	daemonPod := func(ctx context.Context) (*corev1.Pod, error) {
 		pods, err := client.CoreV1().Pods(dsNS).List(ctx, metav1.ListOptions{LabelSelector: api.LabelMPSClaimUID + "=" + string(created.UID)})
 		if err != nil {
@@ -598,7 +598,7 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 		t.Fatalf("daemon pod %s on %q, ready %v: want it ready on %s", first.Name, first.Spec.NodeName, podIsReady(first), node)
 	}
 	pipe := dep.Annotations[api.AnnotationMPSPipeDir]
-	raw, err := os.ReadFile(filepath.Join(pipe, kubeletplugin.SimulatedMPSFile))
+	raw, err := os.ReadFile(filepath.Join(pipe, mps.SimulatedFile))
 	if err != nil || !strings.Contains(string(raw), `"activeThreadPercent":40`) {
 		t.Fatalf("the daemon's state in %s: %s (%v), want the claim's active thread percentage 40", pipe, raw, err)
 	}
@@ -629,7 +629,7 @@ func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
 	if err := podRunning(ns, "mps")(ctx); err != nil {
 		t.Errorf("the claim's pod: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(pipe, kubeletplugin.SimulatedMPSFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(pipe, mps.SimulatedFile)); err != nil {
 		t.Errorf("the daemon is gone from the claim's pipe directory: %v", err)
 	}
 

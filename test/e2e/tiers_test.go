@@ -19,7 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/cdi"
-	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/lab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -293,7 +293,7 @@ func shareTiersReachTheContainers(t *testing.T, node string, m shareMechanism) {
 				t.Errorf("%s share: the container has %s=%s, which its tier does not set under %s", name, k, v, m.name)
 			}
 		}
-		mps := slices.Contains(r.mounts, cdi.MPSPipeDir)
+		hasPipe := slices.Contains(r.mounts, cdi.MPSPipeDir)
 		if hami {
 			// libvgpu.so mounted where the mounted /etc/ld.so.preload names it, and
 			// HAMi-core's shared cache (CUDA_DEVICE_MEMORY_SHARED_CACHE) in the claim's
@@ -307,11 +307,11 @@ func shareTiersReachTheContainers(t *testing.T, node string, m shareMechanism) {
 			if cache := r.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]; !strings.HasPrefix(cache, cdi.VGPUCacheDir+"/") || !strings.HasSuffix(cache, ".cache") || !slices.Contains(r.mounts, cdi.VGPUCacheDir) {
 				t.Errorf("%s share under HAMi-core: CUDA_DEVICE_MEMORY_SHARED_CACHE=%q, want a file in %s, mounted (mounts %v)", name, cache, cdi.VGPUCacheDir, r.mounts)
 			}
-			if mps {
+			if hasPipe {
 				t.Errorf("%s share under HAMi-core: the container has an MPS pipe directory %s (mounts %v)", name, cdi.MPSPipeDir, r.mounts)
 			}
 		} else {
-			if !r.files[cdi.MPSPipeDir+"/"+kubeletplugin.SimulatedMPSFile] {
+			if !r.files[cdi.MPSPipeDir+"/"+mps.SimulatedFile] {
 				t.Errorf("%s share under MPS limits: its MPS control daemon is not in the container's pipe directory (files %v)", name, r.files)
 			}
 			if slices.Contains(r.mounts, cdi.VGPULibraryPath) || r.preload != "" {

@@ -1,4 +1,4 @@
-package kubeletplugin
+package mps
 
 import (
 	"cmp"
@@ -29,7 +29,7 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// A claim's MPS control daemon in a pod of its own (MPSPods), as NVIDIA's DRA driver runs
+// A claim's MPS control daemon in a pod of its own (Pods), as NVIDIA's DRA driver runs
 // it (a Deployment per claim, pinned to the node): the daemon then lives as long as the
 // claim, not as long as the plugin's container. A plugin whose container restarts or is
 // rolled to a new version finds the claim's daemon still running, and the claim's
@@ -37,24 +37,24 @@ import (
 // the claim, waits until its pod is ready, and deletes it, waiting until the pod is gone,
 // when it unprepares the claim.
 
-// MPSDaemonCommand is the plugin's subcommand that a daemon pod runs (RunMPSDaemon).
-const MPSDaemonCommand = "mps-control-daemon"
+// DaemonCommand is the plugin's subcommand that a daemon pod runs (RunDaemon).
+const DaemonCommand = "mps-control-daemon"
 
 // Labels and annotation of the daemons' Deployments and pods.
 const (
-	LabelMPSComponent = "app.kubernetes.io/component"
-	MPSComponent      = "mps-control-daemon"
+	LabelComponent = "app.kubernetes.io/component"
+	Component      = "mps-control-daemon"
 )
 
-// MPSPodPrefix begins the name of every daemon's Deployment; the claim's UID ends it.
-const MPSPodPrefix = "gpudra-mps-"
+// PodPrefix begins the name of every daemon's Deployment; the claim's UID ends it.
+const PodPrefix = "gpudra-mps-"
 
-// MPSPods runs each claim's MPS control daemon in a Deployment of one pod, on this node,
+// Pods runs each claim's MPS control daemon in a Deployment of one pod, on this node,
 // in Namespace. The pod runs Image's gpudra-kubelet-plugin mps-control-daemon, which
-// starts nvidia-cuda-mps-control (or, Simulated, a SimulatedMPS daemon) with the claim's
+// starts nvidia-cuda-mps-control (or, Simulated, a Simulated daemon) with the claim's
 // pipe, log and shm directories mounted where the claim's containers have them, and
 // stops it when the pod is deleted.
-type MPSPods struct {
+type Pods struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
@@ -64,7 +64,7 @@ type MPSPods struct {
 	Image       string
 	PullPolicy  corev1.PullPolicy
 	PullSecrets []string
-	// Simulated: the pod runs a SimulatedMPS daemon (a simulated NVML backend); the pod
+	// Simulated: the pod runs a Simulated daemon (a simulated NVML backend); the pod
 	// is then unprivileged and mounts no driver root.
 	Simulated bool
 	// Binary is nvidia-cuda-mps-control's path in the pod, under /driver-root, where the
@@ -82,22 +82,19 @@ type MPSPods struct {
 	Poll time.Duration
 }
 
-var (
-	_ MPSControl  = MPSPods{}
-	_ mpsDeferred = MPSPods{}
-)
+var _ Control = Pods{}
 
-// MPSPodDriverRoot is where a daemon pod mounts the node's driver root.
-const MPSPodDriverRoot = "/driver-root"
+// PodDriverRoot is where a daemon pod mounts the node's driver root.
+const PodDriverRoot = "/driver-root"
 
-func (p MPSPods) timeout() time.Duration {
+func (p Pods) timeout() time.Duration {
 	if p.Timeout > 0 {
 		return p.Timeout
 	}
 	return 2 * time.Minute
 }
 
-func (p MPSPods) poll() time.Duration {
+func (p Pods) poll() time.Duration {
 	if p.Poll > 0 {
 		return p.Poll
 	}
@@ -105,7 +102,7 @@ func (p MPSPods) poll() time.Duration {
 }
 
 // Validate says what is missing for daemons in pods.
-func (p MPSPods) Validate() error {
+func (p Pods) Validate() error {
 	var missing []string
 	for _, f := range []struct{ name, value string }{{"namespace", p.Namespace}, {"node name", p.NodeName}, {"image", p.Image}} {
 		if f.value == "" {
@@ -124,11 +121,11 @@ func (p MPSPods) Validate() error {
 	return nil
 }
 
-// mpsPodName is the name of the Deployment of the daemon listening in pipeDir
+// PodName is the name of the Deployment of the daemon listening in pipeDir
 // (<state>/mps/<claim UID>/pipe).
-func mpsPodName(pipeDir string) (name, claimUID string, err error) {
+func PodName(pipeDir string) (name, claimUID string, err error) {
 	claimUID = filepath.Base(filepath.Dir(pipeDir))
-	name = MPSPodPrefix + claimUID
+	name = PodPrefix + claimUID
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || filepath.Base(pipeDir) != "pipe" || filepath.Base(filepath.Dir(filepath.Dir(pipeDir))) != "mps" {
 		return "", "", fmt.Errorf("%s is not a claim's MPS pipe directory (<state>/mps/<claim UID>/pipe)", pipeDir)
 	}
@@ -136,8 +133,8 @@ func mpsPodName(pipeDir string) (name, claimUID string, err error) {
 }
 
 // daemonArgs are the mps-control-daemon flags that give d, as the pod sees it.
-func (p MPSPods) daemonArgs(d prepared.MPSDaemon) []string {
-	args := []string{MPSDaemonCommand, "--pipe-dir=" + cdi.MPSPipeDir, "--log-dir=" + cdi.MPSLogDir,
+func (p Pods) daemonArgs(d prepared.MPSDaemon) []string {
+	args := []string{DaemonCommand, "--pipe-dir=" + cdi.MPSPipeDir, "--log-dir=" + cdi.MPSLogDir,
 		"--devices=" + strings.Join(d.Devices, ",")}
 	if d.ActiveThreadPercent > 0 {
 		args = append(args, "--active-thread-percentage="+strconv.Itoa(d.ActiveThreadPercent))
@@ -153,7 +150,7 @@ func (p MPSPods) daemonArgs(d prepared.MPSDaemon) []string {
 }
 
 // daemonFlag says which daemon the pod runs: simulated, or the driver's.
-func (p MPSPods) daemonFlag() string {
+func (p Pods) daemonFlag() string {
 	if p.Simulated {
 		return "--simulated"
 	}
@@ -161,14 +158,14 @@ func (p MPSPods) daemonFlag() string {
 }
 
 // deployment is the Deployment that runs d.
-func (p MPSPods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
-	name, claimUID, err := mpsPodName(d.PipeDir)
+func (p Pods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
+	name, claimUID, err := PodName(d.PipeDir)
 	if err != nil {
 		return nil, err
 	}
 	args := p.daemonArgs(d)
 	sum := sha256.Sum256([]byte(strings.Join(append([]string{p.Image, d.PipeDir, d.LogDir, d.ShmDir}, args...), "\x00")))
-	selector := map[string]string{LabelMPSComponent: MPSComponent, api.LabelMPSClaimUID: claimUID}
+	selector := map[string]string{LabelComponent: Component, api.LabelMPSClaimUID: claimUID}
 	podLabels := map[string]string{"app.kubernetes.io/name": "gpudra", api.LabelMPSNode: p.NodeName}
 	for k, v := range selector {
 		podLabels[k] = v
@@ -193,12 +190,12 @@ func (p MPSPods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
 		// NVIDIA's daemon pods.
 		security.Privileged = ptr.To(true)
 		volumes = append(volumes, hostPath("driver-root", p.DriverRoot))
-		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: MPSPodDriverRoot, ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: "driver-root", MountPath: PodDriverRoot, ReadOnly: true})
 		if p.LibraryPath != "" {
 			env = append(env, corev1.EnvVar{Name: "LD_LIBRARY_PATH", Value: p.LibraryPath})
 		}
 	}
-	check := []string{"gpudra-kubelet-plugin", MPSDaemonCommand, "--check", "--pipe-dir=" + cdi.MPSPipeDir, p.daemonFlag()}
+	check := []string{"gpudra-kubelet-plugin", DaemonCommand, "--check", "--pipe-dir=" + cdi.MPSPipeDir, p.daemonFlag()}
 	var secrets []corev1.LocalObjectReference
 	for _, name := range p.PullSecrets {
 		secrets = append(secrets, corev1.LocalObjectReference{Name: name})
@@ -227,7 +224,7 @@ func (p MPSPods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
 					ImagePullSecrets:              secrets,
 					TerminationGracePeriodSeconds: ptr.To(int64(30)),
 					Containers: []corev1.Container{{
-						Name: MPSComponent, Image: p.Image, ImagePullPolicy: cmp.Or(p.PullPolicy, corev1.PullIfNotPresent),
+						Name: Component, Image: p.Image, ImagePullPolicy: cmp.Or(p.PullPolicy, corev1.PullIfNotPresent),
 						Command: []string{"gpudra-kubelet-plugin"}, Args: args, Env: env,
 						VolumeMounts: mounts, SecurityContext: security,
 						ReadinessProbe: &corev1.Probe{
@@ -249,9 +246,9 @@ func (p MPSPods) deployment(d prepared.MPSDaemon) (*appsv1.Deployment, error) {
 	}, nil
 }
 
-// Start implements MPSControl: Create, then WaitReady. A daemon that does not become
+// Start implements Control: Create, then WaitReady. A daemon that does not become
 // ready is deleted again, and the error says why its pod is not.
-func (p MPSPods) Start(d prepared.MPSDaemon) (int, error) {
+func (p Pods) Start(d prepared.MPSDaemon) (int, error) {
 	if err := p.Create(d); err != nil {
 		return 0, err
 	}
@@ -264,7 +261,7 @@ func (p MPSPods) Start(d prepared.MPSDaemon) (int, error) {
 // Create creates the daemon's Deployment, or finds the one an earlier plugin made for
 // the same daemon. One made for another daemon is deleted, and one being deleted is left
 // to go: Create fails then, without waiting, and a later try makes the new one.
-func (p MPSPods) Create(d prepared.MPSDaemon) error {
+func (p Pods) Create(d prepared.MPSDaemon) error {
 	want, err := p.deployment(d)
 	if err != nil {
 		return err
@@ -279,11 +276,11 @@ func (p MPSPods) Create(d prepared.MPSDaemon) error {
 		switch {
 		case err != nil:
 		case have.DeletionTimestamp != nil:
-			err = errMPSDaemonGoing
+			err = ErrDaemonGoing
 		case have.Annotations[api.AnnotationMPSDaemonSpec] != want.Annotations[api.AnnotationMPSDaemonSpec]:
 			klog.Background().Info("Deleting an MPS control daemon's Deployment made for another daemon: the claim's is made once it is gone", "deployment", klog.KObj(have))
 			if _, err = p.Delete(d.PipeDir); err == nil {
-				err = errMPSDaemonGoing
+				err = ErrDaemonGoing
 			}
 		}
 	}
@@ -295,8 +292,8 @@ func (p MPSPods) Create(d prepared.MPSDaemon) error {
 
 // WaitReady waits until the Deployment of the daemon listening in pipeDir has a ready
 // pod, for at most Timeout.
-func (p MPSPods) WaitReady(ctx context.Context, pipeDir string) error {
-	name, _, err := mpsPodName(pipeDir)
+func (p Pods) WaitReady(ctx context.Context, pipeDir string) error {
+	name, _, err := PodName(pipeDir)
 	if err != nil {
 		return err
 	}
@@ -321,12 +318,12 @@ func (p MPSPods) WaitReady(ctx context.Context, pipeDir string) error {
 }
 
 // whyNotReady says what the Deployment's pods wait for, for an error message.
-func (p MPSPods) whyNotReady(name string, dep *appsv1.Deployment) string {
+func (p Pods) whyNotReady(name string, dep *appsv1.Deployment) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, claimUID, _ := strings.Cut(name, MPSPodPrefix)
+	_, claimUID, _ := strings.Cut(name, PodPrefix)
 	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, api.LabelMPSClaimUID: claimUID}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelComponent: Component, api.LabelMPSClaimUID: claimUID}).String(),
 	})
 	var why []string
 	if err != nil {
@@ -363,11 +360,11 @@ func (p MPSPods) whyNotReady(name string, dep *appsv1.Deployment) string {
 	return strings.Join(why, "; ")
 }
 
-// Running implements MPSControl: whether the daemon's Deployment exists and is not being
+// Running implements Control: whether the daemon's Deployment exists and is not being
 // deleted. Kubernetes keeps its pod running (restarts it when it fails, or after a node
 // reboot); the plugin only makes and deletes it.
-func (p MPSPods) Running(pipeDir string) (bool, error) {
-	name, _, err := mpsPodName(pipeDir)
+func (p Pods) Running(pipeDir string) (bool, error) {
+	name, _, err := PodName(pipeDir)
 	if err != nil {
 		return false, err
 	}
@@ -380,9 +377,9 @@ func (p MPSPods) Running(pipeDir string) (bool, error) {
 	return err == nil && dep.DeletionTimestamp == nil, err
 }
 
-// Stop implements MPSControl: Delete, then WaitGone, so that the daemon has quit
+// Stop implements Control: Delete, then WaitGone, so that the daemon has quit
 // before the claim's directories go.
-func (p MPSPods) Stop(pipeDir string) error {
+func (p Pods) Stop(pipeDir string) error {
 	if _, err := p.Delete(pipeDir); err != nil {
 		return err
 	}
@@ -392,8 +389,8 @@ func (p MPSPods) Stop(pipeDir string) error {
 // Delete deletes the daemon's Deployment, its pods first (foreground deletion), without
 // waiting for it to go, and reports whether it is gone already. A daemon that is not
 // there, or is being deleted, is no error.
-func (p MPSPods) Delete(pipeDir string) (gone bool, err error) {
-	name, _, err := mpsPodName(pipeDir)
+func (p Pods) Delete(pipeDir string) (gone bool, err error) {
+	name, _, err := PodName(pipeDir)
 	if err != nil {
 		return false, err
 	}
@@ -415,8 +412,8 @@ func (p MPSPods) Delete(pipeDir string) (gone bool, err error) {
 
 // WaitGone waits until the Deployment of the daemon listening in pipeDir is gone, for at
 // most Timeout, or until ctx ends.
-func (p MPSPods) WaitGone(ctx context.Context, pipeDir string) error {
-	name, _, err := mpsPodName(pipeDir)
+func (p Pods) WaitGone(ctx context.Context, pipeDir string) error {
+	name, _, err := PodName(pipeDir)
 	if err != nil {
 		return err
 	}
@@ -439,11 +436,11 @@ func (p MPSPods) WaitGone(ctx context.Context, pipeDir string) error {
 
 // PipeDirs are the pipe directories of the daemons that run in pods on this node (for
 // the start-up clean-up of daemons no claim accounts for).
-func (p MPSPods) PipeDirs() ([]string, error) {
+func (p Pods) PipeDirs() ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	list, err := p.Client.AppsV1().Deployments(p.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{LabelMPSComponent: MPSComponent, api.LabelMPSNode: p.NodeName}).String(),
+		LabelSelector: labels.SelectorFromSet(labels.Set{LabelComponent: Component, api.LabelMPSNode: p.NodeName}).String(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the MPS control daemons' Deployments on node %s: %w", p.NodeName, err)
@@ -457,16 +454,10 @@ func (p MPSPods) PipeDirs() ([]string, error) {
 	return dirs, nil
 }
 
-// mpsDaemonLister is an MPSControl that can list its daemons (MPSPods), whose
-// Deployments may outlive the directories the start-up clean-up goes by.
-type mpsDaemonLister interface {
-	PipeDirs() ([]string, error)
-}
-
-// RunMPSDaemon is a daemon pod's process: it starts the daemon with ctl, watches it, and
+// RunDaemon is a daemon pod's process: it starts the daemon with ctl, watches it, and
 // stops it when ctx ends (the pod is deleted). It returns an error when the daemon stops
 // on its own, so that the pod's container restarts it.
-func RunMPSDaemon(ctx context.Context, ctl MPSControl, d prepared.MPSDaemon, every time.Duration) error {
+func RunDaemon(ctx context.Context, ctl Control, d prepared.MPSDaemon, every time.Duration) error {
 	logger := klog.FromContext(ctx)
 	pid, err := ctl.Start(d)
 	if err != nil {

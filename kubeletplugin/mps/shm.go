@@ -1,4 +1,4 @@
-package kubeletplugin
+package mps
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // client that sees its pod's own /dev/shm cannot work with a daemon that sees another.
 // So each claim under MPS has a shm directory (cdi.MPS.ShmDir, beside the pipe and log
 // directories) that its containers mount at /dev/shm and that its daemon sees as /dev/shm
-// in a mount namespace of its own (MPSExec). As NVIDIA's DRA driver makes its per-claim
+// in a mount namespace of its own (Exec). As NVIDIA's DRA driver makes its per-claim
 // MPS shm directory (cmd/gpu-kubelet-plugin/sharing.go), it is a tmpfs with a size limit,
 // mounted by the plugin, gone with the claim; where the plugin may not mount (an
 // unprivileged plugin: a simulated node, unit tests as a non-root user) it is a plain
@@ -35,10 +35,10 @@ import (
 // its shared memory objects: writable by all, with the sticky bit (1777), as /dev/shm
 // and the root of a tmpfs are.
 const (
-	mpsTreeMode fs.FileMode = 0o711
-	mpsPipeMode fs.FileMode = 0o755
-	mpsLogMode  fs.FileMode = 0o755
-	mpsShmMode              = fs.ModeSticky | 0o777
+	TreeMode fs.FileMode = 0o711
+	PipeMode fs.FileMode = 0o755
+	LogMode  fs.FileMode = 0o755
+	ShmMode              = fs.ModeSticky | 0o777
 )
 
 // mpsShmSource names the tmpfs mounts of the claims' shm directories (in mountinfo).
@@ -59,15 +59,15 @@ func mpsShmBytes() uint64 {
 	return uint64(info.Totalram) * uint64(info.Unit) / 2
 }
 
-// mountMPSShm mounts a claim's shm tmpfs on dir.
-func mountMPSShm(dir string) error {
-	opts := fmt.Sprintf("size=%d,mode=1777", mpsShmBytes()) // mpsShmMode
+// MountShm mounts a claim's shm tmpfs on dir.
+func MountShm(dir string) error {
+	opts := fmt.Sprintf("size=%d,mode=1777", mpsShmBytes()) // ShmMode
 	return unix.Mount(mpsShmSource, dir, "tmpfs", mpsShmFlags, opts)
 }
 
-// mkdirMode makes dir with mode, or gives an existing dir that mode (a directory made
+// MkdirMode makes dir with mode, or gives an existing dir that mode (a directory made
 // by an earlier plugin, or under a umask that took some of it).
-func mkdirMode(dir string, mode fs.FileMode) error {
+func MkdirMode(dir string, mode fs.FileMode) error {
 	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
@@ -84,9 +84,9 @@ func mkdirMode(dir string, mode fs.FileMode) error {
 	return os.Chmod(dir, mode)
 }
 
-// isMountPoint reports whether something is mounted on dir: its device is not its
+// IsMountPoint reports whether something is mounted on dir: its device is not its
 // parent's. false when dir does not exist.
-func isMountPoint(dir string) (bool, error) {
+func IsMountPoint(dir string) (bool, error) {
 	var st, parent unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -100,10 +100,10 @@ func isMountPoint(dir string) (bool, error) {
 	return st.Dev != parent.Dev, nil
 }
 
-// unmountMPSShm unmounts whatever is mounted on a claim's shm directory (nothing for a
+// UnmountShm unmounts whatever is mounted on a claim's shm directory (nothing for a
 // plain directory, a missing one, or a claim recorded without one). A busy mount is
 // detached: it goes when its last user does.
-func unmountMPSShm(dir string) error {
+func UnmountShm(dir string) error {
 	for range 8 { // stacked mounts, one at a time
 		err := unix.Unmount(dir, unix.UMOUNT_NOFOLLOW)
 		switch {
@@ -118,7 +118,7 @@ func unmountMPSShm(dir string) error {
 			continue
 		case errors.Is(err, unix.EPERM):
 			// No privilege to unmount: fine when there is nothing to unmount.
-			if mounted, merr := isMountPoint(dir); merr == nil && !mounted {
+			if mounted, merr := IsMountPoint(dir); merr == nil && !mounted {
 				return nil
 			}
 			return fmt.Errorf("unmounting the tmpfs on %s: %w", dir, err)
@@ -129,22 +129,22 @@ func unmountMPSShm(dir string) error {
 	return fmt.Errorf("unmounting the tmpfs on %s: still mounted after 8 unmounts", dir)
 }
 
-// mountInfo is what the plugin needs of the mount that holds a path.
-type mountInfo struct {
-	mountPoint string
-	shared     bool // propagates mounts and unmounts to its peers ("shared:N")
-	fsType     string
-	source     string
+// Mount is what the plugin needs of the mount that holds a path.
+type Mount struct {
+	MountPoint string
+	Shared     bool // propagates mounts and unmounts to its peers ("shared:N")
+	FSType     string
+	Source     string
 }
 
-// mountOf finds, in /proc/self/mountinfo, the mount that holds path (the last one on
+// MountOf finds, in /proc/self/mountinfo, the mount that holds path (the last one on
 // the longest mount point above it).
-func mountOf(path string) (mountInfo, error) {
+func MountOf(path string) (Mount, error) {
 	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
 		return !within(path, m.Mountpoint), false
 	})
 	if err != nil {
-		return mountInfo{}, err
+		return Mount{}, err
 	}
 	var best *mountinfo.Info
 	for _, m := range mounts {
@@ -153,13 +153,13 @@ func mountOf(path string) (mountInfo, error) {
 		}
 	}
 	if best == nil {
-		return mountInfo{}, fmt.Errorf("no mount holds %s", path)
+		return Mount{}, fmt.Errorf("no mount holds %s", path)
 	}
-	return mountInfo{
-		mountPoint: best.Mountpoint,
-		shared:     slices.ContainsFunc(strings.Fields(best.Optional), func(f string) bool { return strings.HasPrefix(f, "shared:") }),
-		fsType:     best.FSType,
-		source:     best.Source,
+	return Mount{
+		MountPoint: best.Mountpoint,
+		Shared:     slices.ContainsFunc(strings.Fields(best.Optional), func(f string) bool { return strings.HasPrefix(f, "shared:") }),
+		FSType:     best.FSType,
+		Source:     best.Source,
 	}, nil
 }
 
@@ -171,9 +171,9 @@ func within(path, dir string) bool {
 	return path == dir || strings.HasPrefix(path, dir+"/")
 }
 
-// unsearchable is the first directory from dir up to the root that users other than its
+// Unsearchable is the first directory from dir up to the root that users other than its
 // owner cannot pass through (no search permission for others), "" when there is none.
-func unsearchable(dir string) (string, fs.FileMode) {
+func Unsearchable(dir string) (string, fs.FileMode) {
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
 		if info, err := os.Stat(d); err == nil && info.Mode().Perm()&0o001 == 0 {
 			return d, info.Mode().Perm()
@@ -184,21 +184,21 @@ func unsearchable(dir string) (string, fs.FileMode) {
 	}
 }
 
-// MPSExecCommand is the first argument with which MPSProcess runs the plugin's own
+// ExecCommand is the first argument with which Process runs the plugin's own
 // program ("<program> mps-exec <shm dir> <binary> [args...]") in a mount namespace of its
-// own, for MPSExec. The program's main must hand it to MPSExec.
-const MPSExecCommand = "mps-exec"
+// own, for Exec. The program's main must hand it to Exec.
+const ExecCommand = "mps-exec"
 
-// MPSExec binds args[0], a claim's shm directory, over /dev/shm and executes args[1] with
-// args[1:] and this process's environment: how MPSProcess starts a claim's MPS control
+// Exec binds args[0], a claim's shm directory, over /dev/shm and executes args[1] with
+// args[1:] and this process's environment: how Process starts a claim's MPS control
 // daemon, and talks to it, with the claim's shm directory as /dev/shm. It must run in a
-// mount namespace of its own that does not propagate to its parent's (MPSProcess starts
+// mount namespace of its own that does not propagate to its parent's (Process starts
 // it with CLONE_NEWNS, which makes every mount private): it refuses to run in its
 // parent's, where the bind would change the /dev/shm of the plugin and of every other
 // claim's daemon. It returns only on failure.
-func MPSExec(args []string) error {
+func Exec(args []string) error {
 	if len(args) < 2 {
-		return fmt.Errorf("usage: %s <shm dir> <program> [args...]", MPSExecCommand)
+		return fmt.Errorf("usage: %s <shm dir> <program> [args...]", ExecCommand)
 	}
 	shm, bin := args[0], args[1]
 	own, err := os.Readlink("/proc/self/ns/mnt")

@@ -1,4 +1,4 @@
-package kubeletplugin
+package mps
 
 import (
 	"bytes"
@@ -21,39 +21,39 @@ import (
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
-// MPSPIDFile is the file in its pipe directory where an MPS control daemon writes its
+// PIDFile is the file in its pipe directory where an MPS control daemon writes its
 // process id; it goes away when the daemon stops.
-const MPSPIDFile = "nvidia-cuda-mps-control.pid"
+const PIDFile = "nvidia-cuda-mps-control.pid"
 
 // mpsShmEnv names, in the environment of a daemon started with a shm directory, that
 // directory: Stop reads it to send "quit" from the daemon's /dev/shm.
 const mpsShmEnv = "GPUDRA_MPS_SHM_DIRECTORY"
 
-// MPSProcess runs the node's nvidia-cuda-mps-control: "-d" starts a daemon, commands
+// Process runs the node's nvidia-cuda-mps-control: "-d" starts a daemon, commands
 // written to the program's stdin ("echo quit | nvidia-cuda-mps-control") talk to the
 // daemon of the CUDA_MPS_PIPE_DIRECTORY in its environment.
-type MPSProcess struct {
+type Process struct {
 	// Binary is the path of nvidia-cuda-mps-control (the driver installation's).
 	Binary string
 	// Timeout bounds the wait for a started daemon to answer and for a daemon told to
 	// quit to exit; 0 means 30 s.
 	Timeout time.Duration
 	// Self is the program that runs Binary for a daemon with a shm directory, as
-	// "<Self> mps-exec <shm dir> <Binary> [args...]" in a new mount namespace (MPSExec);
-	// "" is this program (/proc/self/exe), whose main must hand MPSExecCommand to MPSExec.
+	// "<Self> mps-exec <shm dir> <Binary> [args...]" in a new mount namespace (Exec);
+	// "" is this program (/proc/self/exe), whose main must hand ExecCommand to Exec.
 	Self string
 }
 
-var _ MPSControl = MPSProcess{}
+var _ Control = Process{}
 
-func (p MPSProcess) timeout() time.Duration {
+func (p Process) timeout() time.Duration {
 	if p.Timeout > 0 {
 		return p.Timeout
 	}
 	return 30 * time.Second
 }
 
-func (p MPSProcess) self() string {
+func (p Process) self() string {
 	if p.Self != "" {
 		return p.Self
 	}
@@ -94,16 +94,16 @@ func mpsEnv(binDir, pipeDir, logDir, shmDir string, devices []string) []string {
 }
 
 // run runs Binary with args and waits for it. For a daemon with a shm directory it runs
-// "<Self> mps-exec <shm dir> <Binary> args..." in a new mount namespace, where MPSExec
+// "<Self> mps-exec <shm dir> <Binary> args..." in a new mount namespace, where Exec
 // binds the shm directory over /dev/shm: the daemon (and the servers it starts), and the
 // commands sent to it, see the claim's shm directory as /dev/shm, as the claim's
 // containers do, and the plugin's own /dev/shm is unchanged. Where the plugin may not
 // make a mount namespace (no CAP_SYS_ADMIN: an unprivileged plugin, tests as a non-root
 // user) Binary runs in the plugin's, which the log says: the daemon then shares no
 // /dev/shm with the claim's containers.
-func (p MPSProcess) run(ctx context.Context, shmDir string, env []string, stdin io.Reader, out io.Writer, args ...string) error {
+func (p Process) run(ctx context.Context, shmDir string, env []string, stdin io.Reader, out io.Writer, args ...string) error {
 	if shmDir != "" {
-		cmd := exec.CommandContext(ctx, p.self(), append([]string{MPSExecCommand, shmDir, p.Binary}, args...)...)
+		cmd := exec.CommandContext(ctx, p.self(), append([]string{ExecCommand, shmDir, p.Binary}, args...)...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 		cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, stdin, out, out
 		err := cmd.Start()
@@ -126,23 +126,23 @@ func (p MPSProcess) run(ctx context.Context, shmDir string, env []string, stdin 
 	return cmd.Run()
 }
 
-// Start implements MPSControl.
-func (p MPSProcess) Start(d prepared.MPSDaemon) (int, error) {
+// Start implements Control.
+func (p Process) Start(d prepared.MPSDaemon) (int, error) {
 	if _, err := os.Stat(p.Binary); err != nil {
 		return 0, fmt.Errorf("MPS control daemon %s: %w (set --mps-control-daemon to its path under the driver root)", p.Binary, err)
 	}
 	dirs := []struct {
 		path string
 		mode fs.FileMode
-	}{{d.PipeDir, mpsPipeMode}, {d.LogDir, mpsLogMode}, {d.ShmDir, mpsShmMode}}
+	}{{d.PipeDir, PipeMode}, {d.LogDir, LogMode}, {d.ShmDir, ShmMode}}
 	for _, dir := range dirs {
 		if dir.path == "" {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(dir.path), mpsTreeMode); err != nil {
+		if err := os.MkdirAll(filepath.Dir(dir.path), TreeMode); err != nil {
 			return 0, fmt.Errorf("creating %s: %w", dir.path, err)
 		}
-		if err := mkdirMode(dir.path, dir.mode); err != nil {
+		if err := MkdirMode(dir.path, dir.mode); err != nil {
 			return 0, fmt.Errorf("creating %s: %w", dir.path, err)
 		}
 	}
@@ -170,7 +170,7 @@ func (p MPSProcess) Start(d prepared.MPSDaemon) (int, error) {
 }
 
 // waitReady waits until the daemon has written its pid file and answers get_server_list.
-func (p MPSProcess) waitReady(d prepared.MPSDaemon) (int, error) {
+func (p Process) waitReady(d prepared.MPSDaemon) (int, error) {
 	deadline := time.Now().Add(p.timeout())
 	var last error
 	for {
@@ -179,7 +179,7 @@ func (p MPSProcess) waitReady(d prepared.MPSDaemon) (int, error) {
 				return pid, nil
 			}
 		} else {
-			last = fmt.Errorf("no live daemon in %s", filepath.Join(d.PipeDir, MPSPIDFile))
+			last = fmt.Errorf("no live daemon in %s", filepath.Join(d.PipeDir, PIDFile))
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("MPS control daemon in %s not ready after %s: %w; its log: %s", d.PipeDir, p.timeout(), last, tail(filepath.Join(d.LogDir, "control.log")))
@@ -188,7 +188,7 @@ func (p MPSProcess) waitReady(d prepared.MPSDaemon) (int, error) {
 	}
 }
 
-func (p MPSProcess) applyLimits(d prepared.MPSDaemon) error {
+func (p Process) applyLimits(d prepared.MPSDaemon) error {
 	var cmds []string
 	if d.ActiveThreadPercent > 0 {
 		cmds = append(cmds, "set_default_active_thread_percentage "+strconv.Itoa(d.ActiveThreadPercent))
@@ -208,7 +208,7 @@ func (p MPSProcess) applyLimits(d prepared.MPSDaemon) error {
 
 // control sends one command to the daemon listening in pipeDir, whose /dev/shm is
 // shmDir ("" for the plugin's), and returns its answer.
-func (p MPSProcess) control(pipeDir, shmDir, command string) (string, error) {
+func (p Process) control(pipeDir, shmDir, command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out bytes.Buffer
@@ -222,8 +222,8 @@ func (p MPSProcess) control(pipeDir, shmDir, command string) (string, error) {
 // The pid file may be stale (a daemon killed with the plugin's container) and its pid
 // reused, so the process must be a live nvidia-cuda-mps-control, of this pipe
 // directory where its environment can be read.
-func (p MPSProcess) pid(pipeDir string) int {
-	raw, err := os.ReadFile(filepath.Join(pipeDir, MPSPIDFile))
+func (p Process) pid(pipeDir string) int {
+	raw, err := os.ReadFile(filepath.Join(pipeDir, PIDFile))
 	if err != nil {
 		return 0
 	}
@@ -266,14 +266,14 @@ func daemonEnv(pid int, name string) string {
 	return ""
 }
 
-// Running implements MPSControl.
-func (p MPSProcess) Running(pipeDir string) (bool, error) {
+// Running implements Control.
+func (p Process) Running(pipeDir string) (bool, error) {
 	return p.pid(pipeDir) > 0, nil
 }
 
-// Stop implements MPSControl: quit, then wait; a daemon that does not exit in time is
+// Stop implements Control: quit, then wait; a daemon that does not exit in time is
 // killed.
-func (p MPSProcess) Stop(pipeDir string) error {
+func (p Process) Stop(pipeDir string) error {
 	pid := p.pid(pipeDir)
 	if pid == 0 {
 		return nil
@@ -291,7 +291,7 @@ func (p MPSProcess) Stop(pipeDir string) error {
 
 // waitExit waits until pid no longer is the daemon of pipeDir. A daemon orphaned to the
 // plugin (when the plugin is its container's first process) is reaped here.
-func (p MPSProcess) waitExit(pid int, pipeDir string, within time.Duration) bool {
+func (p Process) waitExit(pid int, pipeDir string, within time.Duration) bool {
 	deadline := time.Now().Add(within)
 	for {
 		var ws unix.WaitStatus

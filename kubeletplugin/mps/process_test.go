@@ -1,7 +1,6 @@
-package kubeletplugin_test
+package mps_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,62 +11,26 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/mps"
+	"github.com/gpudra/gpudra/kubeletplugin/mps/mpstest"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
-// fakeMPSControl stands in for nvidia-cuda-mps-control: "-d" forks a daemon that writes
-// its environment, what its /dev/shm holds and its pid file into the pipe directory;
-// without arguments it passes the commands on stdin to the daemon (recorded in
-// <pipe>/commands; quit stops it), and writes what its /dev/shm holds to <pipe>/client.shm.
-const fakeMPSControl = `#!/bin/sh
-pipe=${CUDA_MPS_PIPE_DIRECTORY:?}
-case "$1" in
--d)
-  "$0" serve </dev/null >/dev/null 2>&1 &
-  exit 0 ;;
-serve)
-  env > "$pipe/daemon.env"
-  command -v nvidia-cuda-mps-server > "$pipe/daemon.server"
-  ls -A /dev/shm > "$pipe/daemon.shm"
-  trap 'rm -f "$pipe/nvidia-cuda-mps-control.pid"; exit 0' TERM
-  echo $$ > "$pipe/nvidia-cuda-mps-control.pid"
-  while :; do sleep 0.05; done ;;
-esac
-pid=$(cat "$pipe/nvidia-cuda-mps-control.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
-ls -A /dev/shm > "$pipe/client.shm"
-while read -r cmd; do
-  echo "$cmd" >> "$pipe/commands"
-  [ "$cmd" = quit ] && kill "$pid"
-done
-exit 0
-`
+// TestMain runs the test binary as Process runs the plugin's program (its Self) for
+// a daemon with a shm directory (mpstest.Main).
+func TestMain(m *testing.M) { mpstest.Main(m) }
 
-// TestMain runs the test binary as MPSProcess runs the plugin's program (its Self) for
-// a daemon with a shm directory: "<program> mps-exec <shm dir> <binary> [args...]".
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == plugin.MPSExecCommand {
-		err := plugin.MPSExec(os.Args[2:])
-		fmt.Fprintln(os.Stderr, plugin.MPSExecCommand+":", err)
-		os.Exit(1)
-	}
-	os.Exit(m.Run())
-}
+var (
+	writeScript    = mpstest.WriteControl
+	fakeMPSControl = mpstest.FakeControl
+	canMountTmpfs  = mpstest.CanMountTmpfs
+	mountsUnder    = mpstest.MountsUnder
+	unmountUnder   = mpstest.UnmountUnder
+	mode           = mpstest.DirMode
+)
 
-func writeScript(t *testing.T, body string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "usr", "bin", "nvidia-cuda-mps-control")
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-func TestMPSProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
-	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
+func TestProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
+	p := mps.Process{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
 	if err := os.WriteFile(filepath.Join(filepath.Dir(p.Binary), "nvidia-cuda-mps-server"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +87,11 @@ func TestMPSProcessStartsTheDaemonAppliesLimitsAndQuits(t *testing.T) {
 	}
 }
 
-func TestMPSProcessIsNotFooledByAStalePIDFile(t *testing.T) {
-	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl)}
+func TestProcessIsNotFooledByAStalePIDFile(t *testing.T) {
+	p := mps.Process{Binary: writeScript(t, fakeMPSControl)}
 	pipe := t.TempDir()
 	// A live process, but not an MPS control daemon (a pid reused after a reboot).
-	if err := os.WriteFile(filepath.Join(pipe, plugin.MPSPIDFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(pipe, mps.PIDFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if running, _ := p.Running(pipe); running {
@@ -139,15 +102,15 @@ func TestMPSProcessIsNotFooledByAStalePIDFile(t *testing.T) {
 	}
 }
 
-func TestMPSProcessFailsClearly(t *testing.T) {
+func TestProcessFailsClearly(t *testing.T) {
 	dir := t.TempDir()
 	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), Devices: []string{"GPU-a"}}
-	missing := plugin.MPSProcess{Binary: filepath.Join(dir, "usr/bin/nvidia-cuda-mps-control")}
+	missing := mps.Process{Binary: filepath.Join(dir, "usr/bin/nvidia-cuda-mps-control")}
 	if _, err := missing.Start(d); err == nil || !strings.Contains(err.Error(), missing.Binary) {
 		t.Errorf("missing binary: %v, want an error naming %s", err, missing.Binary)
 	}
 	// A daemon that never comes up.
-	silent := plugin.MPSProcess{Binary: writeScript(t, "#!/bin/sh\nexit 0\n"), Timeout: 300 * time.Millisecond}
+	silent := mps.Process{Binary: writeScript(t, "#!/bin/sh\nexit 0\n"), Timeout: 300 * time.Millisecond}
 	if _, err := silent.Start(d); err == nil || !strings.Contains(err.Error(), "not ready") {
 		t.Errorf("daemon that never answers: %v, want 'not ready'", err)
 	}
@@ -158,8 +121,8 @@ func TestMPSProcessFailsClearly(t *testing.T) {
 // itself, here the test binary, with "mps-exec"), as the claim's containers do; the
 // plugin's /dev/shm and mounts are unchanged. Without the privilege for a mount
 // namespace (not root) the daemon runs in the plugin's, which the test logs.
-func TestMPSProcessGivesTheDaemonTheClaimsShmDirectory(t *testing.T) {
-	p := plugin.MPSProcess{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
+func TestProcessGivesTheDaemonTheClaimsShmDirectory(t *testing.T) {
+	p := mps.Process{Binary: writeScript(t, fakeMPSControl), Timeout: 10 * time.Second}
 	dir := t.TempDir()
 	t.Cleanup(func() { unmountUnder(t, dir) })
 	d := prepared.MPSDaemon{PipeDir: filepath.Join(dir, "pipe"), LogDir: filepath.Join(dir, "log"), ShmDir: filepath.Join(dir, "shm"), Devices: []string{"GPU-a"}}
