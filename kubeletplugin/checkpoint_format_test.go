@@ -2,6 +2,8 @@ package kubeletplugin
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -118,15 +121,36 @@ var formatFiles = []struct {
 }{
 	{name: "v1", checkpoint: "checkpoint-v1.json", version: checkpointVersionV1, bootID: "boot-1"},
 	{name: "v1-full", checkpoint: "checkpoint-v1-full.json", specs: "cdi-v1", version: checkpointVersionV1, bootID: formatBootID, full: true},
-	{name: "v2", checkpoint: "checkpoint-v2.json", journal: "checkpoint-v2.journal", specs: "cdi-v2", version: CheckpointVersion,
+	{name: "v2", checkpoint: "checkpoint-v2.json", journal: "checkpoint-v2.journal", specs: "cdi-v2", version: checkpoint.Version,
 		generation: 4, bootID: formatBootID, full: true, shm: true},
 }
 
+// checkpointVersionV1 is the format of plugins before the journal, which the plugin
+// still reads.
+const checkpointVersionV1 = "gpu.gpudra.dev/checkpoint/v1"
+
+// checksum is the SHA-256 of data in hex, as the checkpoint's files check their data.
+func checksum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// checkLine splits a journal line, "<sha256 hex> <payload>", and checks the payload's
+// checksum.
+func checkLine(line []byte) ([]byte, bool) {
+	const n = sha256.Size * 2
+	if len(line) < n+1 || line[n] != ' ' {
+		return nil, false
+	}
+	payload := line[n+1:]
+	return payload, checksum(payload) == string(line[:n])
+}
+
 // formatDir is a checkpoint directory holding the testdata checkpoint and journal.
-func formatDir(t *testing.T, checkpoint, journal string) string {
+func formatDir(t *testing.T, file, journal string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for name, src := range map[string]string{CheckpointFile: checkpoint, JournalFile: journal} {
+	for name, src := range map[string]string{checkpoint.File: file, checkpoint.JournalFile: journal} {
 		if src == "" {
 			continue
 		}
@@ -141,11 +165,11 @@ func formatDir(t *testing.T, checkpoint, journal string) string {
 	return dir
 }
 
-func loadStore(t *testing.T, dir string) *checkpointData {
+func loadStore(t *testing.T, dir string) *checkpoint.Data {
 	t.Helper()
-	s := newCheckpointStore(dir, nil, klog.Background())
-	defer s.closeJournal()
-	d, err := s.load()
+	s := checkpoint.New(dir, nil, klog.Background())
+	defer s.Close()
+	d, err := s.Load()
 	if err != nil {
 		t.Fatalf("loading the checkpoint: %v", err)
 	}
@@ -378,14 +402,14 @@ func TestCheckpointFilesRoundTrip(t *testing.T) {
 	for _, ff := range formatFiles {
 		t.Run(ff.name, func(t *testing.T) {
 			dir := formatDir(t, ff.checkpoint, ff.journal)
-			s := newCheckpointStore(dir, nil, klog.Background())
-			defer s.closeJournal()
-			d, err := s.load()
+			s := checkpoint.New(dir, nil, klog.Background())
+			defer s.Close()
+			d, err := s.Load()
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := &checkpointData{BootID: d.BootID, Generation: d.Generation + 1, Claims: d.Claims}
-			if err := s.compact(d); err != nil {
+			want := &checkpoint.Data{BootID: d.BootID, Generation: d.Generation + 1, Claims: d.Claims}
+			if err := s.Compact(d); err != nil {
 				t.Fatal(err)
 			}
 			if got := loadStore(t, dir); !reflect.DeepEqual(got, want) {
@@ -399,11 +423,11 @@ func TestCheckpointFilesRoundTrip(t *testing.T) {
 				Checksum string
 				Data     json.RawMessage
 			}
-			raw, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+			raw, err := os.ReadFile(filepath.Join(dir, checkpoint.File))
 			if err != nil || json.Unmarshal(raw, &f) != nil {
 				t.Fatalf("reading the written checkpoint: %v", err)
 			}
-			if f.Version != CheckpointVersion || f.Checksum != checksum(f.Data) {
+			if f.Version != checkpoint.Version || f.Checksum != checksum(f.Data) {
 				t.Errorf("written checkpoint: version %q, checksum %s of data %s", f.Version, f.Checksum, checksum(f.Data))
 			}
 			var written map[string]any
@@ -414,18 +438,20 @@ func TestCheckpointFilesRoundTrip(t *testing.T) {
 
 			// What a prepare appends to the journal, and annotates the CDI spec with.
 			oldClaims, _ := old["claims"].(map[string]any)
-			journal := newCheckpointStore(t.TempDir(), nil, klog.Background())
-			defer journal.closeJournal()
-			if err := journal.compact(&checkpointData{BootID: d.BootID, Claims: map[types.UID]*prepared.Claim{}}); err != nil {
+			journalDir := t.TempDir()
+			journalPath := filepath.Join(journalDir, checkpoint.JournalFile)
+			journal := checkpoint.New(journalDir, nil, klog.Background())
+			defer journal.Close()
+			if err := journal.Compact(&checkpoint.Data{BootID: d.BootID, Claims: map[types.UID]*prepared.Claim{}}); err != nil {
 				t.Fatal(err)
 			}
 			st := formatState(t)
 			for uid, pc := range d.Claims {
-				before, _ := os.ReadFile(journal.journalPath)
-				if err := journal.put(&checkpointData{Claims: map[types.UID]*prepared.Claim{}}, pc, ""); err != nil {
+				before, _ := os.ReadFile(journalPath)
+				if err := journal.Put(&checkpoint.Data{Claims: map[types.UID]*prepared.Claim{}}, pc, ""); err != nil {
 					t.Fatal(err)
 				}
-				after, _ := os.ReadFile(journal.journalPath)
+				after, _ := os.ReadFile(journalPath)
 				payload, ok := checkLine(bytes.TrimSuffix(after[len(before):], []byte("\n")))
 				var rec struct{ Put map[string]any }
 				if !ok || json.Unmarshal(payload, &rec) != nil {
@@ -621,58 +647,4 @@ func emptyJSON(v any) bool {
 		return !v
 	}
 	return false
-}
-
-// TestClaimRecordKeepsEveryField: a claim whose every field is set comes back from its
-// record whole, so that no field of the in-memory types is left out of the files.
-func TestClaimRecordKeepsEveryField(t *testing.T) {
-	var pc prepared.Claim
-	n := 0
-	fillAll(reflect.ValueOf(&pc).Elem(), &n)
-	raw, err := marshalClaim(&pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, strict := range []bool{true, false} {
-		got, err := unmarshalClaim(raw, strict)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(*got, pc) {
-			t.Errorf("claim read back from its record (strict %v):\n%+v\nwant\n%+v\nrecord %s", strict, *got, pc, raw)
-		}
-	}
-	d := &checkpointData{BootID: "boot", Generation: 7, Claims: map[types.UID]*prepared.Claim{pc.UID: &pc}}
-	if got := checkpointRecordOf(d).data(); !reflect.DeepEqual(got, d) {
-		t.Errorf("checkpoint read back from its record:\n%+v\nwant\n%+v", got, d)
-	}
-}
-
-// fillAll sets every field, element and pointee reachable from v to a value of its own.
-func fillAll(v reflect.Value, n *int) {
-	*n++
-	switch v.Kind() {
-	case reflect.String:
-		v.SetString("v" + strconv.Itoa(*n))
-	case reflect.Int, reflect.Int64, reflect.Int32:
-		v.SetInt(int64(*n))
-	case reflect.Uint64:
-		v.SetUint(uint64(*n))
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fillAll(v.Elem(), n)
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
-		for k := range 2 {
-			fillAll(v.Index(k), n)
-		}
-	case reflect.Struct:
-		for k := range v.NumField() {
-			fillAll(v.Field(k), n)
-		}
-	default:
-		panic("fillAll: " + v.Type().String())
-	}
 }

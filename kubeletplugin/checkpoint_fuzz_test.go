@@ -13,18 +13,19 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/cdi"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // storeFiles returns the checkpoint and journal that a store writes for a few prepares
 // and unprepares, as fuzz seeds.
-func storeFiles(f *testing.F) (checkpoint, journal []byte) {
+func storeFiles(f *testing.F) (cpFile, journal []byte) {
 	f.Helper()
 	dir := f.TempDir()
-	s := newCheckpointStore(dir, nil, klog.Background())
-	defer s.closeJournal()
-	d := &checkpointData{BootID: "boot-1", Claims: map[types.UID]*prepared.Claim{}}
-	if err := s.compact(d); err != nil {
+	s := checkpoint.New(dir, nil, klog.Background())
+	defer s.Close()
+	d := &checkpoint.Data{BootID: "boot-1", Claims: map[types.UID]*prepared.Claim{}}
+	if err := s.Compact(d); err != nil {
 		f.Fatal(err)
 	}
 	whole := &prepared.Claim{UID: "u-whole", Namespace: "default", Name: "whole", State: prepared.PrepareCompleted,
@@ -37,30 +38,30 @@ func storeFiles(f *testing.F) (checkpoint, journal []byte) {
 	// An unprepare with only its GPUs' time-slices left to give back.
 	left := &prepared.Claim{UID: "u-left", Namespace: "default", Name: "left", State: prepared.UnprepareStarted, TimeSlicesLeft: []string{"GPU-1", "GPU-3"}}
 	for _, step := range []func() error{
-		func() error { d.Claims[whole.UID] = whole; return s.put(d, whole, "") },
-		func() error { d.Claims[mps.UID] = mps; return s.put(d, mps, "") },
-		func() error { delete(d.Claims, mps.UID); return s.remove(d, mps.UID, "") },
-		func() error { d.Claims[left.UID] = left; return s.put(d, left, "") },
+		func() error { d.Claims[whole.UID] = whole; return s.Put(d, whole, "") },
+		func() error { d.Claims[mps.UID] = mps; return s.Put(d, mps, "") },
+		func() error { delete(d.Claims, mps.UID); return s.Remove(d, mps.UID, "") },
+		func() error { d.Claims[left.UID] = left; return s.Put(d, left, "") },
 	} {
 		if err := step(); err != nil {
 			f.Fatal(err)
 		}
 	}
 	var err error
-	if checkpoint, err = os.ReadFile(s.path); err != nil {
+	if cpFile, err = os.ReadFile(filepath.Join(dir, checkpoint.File)); err != nil {
 		f.Fatal(err)
 	}
-	if journal, err = os.ReadFile(s.journalPath); err != nil {
+	if journal, err = os.ReadFile(filepath.Join(dir, checkpoint.JournalFile)); err != nil {
 		f.Fatal(err)
 	}
-	return checkpoint, journal
+	return cpFile, journal
 }
 
 // payloads returns the checkpoint's data and the journal's lines without their checksums.
-func payloads(f *testing.F, checkpoint, journal []byte) (data, lines []byte) {
+func payloads(f *testing.F, cpFile, journal []byte) (data, lines []byte) {
 	f.Helper()
-	var cf checkpointFile
-	if err := json.Unmarshal(checkpoint, &cf); err != nil {
+	var cf struct{ Data json.RawMessage }
+	if err := json.Unmarshal(cpFile, &cf); err != nil {
 		f.Fatal(err)
 	}
 	for l := range bytes.Lines(journal) {
@@ -76,23 +77,24 @@ func payloads(f *testing.F, checkpoint, journal []byte) (data, lines []byte) {
 // checksummed makes the files a plugin would write from a checkpoint's data and
 // journal lines (a last line without a newline stays a torn line, unchecksummed), so
 // that fuzzing gets past the checksums.
-func checksummed(data, lines []byte) (checkpoint, journal []byte) {
-	checkpoint = []byte(`{"version":"` + CheckpointVersion + `","checksum":"` + checksum(data) + `","data":`)
-	checkpoint = append(append(checkpoint, data...), '}')
+func checksummed(data, lines []byte) (cpFile, journal []byte) {
+	cpFile = []byte(`{"version":"` + checkpoint.Version + `","checksum":"` + checksum(data) + `","data":`)
+	cpFile = append(append(cpFile, data...), '}')
 	for len(lines) > 0 {
 		end := bytes.IndexByte(lines, '\n')
 		if end < 0 {
 			journal = append(journal, lines...)
 			break
 		}
-		journal = append(journal, line(lines[:end])...)
+		journal = append(journal, checksum(lines[:end])+" "...)
+		journal = append(append(journal, lines[:end]...), '\n')
 		lines = lines[end+1:]
 	}
-	return checkpoint, journal
+	return cpFile, journal
 }
 
 // FuzzCheckpointLoad loads any checkpoint and journal, as written (raw) or as a plugin
-// would checksum them: the store either refuses them as ErrCorruptCheckpoint (so that
+// would checksum them: the store either refuses them as checkpoint.ErrCorrupt (so that
 // the plugin sets them aside) or returns claims that a compaction writes back and a
 // second load returns unchanged.
 func FuzzCheckpointLoad(f *testing.F) {
@@ -118,15 +120,15 @@ func FuzzCheckpointLoad(f *testing.F) {
 	f.Add(false, data, lines)
 	f.Add(false, data, lines[:len(lines)-7])
 	f.Add(false, []byte(`{"bootID":"boot-1","generation":1,"claims":{}}`), lines[:bytes.IndexByte(lines, '\n')+1])
-	f.Fuzz(func(t *testing.T, raw bool, checkpoint, journal []byte) {
+	f.Fuzz(func(t *testing.T, raw bool, cpFile, journal []byte) {
 		if !raw {
-			if !json.Valid(checkpoint) {
+			if !json.Valid(cpFile) {
 				return
 			}
-			checkpoint, journal = checksummed(checkpoint, journal)
+			cpFile, journal = checksummed(cpFile, journal)
 		}
 		dir := t.TempDir()
-		for name, data := range map[string][]byte{CheckpointFile: checkpoint, JournalFile: journal} {
+		for name, data := range map[string][]byte{checkpoint.File: cpFile, checkpoint.JournalFile: journal} {
 			if data == nil {
 				continue
 			}
@@ -134,12 +136,12 @@ func FuzzCheckpointLoad(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		s := newCheckpointStore(dir, nil, klog.Background())
-		defer s.closeJournal()
-		d, err := s.load()
+		s := checkpoint.New(dir, nil, klog.Background())
+		defer s.Close()
+		d, err := s.Load()
 		if err != nil {
-			if !errors.Is(err, ErrCorruptCheckpoint) {
-				t.Fatalf("load: %v, not an ErrCorruptCheckpoint", err)
+			if !errors.Is(err, checkpoint.ErrCorrupt) {
+				t.Fatalf("load: %v, not a checkpoint.ErrCorrupt", err)
 			}
 			return
 		}
@@ -151,15 +153,15 @@ func FuzzCheckpointLoad(f *testing.F) {
 				t.Fatalf("claims[%q] is %+v, not a record of claim %s", uid, pc, uid)
 			}
 		}
-		want := &checkpointData{BootID: d.BootID, Generation: d.Generation + 1, Claims: d.Claims}
-		if err := s.compact(d); err != nil {
+		want := &checkpoint.Data{BootID: d.BootID, Generation: d.Generation + 1, Claims: d.Claims}
+		if err := s.Compact(d); err != nil {
 			t.Fatal(err)
 		}
-		again := newCheckpointStore(dir, nil, klog.Background())
-		defer again.closeJournal()
-		got, err := again.load()
+		again := checkpoint.New(dir, nil, klog.Background())
+		defer again.Close()
+		got, err := again.Load()
 		if err != nil {
-			t.Fatalf("loading the compacted checkpoint: %v", err)
+			t.Fatalf("loading the compacted cpFile: %v", err)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("compacted and loaded again:\n%+v\nwant\n%+v", got, want)

@@ -11,7 +11,7 @@
 // or finish interrupted work, so no MIG instance, MPS daemon or CDI spec leaks. Each
 // state change is one checksummed line appended to the checkpoint's journal
 // (checkpoint.journal); checkpoint.json is rewritten only when the journal outgrows it,
-// and at start-up (checkpoint.go). Claims under MPS take a spare, new directory tree
+// and at start-up (package checkpoint). Claims under MPS take a spare, new directory tree
 // made at start-up or by an earlier unprepare (spares.go), with a shm directory that is
 // /dev/shm in the claim's containers and its daemon's own mount namespace (package mps).
 // A prepare that fails undoes only what it made: a MIG instance it did not create is left

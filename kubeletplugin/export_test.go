@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -17,15 +18,15 @@ import (
 func CompactJournalAfterEachRecord(d *Driver) {
 	d.state.mu.Lock()
 	defer d.state.mu.Unlock()
-	d.state.store.everyRecord = true
+	d.state.store.CompactEveryRecord()
 }
 
 // ReadCheckpoint returns the claims that the checkpoint in dir, with its journal, holds,
 // their states, and the checkpoint's generation (how many times it was written).
 func ReadCheckpoint(dir string) (map[types.UID]prepared.State, uint64, error) {
-	s := newCheckpointStore(dir, nil, klog.Background())
-	defer s.closeJournal()
-	d, err := s.load()
+	s := checkpoint.New(dir, nil, klog.Background())
+	defer s.Close()
+	d, err := s.Load()
 	if err != nil {
 		return nil, 0, err
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 )
 
 // HealthFile is the file, in the checkpoint directory, that holds the node's unhealthy
@@ -124,7 +125,7 @@ func (s *healthStore) update(change func(map[int]healthRecord) bool) (map[int]he
 	if err != nil {
 		return nil, err
 	}
-	if err := writeRenamed(s.path, append(raw, '\n')); err != nil {
+	if err := checkpoint.WriteRenamed(s.path, append(raw, '\n')); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", s.path, err)
 	}
 	s.seen, _ = os.Stat(s.path)
@@ -145,7 +146,7 @@ func (s *healthStore) readLocked() (map[int]healthRecord, error) {
 	}
 	s.seen, _ = os.Stat(s.path)
 	var f healthFile
-	err = strictDecode(raw, &f)
+	err = checkpoint.StrictDecode(raw, &f)
 	if err == nil && f.Version != HealthVersion {
 		err = fmt.Errorf("version %q, this plugin reads %q", f.Version, HealthVersion)
 	}

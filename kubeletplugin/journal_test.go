@@ -15,6 +15,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
@@ -101,7 +102,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 	if err := os.MkdirAll(n.cfg.CheckpointDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
+	path := filepath.Join(n.cfg.CheckpointDir, checkpoint.File)
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +123,8 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 		t.Errorf("migrated claims %v, want %v", claims, want)
 	}
 	var f struct{ Version string }
-	if raw, err := os.ReadFile(path); err != nil || json.Unmarshal(raw, &f) != nil || f.Version != plugin.CheckpointVersion {
-		t.Errorf("checkpoint after start-up is %q (%v), want %s", f.Version, err, plugin.CheckpointVersion)
+	if raw, err := os.ReadFile(path); err != nil || json.Unmarshal(raw, &f) != nil || f.Version != checkpoint.Version {
+		t.Errorf("checkpoint after start-up is %q (%v), want %s", f.Version, err, checkpoint.Version)
 	}
 	if iv := n.timeSlices.interval(uuid3); iv != api.IntervalDefault {
 		t.Errorf("interrupted prepare's GPU left at time-slice %s", iv)
@@ -166,7 +167,7 @@ func TestV1CheckpointIsMigrated(t *testing.T) {
 // claims rebuilt from the CDI specs.
 func TestCorruptJournalIsSetAsideAndRebuilt(t *testing.T) {
 	n, mig, whole, wantMIG := preparedMIGAndWhole(t)
-	path := filepath.Join(n.cfg.CheckpointDir, plugin.JournalFile)
+	path := filepath.Join(n.cfg.CheckpointDir, checkpoint.JournalFile)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -93,7 +93,7 @@ func (m migInstances) create(mi *prepared.MIGInstance) (created, error) {
 		_ = gi.Destroy()
 		return created{}, fmt.Errorf("%s: %s: %v", where, step, ret)
 	}
-	if err := m.hook.at(PointMIGInstanceCreated); err != nil {
+	if err := m.hook.At(PointMIGInstanceCreated); err != nil {
 		_ = gi.Destroy()
 		return created{}, err
 	}

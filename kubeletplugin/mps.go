@@ -130,7 +130,7 @@ func (m *mpsManager) start(pc *prepared.Claim) error {
 	d.PID = pid
 	pc.MPS = d
 	m.logger.V(2).Info("Started the claim's MPS control daemon", "claim", klog.KRef(pc.Namespace, pc.Name), "pid", pid, "devices", d.Devices, "pipeDir", d.PipeDir)
-	return m.hook.at(PointMPSStarted)
+	return m.hook.At(PointMPSStarted)
 }
 
 // mpsDeferred is an MPSControl whose daemons take long to start and to stop (mps.Pods: a

@@ -18,6 +18,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
@@ -245,7 +246,7 @@ func TestMPSDaemonThatDiedIsRestartedAndUnknownOneIsStopped(t *testing.T) {
 	}
 
 	// Forget the claim behind the plugin's back: its daemon is now unknown.
-	if err := os.Remove(filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)); err != nil {
+	if err := os.Remove(filepath.Join(n.cfg.CheckpointDir, checkpoint.File)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(c.UID)+".json")); err != nil {
@@ -354,7 +355,7 @@ func TestMPSClaimRecordedWithoutAShmDirectory(t *testing.T) {
 
 	// What the earlier plugin left: its record (without the shm directory), its CDI
 	// spec (rewritten from the record below) and MPS directories, no shm directory.
-	path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
+	path := filepath.Join(n.cfg.CheckpointDir, checkpoint.File)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

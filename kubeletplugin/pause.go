@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 )
 
 // PauseAt returns a Hook that stops the plugin for good the first time it reaches point:
@@ -33,7 +35,7 @@ func PauseAt(point, marker string) (Hook, error) {
 			return nil
 		}
 		data := []byte(point + " " + strconv.Itoa(os.Getpid()) + "\n")
-		if err := writeRenamed(marker, data); err != nil {
+		if err := checkpoint.WriteRenamed(marker, data); err != nil {
 			return fmt.Errorf("pause at %s: %w", point, err)
 		}
 		select {} // until the process is killed

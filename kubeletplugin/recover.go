@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
@@ -34,10 +35,10 @@ func (s *state) recover() error {
 		return err
 	}
 	defer unlock()
-	cp, err := s.store.load()
-	if errors.Is(err, ErrCorruptCheckpoint) {
+	cp, err := s.store.Load()
+	if errors.Is(err, checkpoint.ErrCorrupt) {
 		s.corruptions++
-		aside, rerr := s.store.setAside(time.Now())
+		aside, rerr := s.store.SetAside(time.Now())
 		s.logger.Error(err, "Checkpoint is corrupt: set aside, rebuilding it from the CDI specs on disk", "setAside", aside)
 		if rerr != nil {
 			return fmt.Errorf("setting the corrupt checkpoint aside: %w", rerr)
@@ -53,7 +54,7 @@ func (s *state) recover() error {
 	cp.BootID = s.bootID
 	s.cp = cp
 	// Records of the rollbacks below go to a journal of this checkpoint, this boot's.
-	if err := s.store.compact(cp); err != nil {
+	if err := s.store.Compact(cp); err != nil {
 		return err
 	}
 	uids := make([]types.UID, 0, len(cp.Claims))
@@ -101,21 +102,21 @@ func (s *state) recover() error {
 			}
 		}
 	}
-	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownVGPU(), s.removeUnknownMIG(), s.mps.resetSpares(), s.store.compact(s.cp))
+	errs = append(errs, s.removeUnknownSpecs(), s.removeUnknownMPS(), s.removeUnknownVGPU(), s.removeUnknownMIG(), s.mps.resetSpares(), s.store.Compact(s.cp))
 	s.mps.checkSearchable()
 	return errors.Join(errs...)
 }
 
 // rebuild recovers the completed claims recorded in the CDI specs' annotations.
-func (s *state) rebuild() *checkpointData {
-	cp := &checkpointData{BootID: s.bootID, Claims: map[types.UID]*prepared.Claim{}}
+func (s *state) rebuild() *checkpoint.Data {
+	cp := &checkpoint.Data{BootID: s.bootID, Claims: map[types.UID]*prepared.Claim{}}
 	onDisk, err := s.specs.Claims()
 	if err != nil {
 		s.logger.Error(err, "Listing CDI specs to rebuild the checkpoint")
 		return cp
 	}
 	for uid, rec := range onDisk {
-		pc, err := unmarshalClaim([]byte(rec), false) // "" (no record) does not decode
+		pc, err := checkpoint.UnmarshalClaim([]byte(rec), false) // "" (no record) does not decode
 		if err != nil || string(pc.UID) != uid || checkClaimUID(pc.UID) != nil {
 			continue // removed below as a spec no claim accounts for
 		}

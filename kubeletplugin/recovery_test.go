@@ -12,6 +12,7 @@ import (
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 )
 
 type crash struct{ point string }
@@ -224,7 +225,7 @@ func TestCorruptCheckpointIsSetAsideAndRebuilt(t *testing.T) {
 	} {
 		t.Run(corruption.name, func(t *testing.T) {
 			n, mig, whole, wantMIG := preparedMIGAndWhole(t)
-			path := filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)
+			path := filepath.Join(n.cfg.CheckpointDir, checkpoint.File)
 			if err := corruption.apply(path); err != nil {
 				t.Fatal(err)
 			}
@@ -285,7 +286,7 @@ func TestStartupDestroysMIGInstancesNoClaimAccountsFor(t *testing.T) {
 	c := n.allocate(migClaim)
 	mustPrepare(t, d, c)
 	// Forget the claim behind the plugin's back: its instance is now unknown.
-	if err := os.Remove(filepath.Join(n.cfg.CheckpointDir, plugin.CheckpointFile)); err != nil {
+	if err := os.Remove(filepath.Join(n.cfg.CheckpointDir, checkpoint.File)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(n.cfg.CDIRoot, "gpudra.dev-gpu_"+string(c.UID)+".json")); err != nil {

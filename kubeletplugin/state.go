@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -19,20 +20,15 @@ import (
 
 	"github.com/gpudra/gpudra/cdi"
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/hook"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
 // Hook is called at each named point of prepare and unprepare. Tests use it to inject
 // crashes (panic, then start a fresh plugin on the same directories) or failures.
-type Hook func(point string) error
-
-func (h Hook) at(point string) error {
-	if h == nil {
-		return nil
-	}
-	return h(point)
-}
+type Hook = hook.Hook
 
 // The points at which Hook is called, in the order they are reached. The ...Torn
 // points are reached with half of a journal record written (as when the plugin is
@@ -59,7 +55,7 @@ const (
 	// PointCheckpointCompacted is reached when the journal has grown and its claims are
 	// in a new checkpoint file, before a new journal replaces the old one; at start-up
 	// (recovery compacts) or after any record.
-	PointCheckpointCompacted = "checkpoint-compacted"
+	PointCheckpointCompacted = checkpoint.PointCompacted
 )
 
 // PreparePoints and UnpreparePoints list the hook points of each operation (an
@@ -89,8 +85,8 @@ type state struct {
 	repairs    *repairs
 	mu         sync.Mutex
 	lockPath   string
-	store      *checkpointStore
-	cp         *checkpointData
+	store      *checkpoint.Store
+	cp         *checkpoint.Data
 	bootID     string
 	specs      *cdi.Specs
 	planner    *planner
@@ -157,22 +153,22 @@ func (s *state) lockLoaded() (func(), error) {
 
 // record appends the claim's record, as it is now, to the checkpoint journal.
 func (s *state) record(pc *prepared.Claim, torn string) error {
-	return s.store.put(s.cp, pc, torn)
+	return s.store.Put(s.cp, pc, torn)
 }
 
 // forget appends to the checkpoint journal that the claim is gone (deleted from s.cp).
 func (s *state) forget(uid types.UID) error {
-	return s.store.remove(s.cp, uid, PointClaimRemovedTorn)
+	return s.store.Remove(s.cp, uid, PointClaimRemovedTorn)
 }
 
 // reload re-reads the checkpoint and its journal when another plugin instance (a
 // rolling update) has written them since this one last did, or when this one could not
 // finish a write.
 func (s *state) reload() error {
-	if s.store.unchanged() {
+	if s.store.Unchanged() {
 		return nil
 	}
-	cp, err := s.store.load()
+	cp, err := s.store.Load()
 	if err != nil {
 		return err
 	}
@@ -290,7 +286,7 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 		return nil, "", nil, err
 	}
 	m := &made{}
-	if err := s.hook.at(PointPrepareStarted); err != nil {
+	if err := s.hook.At(PointPrepareStarted); err != nil {
 		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
 	rec, err := s.realize(pc, m)
@@ -299,11 +295,11 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 	}
 	pc.State = prepared.PrepareCompleted
 	// rec is pc as completed, as the CDI spec's annotation has it: marshaled once.
-	if err := s.store.putRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
+	if err := s.store.PutRecord(s.cp, rec, PointPrepareCompletedTorn); err != nil {
 		pc.State = prepared.PrepareStarted
 		return nil, "", nil, errors.Join(err, s.undo(pc, m))
 	}
-	if err := s.hook.at(PointPrepareCompleted); err != nil {
+	if err := s.hook.At(PointPrepareCompleted); err != nil {
 		return nil, "", nil, err
 	}
 	if want := timeSlices(pc); len(want) > 0 {
@@ -398,7 +394,7 @@ func (s *state) realize(pc *prepared.Claim, m *made) ([]byte, error) {
 			return nil, err
 		}
 		m.migDevices = append(m.migDevices, k)
-		if err := s.hook.at(PointMIGReady); err != nil {
+		if err := s.hook.At(PointMIGReady); err != nil {
 			return nil, err
 		}
 	}
@@ -412,7 +408,7 @@ func (s *state) realize(pc *prepared.Claim, m *made) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rec, s.hook.at(PointCDIWritten)
+	return rec, s.hook.At(PointCDIWritten)
 }
 
 func (s *state) createMIG(d *prepared.Device) error {
@@ -439,7 +435,7 @@ func (s *state) createMIG(d *prepared.Device) error {
 func (s *state) writeSpec(pc *prepared.Claim) ([]byte, error) {
 	rec := *pc
 	rec.State = prepared.PrepareCompleted
-	raw, err := marshalClaim(&rec)
+	raw, err := checkpoint.MarshalClaim(&rec)
 	if err != nil {
 		return nil, err
 	}
@@ -490,7 +486,7 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	planner.priorities = newPodPriorities(cfg.SharePriorityThreshold, planner.api, logger)
 	st := &state{
 		lockPath:   filepath.Join(cfg.CheckpointDir, "gpudra.lock"),
-		store:      newCheckpointStore(cfg.CheckpointDir, cfg.Hook, logger),
+		store:      checkpoint.New(cfg.CheckpointDir, cfg.Hook, logger),
 		bootID:     bootID,
 		specs:      specs,
 		planner:    planner,
@@ -503,4 +499,13 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	}
 	st.repairs = newRepairs(st, cfg)
 	return st, nil
+}
+
+// readBootID reads the kernel's boot id (/proc/sys/kernel/random/boot_id by default).
+func readBootID(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the boot id: %w", err)
+	}
+	return strings.TrimSpace(string(raw)), nil
 }

@@ -47,7 +47,7 @@ func (s *state) unprepare(ctx context.Context, uid types.UID) error {
 	if err := s.finishRelease(ctx, uid); err != nil {
 		return err
 	}
-	return s.hook.at(PointUnprepareCompleted)
+	return s.hook.At(PointUnprepareCompleted)
 }
 
 // beginUnprepare is unprepare's first step; it returns the pipe directory of the
@@ -64,7 +64,7 @@ func (s *state) beginUnprepare(uid types.UID) (wait string, err error) {
 		if err := s.record(pc, PointUnprepareStartedTorn); err != nil {
 			return "", err
 		}
-		if err := s.hook.at(PointUnprepareStarted); err != nil {
+		if err := s.hook.At(PointUnprepareStarted); err != nil {
 			return "", err
 		}
 	}
@@ -72,7 +72,7 @@ func (s *state) beginUnprepare(uid types.UID) (wait string, err error) {
 		return "", err
 	}
 	if pc != nil {
-		if err := s.hook.at(PointCDIRemoved); err != nil {
+		if err := s.hook.At(PointCDIRemoved); err != nil {
 			return "", err
 		}
 	}
@@ -111,7 +111,7 @@ func (s *state) endUnprepare(uid types.UID) (left bool, err error) {
 	if left {
 		return true, nil
 	}
-	return false, s.hook.at(PointUnprepareCompleted)
+	return false, s.hook.At(PointUnprepareCompleted)
 }
 
 // leave forgets a released claim or, when gpus have their time-slices to get back, records
@@ -130,7 +130,7 @@ func (s *state) leave(pc *prepared.Claim, gpus []string) (left bool, err error) 
 	if err := s.record(pc, PointTimeSlicesLeftTorn); err != nil {
 		return false, err
 	}
-	return true, s.hook.at(PointTimeSlicesLeft)
+	return true, s.hook.At(PointTimeSlicesLeft)
 }
 
 // finishAtStart finishes, at start-up, an unprepare that an earlier plugin did not, or
@@ -194,7 +194,7 @@ func (s *state) teardown(pc *prepared.Claim, m *made) (timeSlices []string, err 
 	if err := s.specs.Remove(string(pc.UID)); err != nil {
 		return nil, err
 	}
-	if err := s.hook.at(PointCDIRemoved); err != nil {
+	if err := s.hook.At(PointCDIRemoved); err != nil {
 		return nil, err
 	}
 	if err := s.mps.stop(pc.UID); err != nil {
@@ -209,7 +209,7 @@ func (s *state) teardown(pc *prepared.Claim, m *made) (timeSlices []string, err 
 // leaves alone: the node's lock is not held while nvidia-smi runs.
 func (s *state) release(pc *prepared.Claim, m *made) (timeSlices []string, err error) {
 	pc.MPS = nil
-	if err := s.hook.at(PointMPSStopped); err != nil {
+	if err := s.hook.At(PointMPSStopped); err != nil {
 		return nil, err
 	}
 	for k, d := range pc.Devices {
@@ -219,7 +219,7 @@ func (s *state) release(pc *prepared.Claim, m *made) (timeSlices []string, err e
 			}
 		}
 	}
-	if err := s.hook.at(PointMIGDestroyed); err != nil {
+	if err := s.hook.At(PointMIGDestroyed); err != nil {
 		return nil, err
 	}
 	gpus := timeSlicesToRelease(pc, m)

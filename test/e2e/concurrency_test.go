@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 	"github.com/gpudra/gpudra/lab"
@@ -301,18 +301,18 @@ func checkpointClaims(t *testing.T, node string) map[string]string {
 			Claims     map[string]*record `json:"claims"`
 		} `json:"data"`
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, kubeletplugin.CheckpointFile))
+	raw, err := os.ReadFile(filepath.Join(dir, checkpoint.File))
 	if err != nil {
 		t.Fatalf("the plugin's checkpoint: %v", err)
 	}
 	if err := json.Unmarshal(raw, &cp); err != nil {
-		t.Fatalf("the plugin's checkpoint %s: %v", kubeletplugin.CheckpointFile, err)
+		t.Fatalf("the plugin's checkpoint %s: %v", checkpoint.File, err)
 	}
 	claims := map[string]string{}
 	for uid, r := range cp.Data.Claims {
 		claims[uid] = r.State
 	}
-	journal, err := os.ReadFile(filepath.Join(dir, kubeletplugin.JournalFile))
+	journal, err := os.ReadFile(filepath.Join(dir, checkpoint.JournalFile))
 	if os.IsNotExist(err) {
 		return claims
 	}
@@ -323,14 +323,14 @@ func checkpointClaims(t *testing.T, node string) map[string]string {
 	for i, l := range lines[:len(lines)-1] {
 		_, payload, ok := strings.Cut(l, " ")
 		if !ok {
-			t.Fatalf("%s line %d: %q is not a checksummed record", kubeletplugin.JournalFile, i+1, l)
+			t.Fatalf("%s line %d: %q is not a checksummed record", checkpoint.JournalFile, i+1, l)
 		}
 		if i == 0 {
 			var h struct {
 				Generation uint64 `json:"generation"`
 			}
 			if err := json.Unmarshal([]byte(payload), &h); err != nil {
-				t.Fatalf("%s header: %v", kubeletplugin.JournalFile, err)
+				t.Fatalf("%s header: %v", checkpoint.JournalFile, err)
 			}
 			if h.Generation != cp.Data.Generation {
 				return claims // a journal of an older generation: the checkpoint holds it all
@@ -342,7 +342,7 @@ func checkpointClaims(t *testing.T, node string) map[string]string {
 			Delete string  `json:"delete"`
 		}
 		if err := json.Unmarshal([]byte(payload), &rec); err != nil {
-			t.Fatalf("%s line %d: %v", kubeletplugin.JournalFile, i+1, err)
+			t.Fatalf("%s line %d: %v", checkpoint.JournalFile, i+1, err)
 		}
 		switch {
 		case rec.Put != nil:

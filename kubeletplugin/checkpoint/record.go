@@ -1,4 +1,4 @@
-package kubeletplugin
+package checkpoint
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
-// The records below are the claims as files hold them: the checkpoint (CheckpointFile),
+// The records below are the claims as files hold them: the checkpoint (File),
 // its journal (JournalFile) and the CDI specs' api.AnnotationPreparedClaim. Their JSON
 // names are the format, fixed whatever becomes of the Go names of the in-memory types
 // (prepared.Claim, cdi.Device...), which loading and saving convert from and to. The
@@ -127,18 +127,18 @@ type cdiMPSRecord struct {
 	Priority            string `json:"Priority,omitempty"`
 }
 
-// marshalClaim is the claim's record as JSON.
-func marshalClaim(pc *prepared.Claim) ([]byte, error) {
+// MarshalClaim is the claim's record as JSON.
+func MarshalClaim(pc *prepared.Claim) ([]byte, error) {
 	return json.Marshal(claimRecordOf(pc))
 }
 
-// unmarshalClaim reads a claim's record; strict (the checkpoint's journal) refuses
+// UnmarshalClaim reads a claim's record; strict (the checkpoint's journal) refuses
 // members that are not the record's.
-func unmarshalClaim(raw []byte, strict bool) (*prepared.Claim, error) {
+func UnmarshalClaim(raw []byte, strict bool) (*prepared.Claim, error) {
 	var rec claimRecord
 	var err error
 	if strict {
-		err = strictDecode(raw, &rec)
+		err = StrictDecode(raw, &rec)
 	} else {
 		err = json.Unmarshal(raw, &rec)
 	}
@@ -148,7 +148,7 @@ func unmarshalClaim(raw []byte, strict bool) (*prepared.Claim, error) {
 	return rec.claim(), nil
 }
 
-func checkpointRecordOf(d *checkpointData) *checkpointRecord {
+func checkpointRecordOf(d *Data) *checkpointRecord {
 	r := &checkpointRecord{BootID: d.BootID, Generation: d.Generation}
 	if d.Claims != nil {
 		r.Claims = make(map[string]*claimRecord, len(d.Claims))
@@ -160,8 +160,8 @@ func checkpointRecordOf(d *checkpointData) *checkpointRecord {
 }
 
 // data is the checkpoint's claims; a null claim stays nil (loadCheckpoint refuses it).
-func (r *checkpointRecord) data() *checkpointData {
-	d := &checkpointData{BootID: r.BootID, Generation: r.Generation}
+func (r *checkpointRecord) data() *Data {
+	d := &Data{BootID: r.BootID, Generation: r.Generation}
 	if r.Claims != nil {
 		d.Claims = make(map[types.UID]*prepared.Claim, len(r.Claims))
 		for uid, rec := range r.Claims {

@@ -1,4 +1,8 @@
-package kubeletplugin
+// Package checkpoint keeps the kubelet plugin's prepared claims on disk: a versioned,
+// checksummed checkpoint file and a journal of the changes since, one checksummed line
+// each. Its records (record.go) are the on-disk format, apart from the in-memory types
+// of package prepared, and are converted to and from them.
+package checkpoint
 
 import (
 	"bytes"
@@ -11,38 +15,42 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpudra/gpudra/kubeletplugin/internal/hook"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
 
-// CheckpointVersion is the version of the checkpoint file format. v2 pairs the checkpoint
+// Version is the version of the checkpoint file format. v2 pairs the checkpoint
 // with a journal (JournalFile); a v1 checkpoint (the whole state in one file, written by
 // earlier plugins) is read and migrated: the next checkpoint written is v2.
-const CheckpointVersion = "gpu.gpudra.dev/checkpoint/v2"
+const Version = "gpu.gpudra.dev/checkpoint/v2"
 
-// checkpointVersionV1 is the format of plugins before the journal.
-const checkpointVersionV1 = "gpu.gpudra.dev/checkpoint/v1"
+// versionV1 is the format of plugins before the journal.
+const versionV1 = "gpu.gpudra.dev/checkpoint/v1"
 
 // JournalVersion is the version of the journal's format.
 const JournalVersion = "gpu.gpudra.dev/checkpoint-journal/v1"
 
-// CheckpointFile and JournalFile are the checkpoint's names in the checkpoint directory.
+// File and JournalFile are the checkpoint's names in the checkpoint directory.
 const (
-	CheckpointFile = "checkpoint.json"
-	JournalFile    = "checkpoint.journal"
+	File        = "checkpoint.json"
+	JournalFile = "checkpoint.journal"
 )
+
+// PointCompacted is the hook point reached when a compaction has written the new
+// checkpoint and not yet its journal.
+const PointCompacted = "checkpoint-compacted"
 
 // journalCompactBytes is the size past which the journal is folded into the checkpoint.
 const journalCompactBytes = 1 << 20
 
-// checkpointData is the node's claims as of a checkpoint generation; the checkpoint
+// Data is the node's claims as of a checkpoint generation; the checkpoint
 // file holds it as a checkpointRecord, which its checksum covers.
-type checkpointData struct {
+type Data struct {
 	BootID string
 	// Generation pairs the checkpoint with its journal: the journal's records apply to
 	// the checkpoint of the same generation only. 0 in a v1 checkpoint.
@@ -50,7 +58,7 @@ type checkpointData struct {
 	Claims     map[types.UID]*prepared.Claim
 }
 
-type checkpointFile struct {
+type fileRecord struct {
 	Version  string          `json:"version"`
 	Checksum string          `json:"checksum"`
 	Data     json.RawMessage `json:"data"` // a checkpointRecord
@@ -70,15 +78,15 @@ type journalRecord struct {
 	Delete string          `json:"delete,omitempty"`
 }
 
-// ErrCorruptCheckpoint is wrapped by loadCheckpoint for unreadable checkpoints.
-var ErrCorruptCheckpoint = errors.New("corrupt checkpoint")
+// ErrCorrupt is wrapped by Load for unreadable checkpoints.
+var ErrCorrupt = errors.New("corrupt checkpoint")
 
 func checksum(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
 
-// checkpointStore keeps the node's claims in two files: the checkpoint (CheckpointFile,
+// Store keeps the node's claims in two files: the checkpoint (File,
 // the claims as of one generation) and its journal (JournalFile, the changes since, one
 // checksummed line each, appended). A prepare or unprepare appends a line: it never
 // rewrites or replaces a file, which on ext4 (auto_da_alloc) starts writeback of the
@@ -93,15 +101,15 @@ func checksum(data []byte) string {
 // ignores (the checkpoint holds all of it). Nothing is fsynced: page-cache writes survive
 // a killed process, and after a power loss the boot id changes and the claims are
 // dropped anyway. A line that is not the torn last one and does not check out is
-// corruption (ErrCorruptCheckpoint), like a bad checkpoint.
-type checkpointStore struct {
+// corruption (ErrCorrupt), like a bad checkpoint.
+type Store struct {
 	path, journalPath string
 	// The journal is compacted when it is larger than compactBytes and the checkpoint
 	// file (so that compactions write at most as much as the journal grew); after every
 	// record with everyRecord (tests).
 	compactBytes int64
 	everyRecord  bool
-	hook         Hook
+	hook         hook.Hook
 	logger       klog.Logger
 
 	// journal is open for appending when it is the current generation's; nil when a
@@ -115,13 +123,15 @@ type checkpointStore struct {
 	cpBytes int64
 }
 
-func newCheckpointStore(dir string, hook Hook, logger klog.Logger) *checkpointStore {
-	return &checkpointStore{path: filepath.Join(dir, CheckpointFile), journalPath: filepath.Join(dir, JournalFile),
-		compactBytes: journalCompactBytes, hook: hook, logger: logger}
+// New is the store of the checkpoint in dir; h is called at its crash points (the
+// ...Torn points its callers name, and PointCompacted).
+func New(dir string, h hook.Hook, logger klog.Logger) *Store {
+	return &Store{path: filepath.Join(dir, File), journalPath: filepath.Join(dir, JournalFile),
+		compactBytes: journalCompactBytes, hook: h, logger: logger}
 }
 
-// unchanged reports whether the files are as this instance last read or wrote them.
-func (s *checkpointStore) unchanged() bool {
+// Unchanged reports whether the files are as this instance last read or wrote them.
+func (s *Store) Unchanged() bool {
 	if s.journal == nil || s.jinfo == nil || s.cpInfo == nil {
 		return false
 	}
@@ -133,12 +143,12 @@ func (s *checkpointStore) unchanged() bool {
 	return err == nil && os.SameFile(c, s.cpInfo) && c.ModTime().Equal(s.cpInfo.ModTime()) && c.Size() == s.cpInfo.Size()
 }
 
-// load returns the claims (the checkpoint with its journal replayed), empty ones when
-// there is no checkpoint, or an error wrapping ErrCorruptCheckpoint. The journal is then
+// Load returns the claims (the checkpoint with its journal replayed), empty ones when
+// there is no checkpoint, or an error wrapping ErrCorrupt. The journal is then
 // open for appending, unless it is missing or belongs to another checkpoint: then the
 // next append compacts first.
-func (s *checkpointStore) load() (*checkpointData, error) {
-	s.closeJournal()
+func (s *Store) Load() (*Data, error) {
+	s.Close()
 	s.cpInfo, s.cpBytes = nil, 0
 	d, err := s.loadCheckpoint()
 	if err != nil {
@@ -169,42 +179,42 @@ func (s *checkpointStore) load() (*checkpointData, error) {
 	return d, nil
 }
 
-func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
+func (s *Store) loadCheckpoint() (*Data, error) {
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &checkpointData{Claims: map[types.UID]*prepared.Claim{}}, nil
+		return &Data{Claims: map[types.UID]*prepared.Claim{}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading checkpoint: %w", err)
 	}
 	s.cpInfo, _ = os.Stat(s.path)
 	s.cpBytes = int64(len(raw))
-	var f checkpointFile
+	var f fileRecord
 	if err := json.Unmarshal(raw, &f); err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorruptCheckpoint, s.path, err)
+		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, s.path, err)
 	}
-	if f.Version != CheckpointVersion && f.Version != checkpointVersionV1 {
-		return nil, fmt.Errorf("%w %s: version %q, this plugin reads %q and %q", ErrCorruptCheckpoint, s.path, f.Version, CheckpointVersion, checkpointVersionV1)
+	if f.Version != Version && f.Version != versionV1 {
+		return nil, fmt.Errorf("%w %s: version %q, this plugin reads %q and %q", ErrCorrupt, s.path, f.Version, Version, versionV1)
 	}
 	if checksum(f.Data) != f.Checksum {
-		return nil, fmt.Errorf("%w %s: checksum mismatch", ErrCorruptCheckpoint, s.path)
+		return nil, fmt.Errorf("%w %s: checksum mismatch", ErrCorrupt, s.path)
 	}
 	var rec checkpointRecord
-	if err := strictDecode(f.Data, &rec); err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorruptCheckpoint, s.path, err)
+	if err := StrictDecode(f.Data, &rec); err != nil {
+		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, s.path, err)
 	}
 	d := rec.data()
-	if f.Version == checkpointVersionV1 {
+	if f.Version == versionV1 {
 		d.Generation = 0 // a v1 checkpoint has no journal
 	} else if d.Generation == 0 {
-		return nil, fmt.Errorf("%w %s: generation 0", ErrCorruptCheckpoint, s.path)
+		return nil, fmt.Errorf("%w %s: generation 0", ErrCorrupt, s.path)
 	}
 	if d.Claims == nil {
 		d.Claims = map[types.UID]*prepared.Claim{}
 	}
 	for uid, pc := range d.Claims {
 		if pc == nil || pc.UID != uid {
-			return nil, fmt.Errorf("%w %s: claims[%q] is not a record of claim %s", ErrCorruptCheckpoint, s.path, uid, uid)
+			return nil, fmt.Errorf("%w %s: claims[%q] is not a record of claim %s", ErrCorrupt, s.path, uid, uid)
 		}
 	}
 	return d, nil
@@ -212,13 +222,13 @@ func (s *checkpointStore) loadCheckpoint() (*checkpointData, error) {
 
 // replay applies the journal's records to d and reports whether the journal is d's
 // (same generation and boot). A torn last line is cut off.
-func (s *checkpointStore) replay(f *os.File, d *checkpointData) (current bool, err error) {
+func (s *Store) replay(f *os.File, d *Data) (current bool, err error) {
 	raw, err := io.ReadAll(f)
 	if err != nil {
 		return false, fmt.Errorf("reading checkpoint journal: %w", err)
 	}
 	corrupt := func(line int, why string) error {
-		return fmt.Errorf("%w %s: line %d: %s", ErrCorruptCheckpoint, s.journalPath, line, why)
+		return fmt.Errorf("%w %s: line %d: %s", ErrCorrupt, s.journalPath, line, why)
 	}
 	if bytes.IndexByte(raw, '\n') < 0 {
 		return false, nil // no header: a journal killed while being created
@@ -238,7 +248,7 @@ func (s *checkpointStore) replay(f *os.File, d *checkpointData) (current bool, e
 		}
 		if line == 1 {
 			var h journalHeader
-			if err := strictDecode(payload, &h); err != nil || h.Version != JournalVersion {
+			if err := StrictDecode(payload, &h); err != nil || h.Version != JournalVersion {
 				return false, corrupt(line, fmt.Sprintf("not a %s header", JournalVersion))
 			}
 			if h.Generation != d.Generation || h.BootID != d.BootID || d.Generation == 0 {
@@ -246,12 +256,12 @@ func (s *checkpointStore) replay(f *os.File, d *checkpointData) (current bool, e
 			}
 		} else {
 			var r journalRecord
-			if err := strictDecode(payload, &r); err != nil {
+			if err := StrictDecode(payload, &r); err != nil {
 				return false, corrupt(line, err.Error())
 			}
 			switch {
 			case r.Put != nil:
-				pc, err := unmarshalClaim(r.Put, true)
+				pc, err := UnmarshalClaim(r.Put, true)
 				if err != nil || pc.UID == "" {
 					return false, corrupt(line, fmt.Sprintf("claim record: %v", err))
 				}
@@ -278,7 +288,8 @@ func checkLine(line []byte) ([]byte, bool) {
 	return payload, checksum(payload) == string(line[:n])
 }
 
-func strictDecode(raw []byte, v any) error {
+// StrictDecode decodes JSON into v, refusing fields v does not have.
+func StrictDecode(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
@@ -293,18 +304,18 @@ func line(payload []byte) []byte {
 	return append(out, '\n')
 }
 
-// put records the claim as it is now; torn is the hook point reached with half the line
+// Put records the claim as it is now; torn is the hook point reached with half the line
 // written.
-func (s *checkpointStore) put(d *checkpointData, pc *prepared.Claim, torn string) error {
-	rec, err := marshalClaim(pc)
+func (s *Store) Put(d *Data, pc *prepared.Claim, torn string) error {
+	rec, err := MarshalClaim(pc)
 	if err != nil {
 		return err
 	}
-	return s.putRecord(d, rec, torn)
+	return s.PutRecord(d, rec, torn)
 }
 
-// putRecord records a claim already marshaled (rec is a claimRecord as JSON).
-func (s *checkpointStore) putRecord(d *checkpointData, rec []byte, torn string) error {
+// PutRecord records a claim already marshaled (rec is a claimRecord as JSON).
+func (s *Store) PutRecord(d *Data, rec []byte, torn string) error {
 	payload := make([]byte, 0, len(rec)+8)
 	payload = append(payload, `{"put":`...)
 	payload = append(payload, rec...)
@@ -312,8 +323,8 @@ func (s *checkpointStore) putRecord(d *checkpointData, rec []byte, torn string) 
 	return s.append(d, payload, torn)
 }
 
-// remove records that the claim is gone.
-func (s *checkpointStore) remove(d *checkpointData, uid types.UID, torn string) error {
+// Remove records that the claim is gone.
+func (s *Store) Remove(d *Data, uid types.UID, torn string) error {
 	payload, err := json.Marshal(journalRecord{Delete: string(uid)})
 	if err != nil {
 		return err
@@ -324,9 +335,9 @@ func (s *checkpointStore) remove(d *checkpointData, uid types.UID, torn string) 
 // append writes a record line to the journal; d is the claims with the change applied,
 // which a compaction (first when there is no current journal, after when it has grown
 // past compactBytes) writes to the checkpoint.
-func (s *checkpointStore) append(d *checkpointData, payload []byte, torn string) error {
+func (s *Store) append(d *Data, payload []byte, torn string) error {
 	if s.journal == nil {
-		return s.compact(d) // the new checkpoint has the change
+		return s.Compact(d) // the new checkpoint has the change
 	}
 	l := line(payload)
 	var err error
@@ -335,7 +346,7 @@ func (s *checkpointStore) append(d *checkpointData, payload []byte, torn string)
 	} else { // a test may kill the plugin with the line half written
 		if _, err = s.journal.Write(l[:len(l)/2]); err == nil {
 			s.size += int64(len(l) / 2)
-			if err = s.hook.at(torn); err == nil {
+			if err = s.hook.At(torn); err == nil {
 				_, err = s.journal.Write(l[len(l)/2:])
 			}
 			s.size -= int64(len(l) / 2)
@@ -344,7 +355,7 @@ func (s *checkpointStore) append(d *checkpointData, payload []byte, torn string)
 	if err != nil {
 		// The line may be in part in the file: the journal is read again before the
 		// next change (unchanged reports false), which cuts a torn line off.
-		s.closeJournal()
+		s.Close()
 		return fmt.Errorf("writing checkpoint journal: %w", err)
 	}
 	s.size += int64(len(l))
@@ -352,39 +363,39 @@ func (s *checkpointStore) append(d *checkpointData, payload []byte, torn string)
 		// The change is recorded whatever happens here: in the journal, and in the new
 		// checkpoint once that is in place. A failed compaction is tried again after the
 		// next record.
-		if err := s.compact(d); err != nil {
+		if err := s.Compact(d); err != nil {
 			s.logger.Error(err, "Compacting the checkpoint journal failed")
 		}
 	}
 	return nil
 }
 
-// compact writes d as the checkpoint of the next generation, then a new journal for it.
-func (s *checkpointStore) compact(d *checkpointData) error {
+// Compact writes d as the checkpoint of the next generation, then a new journal for it.
+func (s *Store) Compact(d *Data) error {
 	next := *d
 	next.Generation = d.Generation + 1
 	data, err := json.Marshal(checkpointRecordOf(&next))
 	if err != nil {
 		return err
 	}
-	// The file is checkpointFile as JSON. data is compact JSON already: spliced in, not
+	// The file is fileRecord as JSON. data is compact JSON already: spliced in, not
 	// marshaled again (json.Marshal would validate and compact all of it a second time).
-	raw := make([]byte, 0, len(data)+len(CheckpointVersion)+128)
-	raw = append(raw, `{"version":"`+CheckpointVersion+`","checksum":"`...)
+	raw := make([]byte, 0, len(data)+len(Version)+128)
+	raw = append(raw, `{"version":"`+Version+`","checksum":"`...)
 	raw = append(raw, checksum(data)...)
 	raw = append(raw, `","data":`...)
 	raw = append(raw, data...)
 	raw = append(raw, '}')
-	if err := writeRenamed(s.path, raw); err != nil {
+	if err := WriteRenamed(s.path, raw); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}
 	// The checkpoint is next's whatever happens to the journal: appending to the old
 	// one would write records that loading ignores.
 	d.Generation = next.Generation
-	s.closeJournal()
+	s.Close()
 	s.cpInfo, _ = os.Stat(s.path)
 	s.cpBytes = int64(len(raw))
-	if err := s.hook.at(PointCheckpointCompacted); err != nil {
+	if err := s.hook.At(PointCompacted); err != nil {
 		return err
 	}
 	header, err := json.Marshal(journalHeader{Version: JournalVersion, BootID: d.BootID, Generation: d.Generation})
@@ -392,7 +403,7 @@ func (s *checkpointStore) compact(d *checkpointData) error {
 		return err
 	}
 	l := line(header)
-	if err := writeRenamed(s.journalPath, l); err != nil {
+	if err := WriteRenamed(s.journalPath, l); err != nil {
 		return fmt.Errorf("writing checkpoint journal: %w", err)
 	}
 	f, err := os.OpenFile(s.journalPath, os.O_RDWR|os.O_APPEND, 0)
@@ -408,8 +419,8 @@ func (s *checkpointStore) compact(d *checkpointData) error {
 	return nil
 }
 
-// writeRenamed writes raw to a temporary file renamed to path.
-func writeRenamed(path string, raw []byte) error {
+// WriteRenamed writes raw to a temporary file renamed to path.
+func WriteRenamed(path string, raw []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*.tmp")
 	if err != nil {
 		return err
@@ -427,17 +438,22 @@ func writeRenamed(path string, raw []byte) error {
 	return err
 }
 
-func (s *checkpointStore) closeJournal() {
+// CompactEveryRecord makes the store fold the journal into a new checkpoint after every
+// record it appends (tests).
+func (s *Store) CompactEveryRecord() { s.everyRecord = true }
+
+// Close closes the journal; the next change reads the files again.
+func (s *Store) Close() {
 	if s.journal != nil {
 		_ = s.journal.Close()
 	}
 	s.journal, s.jinfo, s.size = nil, nil, 0
 }
 
-// setAside renames a corrupt checkpoint and its journal so that they can be inspected,
+// SetAside renames a corrupt checkpoint and its journal so that they can be inspected,
 // and returns the checkpoint's new name.
-func (s *checkpointStore) setAside(now time.Time) (string, error) {
-	s.closeJournal()
+func (s *Store) SetAside(now time.Time) (string, error) {
+	s.Close()
 	suffix := ".corrupt-" + now.UTC().Format("20060102T150405.000000000")
 	aside := s.path + suffix
 	if err := os.Rename(s.path, aside); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -447,13 +463,4 @@ func (s *checkpointStore) setAside(now time.Time) (string, error) {
 		return "", err
 	}
 	return aside, nil
-}
-
-// readBootID reads the kernel's boot id (/proc/sys/kernel/random/boot_id by default).
-func readBootID(path string) (string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("reading the boot id: %w", err)
-	}
-	return strings.TrimSpace(string(raw)), nil
 }
