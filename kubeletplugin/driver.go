@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/kubeletplugin/health"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -108,7 +109,7 @@ type Driver struct {
 	state     *state
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelCauseFunc
-	health    *health
+	health    *healthWatch
 	metrics   *metrics
 	probes    probeState        // readiness and liveness (probes.go)
 	types     map[string]string // published device name → type
@@ -161,13 +162,13 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		st.undoStart(st.mps.stopRecording())
 		return nil, fmt.Errorf("recovering prepared claims: %w", err)
 	}
-	h, err := openHealth(cfg.CheckpointDir, st.bootID, inv, klog.FromContext(ctx))
+	gpus, err := health.Open(cfg.CheckpointDir, st.bootID, inv, klog.FromContext(ctx))
 	if err != nil {
 		st.undoStart(st.mps.stopRecording())
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
-		health: h, metrics: m, types: deviceTypes(pool)}
+		health: &healthWatch{gpuHealth: gpus}, metrics: m, types: deviceTypes(pool)}
 	d.reportUnreadable(ctx)
 	if err := d.republish(ctx); err != nil { // with the GPU health file's taints
 		st.undoStart(st.mps.stopRecording())

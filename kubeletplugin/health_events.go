@@ -17,13 +17,14 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
+	"github.com/gpudra/gpudra/kubeletplugin/health"
 	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 )
 
 // watchNVMLHealth registers for the health events of every GPU and returns a function
 // that waits for them until ctx ends, beating loops each time round. GPUs that cannot
 // report events are logged and left out; it fails when none can.
-func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logger, l *loops) (func(ctx context.Context, handle func(healthEvent)), error) {
+func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logger, l *loops) (func(ctx context.Context, handle func(health.Event)), error) {
 	set, ret := lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML EventSetCreate: %v", ret)
@@ -35,7 +36,7 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 			logger.Error(nil, "GPU health is not watched: no NVML handle", "gpu", g.Index, "uuid", g.UUID, "nvml", ret.Error())
 			continue
 		}
-		types := healthEventTypes
+		types := health.EventTypes
 		if supported, ret := dev.GetSupportedEventTypes(); ret == nvml.SUCCESS {
 			types &= supported
 		}
@@ -50,7 +51,7 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 		return nil, errors.New("no GPU can report NVML health events")
 	}
 	indices := slices.Sorted(maps.Values(gpus))
-	return func(ctx context.Context, handle func(healthEvent)) {
+	return func(ctx context.Context, handle func(health.Event)) {
 		const loop = "nvml-events"
 		defer l.done(loop)
 		defer set.Free()
@@ -64,12 +65,12 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 					logger.Info("NVML event from an unknown device, ignored", "event", fmt.Sprintf("%#x", ev.EventType), "data", ev.EventData)
 					continue
 				}
-				handle(healthEvent{GPU: gpu, Type: ev.EventType, XID: ev.EventData, At: time.Now()})
+				handle(health.Event{GPU: gpu, Type: ev.EventType, XID: ev.EventData, At: time.Now()})
 			case nvml.ERROR_TIMEOUT:
 			case nvml.ERROR_GPU_IS_LOST:
 				at := time.Now()
 				for _, gpu := range lostGPUs(gpus, indices) {
-					handle(healthEvent{GPU: gpu, Lost: true, At: at})
+					handle(health.Event{GPU: gpu, Lost: true, At: at})
 				}
 				sleep(ctx, time.Second)
 			default:

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/kubeletplugin/health"
 )
 
 // EventSource is the component of the Events the plugin records on its Node.
@@ -66,12 +67,12 @@ func (e *nodeEvents) eventf(eventtype, reason, messageFmt string, args ...any) {
 
 // startup records what the plugin's start found: the GPUs it could not read and those
 // healthy again.
-func (e *nodeEvents) startup(unreadable []driver.UnreadableGPU, cleared []clearedRecord) {
+func (e *nodeEvents) startup(unreadable []driver.UnreadableGPU, cleared []health.Cleared) {
 	for _, u := range unreadable {
 		e.eventf(corev1.EventTypeWarning, ReasonGPUUnreadable, "GPU %d cannot be read and none of its devices is published: %s", u.Index, u.Reason)
 	}
 	for _, c := range cleared {
-		e.eventf(corev1.EventTypeNormal, ReasonGPUHealthy, "GPU %d (%s) is published without its taint %s again: %s", c.Index, c.UUID, taintString(c.Taint.device()), c.Why)
+		e.eventf(corev1.EventTypeNormal, ReasonGPUHealthy, "GPU %d (%s) is published without its taint %s again: %s", c.Index, c.UUID, health.TaintString(c.Taint.Device()), c.Why)
 	}
 }
 
@@ -81,7 +82,7 @@ func (e *nodeEvents) unhealthy(gpu int, taint resourceapi.DeviceTaint, xid uint6
 	if xid != 0 {
 		cause += " (XID " + strconv.FormatUint(xid, 10) + ")"
 	}
-	e.eventf(corev1.EventTypeWarning, ReasonGPUUnhealthy, "GPU %d is unhealthy: %s; its devices are published with the taint %s", gpu, cause, taintString(taint))
+	e.eventf(corev1.EventTypeWarning, ReasonGPUUnhealthy, "GPU %d is unhealthy: %s; its devices are published with the taint %s", gpu, cause, health.TaintString(taint))
 }
 
 // reportUnreadable logs the GPUs discovery could not read and counts them in the metrics.

@@ -23,6 +23,7 @@ import (
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/health"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -211,14 +212,14 @@ func TestUnhealthyGPUTaintsEveryDeviceUsingIt(t *testing.T) {
 
 func TestApplicationEventsTaintNothing(t *testing.T) {
 	c := startOnCluster(t, newNode(t, "dgx-h100"))
-	for code := range plugin.ApplicationXIDs {
+	for code := range health.ApplicationXIDs {
 		inject(t, c.n, 2, nvmlsim.XID(code))
 	}
 	if _, err := nvmlsim.Inject(c.n.backend.NVML, 2, nvmlsim.SingleBitECC); err != nil {
 		t.Fatal(err)
 	}
 	// The plugin has seen them all once it counted them; the slices must be untouched.
-	want := `gpudra_plugin_health_events_total{effect="None",kind="xid"} ` + strconv.Itoa(len(plugin.ApplicationXIDs))
+	want := `gpudra_plugin_health_events_total{effect="None",kind="xid"} ` + strconv.Itoa(len(health.ApplicationXIDs))
 	waitForMetric(t, c.d, want)
 	for _, s := range c.d.Pool().Slices {
 		for _, d := range s.Devices {

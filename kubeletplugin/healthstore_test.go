@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/health"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -20,7 +21,7 @@ func TestHealthFileIsVersionedJSON(t *testing.T) {
 	c := startOnCluster(t, n)
 	inject(t, n, 2, nvmlsim.XID(79))
 	c.waitForSlices(allTainted(2, 1))
-	raw, err := os.ReadFile(filepath.Join(n.cfg.CheckpointDir, plugin.HealthFile))
+	raw, err := os.ReadFile(filepath.Join(n.cfg.CheckpointDir, health.File))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,10 +30,10 @@ func TestHealthFileIsVersionedJSON(t *testing.T) {
 		GPUs    []map[string]json.RawMessage `json:"gpus"`
 	}
 	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatalf("%s: %v\n%s", plugin.HealthFile, err, raw)
+		t.Fatalf("%s: %v\n%s", health.File, err, raw)
 	}
-	if f.Version != plugin.HealthVersion || len(f.GPUs) != 1 {
-		t.Fatalf("%s: version %q with %d GPUs, want %q with GPU 2:\n%s", plugin.HealthFile, f.Version, len(f.GPUs), plugin.HealthVersion, raw)
+	if f.Version != health.Version || len(f.GPUs) != 1 {
+		t.Fatalf("%s: version %q with %d GPUs, want %q with GPU 2:\n%s", health.File, f.Version, len(f.GPUs), health.Version, raw)
 	}
 	g := f.GPUs[0]
 	var got struct {
@@ -58,15 +59,15 @@ func TestCorruptHealthFileIsSetAside(t *testing.T) {
 	for name, content := range map[string]string{
 		"not JSON":         "{gpus: [",
 		"another version":  `{"version":"gpu.gpudra.dev/health/v9","gpus":[]}`,
-		"an unknown field": `{"version":"` + plugin.HealthVersion + `","gpus":[{"index":2,"bootID":"boot-1","taint":{"key":"k","value":"v","effect":"NoExecute","added":"2025-01-01T00:00:00Z"},"extra":1}]}`,
-		"a bad effect":     `{"version":"` + plugin.HealthVersion + `","gpus":[{"index":2,"bootID":"boot-1","taint":{"key":"k","value":"v","effect":"Sometimes","added":"2025-01-01T00:00:00Z"}}]}`,
+		"an unknown field": `{"version":"` + health.Version + `","gpus":[{"index":2,"bootID":"boot-1","taint":{"key":"k","value":"v","effect":"NoExecute","added":"2025-01-01T00:00:00Z"},"extra":1}]}`,
+		"a bad effect":     `{"version":"` + health.Version + `","gpus":[{"index":2,"bootID":"boot-1","taint":{"key":"k","value":"v","effect":"Sometimes","added":"2025-01-01T00:00:00Z"}}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := newNode(t, "dgx-h100")
 			if err := os.MkdirAll(n.cfg.CheckpointDir, 0o750); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join(n.cfg.CheckpointDir, plugin.HealthFile)
+			path := filepath.Join(n.cfg.CheckpointDir, health.File)
 			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +84,7 @@ func TestCorruptHealthFileIsSetAside(t *testing.T) {
 			}
 			aside, _ := filepath.Glob(path + ".corrupt-*")
 			if len(aside) != 1 {
-				t.Fatalf("set aside: %v, want one %s.corrupt-<time>", aside, plugin.HealthFile)
+				t.Fatalf("set aside: %v, want one %s.corrupt-<time>", aside, health.File)
 			}
 			if kept, _ := os.ReadFile(aside[0]); string(kept) != content {
 				t.Errorf("the set-aside file holds %q, want the corrupt content", kept)

@@ -144,7 +144,7 @@ func (d *Driver) publishMIGViews(ctx context.Context, unlock func(), views map[i
 	if err := d.republish(ctx); err != nil {
 		return err
 	}
-	d.health.notify()
+	d.health.Notify()
 	return nil
 }
 

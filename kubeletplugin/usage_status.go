@@ -184,7 +184,7 @@ func (w *usageStatus) writeAll(ctx context.Context) {
 	}
 	var taints map[int][]resourceapi.DeviceTaint
 	if w.d.health != nil {
-		taints = w.d.health.renderTaints()
+		taints = w.d.health.RenderTaints()
 	}
 	seen := map[types.UID]bool{}
 	now := time.Now()

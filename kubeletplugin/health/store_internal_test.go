@@ -1,4 +1,4 @@
-package kubeletplugin
+package health
 
 import (
 	"testing"
@@ -13,12 +13,12 @@ func TestHealthyAgain(t *testing.T) {
 		GPUs:       []driver.GPU{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}},
 		Unreadable: []driver.UnreadableGPU{{Index: 2, Call: "GetMemoryInfo", Return: "ERROR_GPU_IS_LOST"}},
 	}
-	rec := func(index int, uuid, boot, value string) healthRecord {
-		return healthRecord{Index: index, UUID: uuid, BootID: boot, Taint: healthTaint{Key: api.TaintUnhealthy, Value: value, Effect: "NoExecute"}}
+	rec := func(index int, uuid, boot, value string) Unhealthy {
+		return Unhealthy{Index: index, UUID: uuid, BootID: boot, Taint: Taint{Key: api.TaintUnhealthy, Value: value, Effect: "NoExecute"}}
 	}
 	tests := []struct {
 		name    string
-		rec     healthRecord
+		rec     Unhealthy
 		cleared bool
 	}{
 		{"a fault of this boot on a GPU NVML reads stays", rec(1, "GPU-b", "boot-1", "xid-79"), false},

@@ -1,4 +1,4 @@
-package kubeletplugin
+package health
 
 import (
 	"encoding/json"
@@ -20,47 +20,48 @@ import (
 	"github.com/gpudra/gpudra/kubeletplugin/checkpoint"
 )
 
-// HealthFile is the file, in the checkpoint directory, that holds the node's unhealthy
+// File is the file, in the checkpoint directory, that holds the node's unhealthy
 // GPUs and their taints. It is the one source of the taints for every plugin instance on
 // the node (two during a rolling update) and outlives their restarts.
-const HealthFile = "health.json"
+const File = "health.json"
 
-// HealthVersion is the version of HealthFile's format.
-const HealthVersion = "gpu.gpudra.dev/health/v1"
+// Version is the version of File's format.
+const Version = "gpu.gpudra.dev/health/v1"
 
-// healthFile is what HealthFile holds.
+// healthFile is what File holds.
 type healthFile struct {
-	Version string         `json:"version"`
-	GPUs    []healthRecord `json:"gpus"`
+	Version string      `json:"version"`
+	GPUs    []Unhealthy `json:"gpus"`
 }
 
-// healthRecord is one unhealthy GPU.
-type healthRecord struct {
+// Unhealthy is one unhealthy GPU, as File holds it.
+type Unhealthy struct {
 	// Index is the GPU's NVML index; UUID its UUID.
 	Index int    `json:"index"`
 	UUID  string `json:"uuid,omitempty"`
 	// BootID is the node's boot id when the GPU became unhealthy.
-	BootID string      `json:"bootID"`
-	Taint  healthTaint `json:"taint"`
+	BootID string `json:"bootID"`
+	Taint  Taint  `json:"taint"`
 }
 
-// healthTaint is the taint its devices carry.
-type healthTaint struct {
+// Taint is the taint an unhealthy GPU's devices carry, as File holds it.
+type Taint struct {
 	Key    string    `json:"key"`
 	Value  string    `json:"value"`
 	Effect string    `json:"effect"`
 	Added  time.Time `json:"added"`
 }
 
-func fileTaint(t resourceapi.DeviceTaint) healthTaint {
-	out := healthTaint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)}
+func fileTaint(t resourceapi.DeviceTaint) Taint {
+	out := Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)}
 	if t.TimeAdded != nil {
 		out.Added = t.TimeAdded.UTC()
 	}
 	return out
 }
 
-func (t healthTaint) device() resourceapi.DeviceTaint {
+// Device is the taint as its devices are published.
+func (t Taint) Device() resourceapi.DeviceTaint {
 	out := resourceapi.DeviceTaint{Key: t.Key, Value: t.Value, Effect: resourceapi.DeviceTaintEffect(t.Effect)}
 	if !t.Added.IsZero() {
 		out.TimeAdded = &metav1.Time{Time: t.Added}
@@ -68,7 +69,7 @@ func (t healthTaint) device() resourceapi.DeviceTaint {
 	return out
 }
 
-// healthStore reads and writes HealthFile. Writes replace the file (a temporary file
+// healthStore reads and writes File. Writes replace the file (a temporary file
 // renamed over it) under a lock of its own, health.lock, so that two plugin instances
 // never lose each other's records; a reader sees the old file or the new one.
 type healthStore struct {
@@ -79,7 +80,7 @@ type healthStore struct {
 }
 
 func newHealthStore(dir string, logger klog.Logger) *healthStore {
-	return &healthStore{path: filepath.Join(dir, HealthFile), lockPath: filepath.Join(dir, "health.lock"), logger: logger}
+	return &healthStore{path: filepath.Join(dir, File), lockPath: filepath.Join(dir, "health.lock"), logger: logger}
 }
 
 // changed reports whether the file is not as this instance last read or wrote it
@@ -93,7 +94,7 @@ func (s *healthStore) changed() bool {
 }
 
 // read returns the records by GPU index.
-func (s *healthStore) read() (map[int]healthRecord, error) {
+func (s *healthStore) read() (map[int]Unhealthy, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -104,7 +105,7 @@ func (s *healthStore) read() (map[int]healthRecord, error) {
 
 // update lets change edit the records (by GPU index) and writes them when it reports a
 // change. It returns the records as the file now holds them.
-func (s *healthStore) update(change func(map[int]healthRecord) bool) (map[int]healthRecord, error) {
+func (s *healthStore) update(change func(map[int]Unhealthy) bool) (map[int]Unhealthy, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -117,7 +118,7 @@ func (s *healthStore) update(change func(map[int]healthRecord) bool) (map[int]he
 	if !change(recs) {
 		return recs, nil
 	}
-	f := healthFile{Version: HealthVersion, GPUs: []healthRecord{}}
+	f := healthFile{Version: Version, GPUs: []Unhealthy{}}
 	for _, gpu := range slices.Sorted(maps.Keys(recs)) {
 		f.GPUs = append(f.GPUs, recs[gpu])
 	}
@@ -134,8 +135,8 @@ func (s *healthStore) update(change func(map[int]healthRecord) bool) (map[int]he
 
 // readLocked reads the file. One that cannot be decoded (edited by hand, another
 // version) is set aside, logged, and read as no record: the plugin goes on serving.
-func (s *healthStore) readLocked() (map[int]healthRecord, error) {
-	recs := map[int]healthRecord{}
+func (s *healthStore) readLocked() (map[int]Unhealthy, error) {
+	recs := map[int]Unhealthy{}
 	raw, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		s.seen = nil
@@ -147,8 +148,8 @@ func (s *healthStore) readLocked() (map[int]healthRecord, error) {
 	s.seen, _ = os.Stat(s.path)
 	var f healthFile
 	err = checkpoint.StrictDecode(raw, &f)
-	if err == nil && f.Version != HealthVersion {
-		err = fmt.Errorf("version %q, this plugin reads %q", f.Version, HealthVersion)
+	if err == nil && f.Version != Version {
+		err = fmt.Errorf("version %q, this plugin reads %q", f.Version, Version)
 	}
 	for k := 0; err == nil && k < len(f.GPUs); k++ {
 		r := f.GPUs[k]
@@ -170,7 +171,7 @@ func (s *healthStore) readLocked() (map[int]healthRecord, error) {
 	}
 	s.seen = nil
 	s.logger.Error(err, "GPU health file is corrupt: set aside, the GPUs it tainted are published untainted", "file", s.path, "setAside", aside)
-	return map[int]healthRecord{}, nil
+	return map[int]Unhealthy{}, nil
 }
 
 func (s *healthStore) lock() (func(), error) {
@@ -188,26 +189,26 @@ func (s *healthStore) lock() (func(), error) {
 	}, nil
 }
 
-// clearedRecord is a GPU that a plugin's start found healthy again, and why.
-type clearedRecord struct {
-	healthRecord
+// Cleared is a GPU that a plugin's start found healthy again, and why.
+type Cleared struct {
+	Unhealthy
 	Why string
 }
 
-// openHealth reads HealthFile at a plugin's start and clears the taints of the GPUs
+// Open reads File at a plugin's start and clears the taints of the GPUs
 // that NVML shows healthy again (healthyAgain), so that every other unhealthy GPU stays
 // tainted across restarts.
-func openHealth(dir, bootID string, inv *driver.Inventory, logger klog.Logger) (*health, error) {
-	h := &health{store: newHealthStore(dir, logger), bootID: bootID, uuids: map[int]string{},
-		unsaved: map[int]healthRecord{}, changed: make(chan struct{})}
+func Open(dir, bootID string, inv *driver.Inventory, logger klog.Logger) (*GPUs, error) {
+	h := &GPUs{store: newHealthStore(dir, logger), bootID: bootID, uuids: map[int]string{},
+		unsaved: map[int]Unhealthy{}, changed: make(chan struct{})}
 	for _, g := range inv.GPUs {
 		h.uuids[g.Index] = g.UUID
 	}
-	recs, err := h.store.update(func(recs map[int]healthRecord) bool {
+	recs, err := h.store.update(func(recs map[int]Unhealthy) bool {
 		for _, gpu := range slices.Sorted(maps.Keys(recs)) {
 			r := recs[gpu]
 			if why := healthyAgain(r, inv, bootID); why != "" {
-				h.cleared = append(h.cleared, clearedRecord{r, why})
+				h.cleared = append(h.cleared, Cleared{r, why})
 				delete(recs, gpu)
 			}
 		}
@@ -218,11 +219,11 @@ func openHealth(dir, bootID string, inv *driver.Inventory, logger klog.Logger) (
 	}
 	h.recs = recs
 	for _, c := range h.cleared {
-		logger.Info("GPU is healthy again: its devices are published untainted", "gpu", c.Index, "uuid", c.UUID, "taint", taintString(c.Taint.device()), "why", c.Why)
+		logger.Info("GPU is healthy again: its devices are published untainted", "gpu", c.Index, "uuid", c.UUID, "taint", TaintString(c.Taint.Device()), "why", c.Why)
 	}
 	for _, gpu := range slices.Sorted(maps.Keys(recs)) {
 		r := recs[gpu]
-		logger.Info("GPU is unhealthy since before this plugin started: its devices stay tainted", "gpu", gpu, "uuid", r.UUID, "taint", taintString(r.Taint.device()), "since", r.Taint.Added)
+		logger.Info("GPU is unhealthy since before this plugin started: its devices stay tainted", "gpu", gpu, "uuid", r.UUID, "taint", TaintString(r.Taint.Device()), "since", r.Taint.Added)
 	}
 	return h, nil
 }
@@ -242,8 +243,8 @@ func openHealth(dir, bootID string, inv *driver.Inventory, logger klog.Logger) (
 // Records are matched to GPUs by UUID. A simulated backend is read the same way: its
 // GPUs are read in full unless a test makes their NVML calls fail, and a reboot is a new
 // boot id. To return a GPU to service without a reboot (after a GPU reset), remove
-// HealthFile and restart the plugin.
-func healthyAgain(r healthRecord, inv *driver.Inventory, bootID string) string {
+// the health file (File) and restart the plugin.
+func healthyAgain(r Unhealthy, inv *driver.Inventory, bootID string) string {
 	read := slices.ContainsFunc(inv.GPUs, func(g driver.GPU) bool {
 		return r.UUID != "" && g.UUID == r.UUID || r.UUID == "" && g.Index == r.Index
 	})
