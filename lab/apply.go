@@ -35,6 +35,9 @@ const fieldManager = "gpudra-lab"
 type Applier struct {
 	dyn    dynamic.Interface
 	mapper *restmapper.DeferredDiscoveryRESTMapper
+	// Namespace is where namespaced objects without one go (empty: default), as a helm
+	// release's namespace is for its chart's objects.
+	Namespace string
 }
 
 // NewApplier returns an Applier for the cluster of cfg.
@@ -119,6 +122,9 @@ func (a *Applier) resource(o *unstructured.Unstructured) (dynamic.ResourceInterf
 	}
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ns := o.GetNamespace()
+		if ns == "" {
+			ns = a.Namespace
+		}
 		if ns == "" {
 			ns = metav1.NamespaceDefault
 		}

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
@@ -150,8 +151,9 @@ func (u *upper) chartValues() ([]byte, error) {
 	return yaml.Marshal(values)
 }
 
-// installChart installs the chart with the lab's values, as `helm install
-// --create-namespace` would, through Helm's Go SDK.
+// installChart renders the chart with the lab's values through Helm's Go SDK, as `helm
+// template` would, and applies what it renders in Helm's install order into its namespace,
+// which it creates first (as `helm install --create-namespace`, without a release record).
 func (u *upper) installChart(ctx context.Context) error {
 	values, err := u.chartValues()
 	if err != nil {
@@ -164,12 +166,37 @@ func (u *upper) installChart(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(dir, "values.yaml"), values, 0o600); err != nil {
 		return err
 	}
-	notes, err := helmchart.Install(ctx, u.layout.Kubeconfig(), filepath.Join(u.opts.Repo, "deployments/helm/gpudra"),
-		helmchart.Options{Release: chartRelease, Namespace: chartNamespace}, helmchart.Values{YAML: values})
+	// Rendered for the API server's version, as helm install renders for its cluster.
+	server, err := u.client.Discovery().ServerVersion()
 	if err != nil {
-		return &ComponentError{Component: "helm install", Err: err}
+		return &ComponentError{Component: "helm template", Err: err}
 	}
-	return os.WriteFile(filepath.Join(dir, "install.log"), []byte(notes), 0o600)
+	rendered, err := helmchart.Render(filepath.Join(u.opts.Repo, "deployments/helm/gpudra"),
+		helmchart.Options{Release: chartRelease, Namespace: chartNamespace, KubeVersion: server.GitVersion}, helmchart.Values{YAML: values})
+	if err != nil {
+		return &ComponentError{Component: "helm template", Err: err}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rendered.yaml"), []byte(rendered), 0o600); err != nil {
+		return err
+	}
+	objs, err := DecodeManifests([]byte(rendered))
+	if err != nil {
+		return &ComponentError{Component: "helm template", Err: err}
+	}
+	cfg, err := u.state.RESTConfig()
+	if err != nil {
+		return err
+	}
+	ap, err := NewApplier(cfg)
+	if err != nil {
+		return err
+	}
+	ap.Namespace = chartNamespace
+	ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": chartNamespace}}}
+	if err := ap.Apply(ctx, append([]*unstructured.Unstructured{ns}, objs...)...); err != nil {
+		return &ComponentError{Component: "chart install", Err: err}
+	}
+	return nil
 }
 
 // chartPod waits until the chart's pod of the given component runs on a kwok node

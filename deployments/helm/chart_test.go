@@ -1,14 +1,15 @@
 package helm_test
 
 import (
-	"github.com/gpudra/gpudra/internal/helmchart"
-
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/internal/helmchart"
 	"github.com/gpudra/gpudra/queueing/network"
 )
 
@@ -65,7 +67,18 @@ var labValues = []string{
 func TestChartLints(t *testing.T) {
 	for name, sets := range valueSets {
 		t.Run(name, func(t *testing.T) {
-			if err := helmchart.Lint(chartDir, helmchart.Options{Namespace: namespace, KubeVersion: kubeVersion}, helmchart.SetArgs(sets), true); err != nil {
+			vals, err := helmchart.SetArgs(sets).Merge()
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv, err := common.ParseKubeVersion(kubeVersion)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// helm lint --strict: warnings count as errors.
+			l := action.NewLint()
+			l.Strict, l.Namespace, l.KubeVersion = true, namespace, kv
+			if err := errors.Join(l.Run([]string{chartDir}, vals).Errors...); err != nil {
 				t.Errorf("helm lint --strict with %v: %v", sets, err)
 			}
 		})

@@ -1,25 +1,26 @@
-// Package helmchart renders, lints and installs gpudra's Helm chart through Helm's Go SDK
-// (helm.sh/helm/v4), in process: the chart tests and the lab need no helm binary.
+// Package helmchart renders and packages gpudra's Helm chart through Helm's Go SDK
+// (helm.sh/helm/v4), in process: the chart tests, the lab and the release need no helm
+// binary.
+//
+// It uses Helm's chart loader, values, template engine and manifest sorter, not its
+// action package: that one links Helm's Kubernetes client, whose kustomize support
+// imports Go's plugin package, and the Go linker then binds every symbol at start-up
+// (BIND_NOW), which go-nvml's lazily resolved NVML symbols do not survive. The gpudra
+// CLI links both this package (through the lab) and go-nvml.
 package helmchart
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 
-	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
-	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/common/util"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/cli/values"
-	"helm.sh/helm/v4/pkg/getter"
-	"helm.sh/helm/v4/pkg/kube"
-	rspb "helm.sh/helm/v4/pkg/release/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/engine"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"helm.sh/helm/v4/pkg/strvals"
 	"sigs.k8s.io/yaml"
 )
 
@@ -48,17 +49,25 @@ func SetArgs(pairs []string) Values {
 	return v
 }
 
-func (v Values) merge() (map[string]any, error) {
+// Merge merges the values as helm does: the values file, then --set-json, then --set.
+func (v Values) Merge() (map[string]any, error) {
 	base := map[string]any{}
 	if len(v.YAML) > 0 {
 		if err := yaml.Unmarshal(v.YAML, &base); err != nil {
 			return nil, fmt.Errorf("values: %w", err)
 		}
 	}
-	opts := values.Options{Values: v.Set, JSONValues: v.SetJSON}
-	set, err := opts.MergeValues(getter.Providers{})
-	if err != nil {
-		return nil, err
+	// As helm's command line: --set-json first, then --set, each over the values file.
+	set := map[string]any{}
+	for _, kv := range v.SetJSON {
+		if err := strvals.ParseJSON(kv, set); err != nil {
+			return nil, fmt.Errorf("--set-json %s: %w", kv, err)
+		}
+	}
+	for _, kv := range v.Set {
+		if err := strvals.ParseInto(kv, set); err != nil {
+			return nil, fmt.Errorf("--set %s: %w", kv, err)
+		}
 	}
 	return mergeMaps(base, set), nil
 }
@@ -113,18 +122,15 @@ func (o Options) kubeVersion() (*common.KubeVersion, error) {
 	return kv, nil
 }
 
-func quietConfig() *action.Configuration {
-	return action.NewConfiguration(action.ConfigurationSetLogger(slog.New(slog.NewTextHandler(io.Discard, nil)).Handler()))
-}
-
 // Render renders the chart in dir as `helm template` does, without a cluster: the
-// manifests, then the hooks, each document under its `# Source:` line.
+// manifests in Helm's install order, then the hooks, each document under its
+// `# Source:` line; NOTES.txt is left out.
 func Render(dir string, o Options, v Values) (string, error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
 		return "", err
 	}
-	vals, err := v.merge()
+	vals, err := v.Merge()
 	if err != nil {
 		return "", err
 	}
@@ -132,88 +138,52 @@ func Render(dir string, o Options, v Values) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	inst := action.NewInstall(quietConfig())
-	inst.DryRunStrategy = action.DryRunClient
-	inst.Replace = true
-	inst.ReleaseName = o.release()
-	inst.Namespace = o.namespace()
-	inst.KubeVersion = kv
-	r, err := inst.Run(ch, vals)
+	caps := common.DefaultCapabilities.Copy()
+	if kv != nil {
+		caps.KubeVersion = *kv
+	}
+	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
+		return "", err
+	}
+	top, err := util.ToRenderValuesWithSchemaValidation(ch, vals, common.ReleaseOptions{
+		Name: o.release(), Namespace: o.namespace(), Revision: 1, IsInstall: true,
+	}, caps, false)
 	if err != nil {
 		return "", err
 	}
-	rel, ok := r.(*rspb.Release)
-	if !ok {
-		return "", fmt.Errorf("rendering %s: unexpected release type %T", dir, r)
+	files, err := engine.Render(ch, top)
+	if err != nil {
+		return "", err
+	}
+	for name := range files {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			delete(files, name)
+		}
+	}
+	hooks, manifests, err := releaseutil.SortManifests(files, nil, releaseutil.InstallOrder)
+	if err != nil {
+		return "", fmt.Errorf("rendering %s: %w", dir, err)
 	}
 	var out bytes.Buffer
-	fmt.Fprintln(&out, strings.TrimSpace(rel.Manifest))
-	for _, h := range rel.Hooks {
+	for _, m := range manifests {
+		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", m.Name, m.Content)
+	}
+	for _, h := range hooks {
 		fmt.Fprintf(&out, "---\n# Source: %s\n%s\n", h.Path, h.Manifest)
 	}
 	return out.String(), nil
 }
 
-// Lint lints the chart in dir as `helm lint` does; strict counts warnings as errors.
-func Lint(dir string, o Options, v Values, strict bool) error {
-	vals, err := v.merge()
-	if err != nil {
-		return err
-	}
-	kv, err := o.kubeVersion()
-	if err != nil {
-		return err
-	}
-	l := action.NewLint()
-	l.Strict = strict
-	l.Namespace = o.namespace()
-	l.KubeVersion = kv
-	// Errors holds each message at or above the tolerance (warnings too when strict).
-	return errors.Join(l.Run([]string{dir}, vals).Errors...)
-}
-
-// Install installs the chart in dir as release o.Release in o.Namespace (created when
-// missing) of the cluster kubeconfig names, as `helm install --create-namespace` does,
-// and returns the release's notes.
-func Install(ctx context.Context, kubeconfig, dir string, o Options, v Values) (string, error) {
+// Package packages the chart in dir as `helm package --version --app-version
+// --destination` does and returns the archive's path (<dest>/<name>-<version>.tgz).
+func Package(dir, version, appVersion, dest string) (string, error) {
 	ch, err := loader.Load(dir)
 	if err != nil {
 		return "", err
 	}
-	vals, err := v.merge()
-	if err != nil {
-		return "", err
+	ch.Metadata.Version, ch.Metadata.AppVersion = version, appVersion
+	if err := ch.Validate(); err != nil {
+		return "", fmt.Errorf("%s: %w", dir, err)
 	}
-	ns := o.namespace()
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &kubeconfig
-	flags.Namespace = &ns
-	cfg := quietConfig()
-	if err := cfg.Init(flags, ns, "secret"); err != nil {
-		return "", err
-	}
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName = o.release()
-	inst.Namespace = ns
-	inst.CreateNamespace = true
-	inst.WaitStrategy = kube.HookOnlyStrategy
-	r, err := inst.RunWithContext(ctx, ch, vals)
-	if err != nil {
-		return "", err
-	}
-	if rel, ok := r.(*rspb.Release); ok && rel.Info != nil {
-		return rel.Info.Notes, nil
-	}
-	return "", nil
-}
-
-// Load loads the chart in dir (for callers that read its metadata).
-func Load(dir string) (*chart.Chart, error) { return loader.Load(dir) }
-
-// Package packages the chart in dir as `helm package --version --app-version
-// --destination` does and returns the archive's path (<dest>/<name>-<version>.tgz).
-func Package(dir, version, appVersion, dest string) (string, error) {
-	p := action.NewPackage()
-	p.Version, p.AppVersion, p.Destination = version, appVersion, dest
-	return p.Run(dir, nil)
+	return chartutil.Save(ch, dest)
 }

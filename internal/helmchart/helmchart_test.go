@@ -1,8 +1,11 @@
 package helmchart
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 )
 
 func TestRenderAppliesValuesAsHelmTemplate(t *testing.T) {
@@ -38,16 +41,24 @@ func TestRenderNamesWhatTheChartRefuses(t *testing.T) {
 	}
 }
 
-func TestLint(t *testing.T) {
-	if err := Lint("testdata/mini", Options{Namespace: "ns"}, SetArgs([]string{"mode=fast"}), false); err != nil {
-		t.Errorf("lint: %v", err)
+func TestPackageCarriesTheVersion(t *testing.T) {
+	dest := t.TempDir()
+	archive, err := Package("testdata/mini", "1.2.3-rc.1", "1.2.3-rc.1", dest)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Strict lint counts the missing icon (a chart-file warning in helm lint) as an error.
-	if err := Lint("testdata/mini", Options{}, SetArgs([]string{"mode=fast"}), true); err == nil || !strings.Contains(err.Error(), "icon") {
-		t.Errorf("strict lint of a chart without an icon: err %v, want the icon warning", err)
+	if want := filepath.Join(dest, "mini-1.2.3-rc.1.tgz"); archive != want {
+		t.Errorf("archive %s, want %s", archive, want)
 	}
-	if err := Lint("testdata/mini", Options{}, SetArgs([]string{"mode=auto"}), false); err == nil || !strings.Contains(err.Error(), "accepted values are fast, safe") {
-		t.Errorf("lint with values the chart refuses: err %v", err)
+	ch, err := loader.Load(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Metadata.Version != "1.2.3-rc.1" || ch.Metadata.AppVersion != "1.2.3-rc.1" {
+		t.Errorf("packaged chart: version %q appVersion %q", ch.Metadata.Version, ch.Metadata.AppVersion)
+	}
+	if _, err := Package("testdata/mini", "not a version", "", dest); err == nil {
+		t.Error("a chart packaged with version \"not a version\"")
 	}
 }
 

@@ -79,6 +79,24 @@ func TestClusterSideBinariesBuildWithoutCgoOrNVML(t *testing.T) {
 	}
 }
 
+// go-nvml leaves NVML's symbols unresolved until first use (libnvidia-ml is loaded with
+// dlopen). A binary that also links Go's plugin package is linked with BIND_NOW and dies
+// at start-up with "undefined symbol: nvml..." on every machine. Helm's action package and
+// k8s.io/cli-runtime's resource builder (through kustomize) bring plugin in: the binaries
+// that link go-nvml, and the test binaries of every package that does, must not.
+func TestNVMLBinariesLinkNoGoPlugin(t *testing.T) {
+	for _, p := range goList(t, nil, "./...") {
+		var nvml, plugin bool
+		for _, d := range p.Deps {
+			nvml = nvml || d == "github.com/NVIDIA/go-nvml/pkg/nvml"
+			plugin = plugin || d == "plugin"
+		}
+		if nvml && plugin {
+			t.Errorf("%s links go-nvml and Go's plugin package (Helm's action package or k8s.io/cli-runtime's resource builder?): its binaries would be bound at start-up and fail on NVML's symbols", p.ImportPath)
+		}
+	}
+}
+
 // pluginSubsystems are the kubelet plugin's parts that live beside its core
 // (kubeletplugin): each talks to the core through interfaces it declares, and never
 // imports it.
