@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -76,9 +77,13 @@ func TestChartLints(t *testing.T) {
 				t.Fatal(err)
 			}
 			// helm lint --strict: warnings count as errors.
-			l := action.NewLint()
-			l.Strict, l.Namespace, l.KubeVersion = true, namespace, kv
-			if err := errors.Join(l.Run([]string{chartDir}, vals).Errors...); err != nil {
+			var errs []error
+			for _, m := range lint.RunAll(chartDir, vals, namespace, lint.WithKubeVersion(kv)).Messages {
+				if m.Severity >= support.WarningSev {
+					errs = append(errs, m.Err)
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
 				t.Errorf("helm lint --strict with %v: %v", sets, err)
 			}
 		})

@@ -85,7 +85,7 @@ func TestClusterSideBinariesBuildWithoutCgoOrNVML(t *testing.T) {
 // k8s.io/cli-runtime's resource builder (through kustomize) bring plugin in: the binaries
 // that link go-nvml, and the test binaries of every package that does, must not.
 func TestNVMLBinariesLinkNoGoPlugin(t *testing.T) {
-	for _, p := range goList(t, nil, "./...") {
+	for _, p := range goList(t, nil, "-test", "./...") {
 		var nvml, plugin bool
 		for _, d := range p.Deps {
 			nvml = nvml || d == "github.com/NVIDIA/go-nvml/pkg/nvml"
