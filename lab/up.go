@@ -263,7 +263,7 @@ func (u *upper) run(ctx context.Context) error {
 		}
 	}
 	if u.chart() {
-		u.step("installing gpudra from deployments/helm/gpudra with helm")
+		u.step("installing gpudra from its chart, deployments/helm/gpudra")
 		if err := u.installChart(ctx); err != nil {
 			return err
 		}
