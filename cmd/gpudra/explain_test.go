@@ -529,7 +529,7 @@ func TestExplainAllocatedClaimShowsDeviceUsage(t *testing.T) {
 // A usage whose memory NVML could not tell has no memoryUsedBytes: shown as unknown, not 0.
 func TestExplainShowsUnknownMemoryUse(t *testing.T) {
 	var out bytes.Buffer
-	printUsage(&out, &explain.DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1})
+	printUsage(&out, &explain.DeviceUsage{DeviceUsage: api.DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1}})
 	if got, want := out.String(), "    uses ? of 4.0 GiB memory, 1 process"; !strings.HasPrefix(got, want) {
 		t.Errorf("printUsage = %q, want it to begin with %q", got, want)
 	}

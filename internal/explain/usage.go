@@ -6,20 +6,14 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // DeviceUsage is the usage the kubelet plugin writes in the data of a claim's
-// status.devices entry (kubeletplugin.UsageData).
+// status.devices entry, with the words explain shows it in.
 type DeviceUsage struct {
-	MemoryUsedBytes         *int64      `json:"memoryUsedBytes,omitempty"`
-	MemoryLimitBytes        int64       `json:"memoryLimitBytes"`
-	SMUtilizationPercent    *int        `json:"smUtilizationPercent,omitempty"`
-	ComputeGuaranteePercent *int        `json:"computeGuaranteePercent,omitempty"`
-	ComputeCapPercent       *int        `json:"computeCapPercent,omitempty"`
-	HeldBackSeconds         *int64      `json:"heldBackSeconds,omitempty"`
-	Processes               int         `json:"processes"`
-	ObservedAt              metav1.Time `json:"observedAt"`
+	api.DeviceUsage `json:",inline"`
 }
 
 // Memory is the memory used of the limit: "3.2 of 20.0 GiB", "?" for the used memory
