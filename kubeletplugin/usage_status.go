@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/klog/v2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -223,9 +221,13 @@ func deviceReadiness(pd prepared.Device, taints map[int][]resourceapi.DeviceTain
 	return readiness{ready: true, reason: ReasonPrepared, message: "prepared on this node"}
 }
 
-// writeStatus applies the claim's status.devices entries of its prepared devices (their
-// usage in data, and the Ready condition) with server-side apply: the entries of other
-// drivers, and fields of other managers, are left alone.
+// writeStatus writes the claim's status.devices entries of its prepared devices (their
+// usage in data, and the Ready condition) as the plugin's field manager, keeping the
+// entries of other drivers as they are.
+//
+// It updates rather than applies: Kubernetes 1.37.2 refused the plugin's server-side
+// apply of status.devices as a change of status.allocation ("requires
+// resourceclaims/binding"), so the plugin writes back the whole status it read.
 func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceStatuses, now time.Time) error {
 	claims := d.cfg.BackgroundClient.ResourceV1().ResourceClaims(pc.Namespace)
 	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
@@ -245,12 +247,15 @@ func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceS
 		allocated[deviceStatusKey(r.Driver, r.Pool, r.Device, share)] = true
 	}
 	readySince := map[string]metav1.Condition{}
+	var devices []resourceapi.AllocatedDeviceStatus
 	for _, s := range c.Status.Devices {
 		if r := meta.FindStatusCondition(s.Conditions, ConditionReady); r != nil {
 			readySince[deviceStatusKey(s.Driver, s.Pool, s.Device, s.ShareID)] = *r
 		}
+		if s.Driver != api.DriverName {
+			devices = append(devices, s)
+		}
 	}
-	status := resourceac.ResourceClaimStatus()
 	for k, pd := range pc.Devices {
 		var share *string
 		if pd.ShareID != "" {
@@ -273,17 +278,15 @@ func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceS
 		if was, ok := readySince[key]; ok && was.Status == cond {
 			since = was.LastTransitionTime
 		}
-		e := resourceac.AllocatedDeviceStatus().WithDriver(api.DriverName).WithPool(pd.Pool).WithDevice(pd.Device).
-			WithData(runtime.RawExtension{Raw: raw}).
-			WithConditions(metav1ac.Condition().WithType(ConditionReady).WithStatus(cond).WithReason(r.reason).
-				WithMessage(r.message).WithObservedGeneration(c.Generation).WithLastTransitionTime(since))
-		if share != nil {
-			e.WithShareID(*share)
-		}
-		status.WithDevices(e)
+		devices = append(devices, resourceapi.AllocatedDeviceStatus{
+			Driver: api.DriverName, Pool: pd.Pool, Device: pd.Device, ShareID: share,
+			Data: &runtime.RawExtension{Raw: raw},
+			Conditions: []metav1.Condition{{Type: ConditionReady, Status: cond, Reason: r.reason, Message: r.message,
+				ObservedGeneration: c.Generation, LastTransitionTime: since}},
+		})
 	}
-	apply := resourceac.ResourceClaim(pc.Name, pc.Namespace).WithUID(pc.UID).WithStatus(status)
-	_, err = claims.ApplyStatus(ctx, apply, metav1.ApplyOptions{FieldManager: StatusFieldManager, Force: true})
+	c.Status.Devices = devices
+	_, err = claims.UpdateStatus(ctx, c, metav1.UpdateOptions{FieldManager: StatusFieldManager})
 	return err
 }
 

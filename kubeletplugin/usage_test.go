@@ -176,7 +176,7 @@ func TestUsageIsWrittenToTheClaimsDeviceStatus(t *testing.T) {
 	statusWrites := func() int {
 		n := 0
 		for _, a := range u.client.Actions() {
-			if a.GetVerb() == "patch" && a.GetResource().Resource == "resourceclaims" && a.GetSubresource() == "status" {
+			if a.GetVerb() == "update" && a.GetResource().Resource == "resourceclaims" && a.GetSubresource() == "status" {
 				n++
 			}
 		}

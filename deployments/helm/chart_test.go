@@ -398,8 +398,8 @@ func TestRBACIsMinimal(t *testing.T) {
 	plugin := m.get("ClusterRole", "gpudra-kubelet-plugin").(*rbacv1.ClusterRole)
 	want := map[string][]string{
 		"resource.k8s.io/resourceclaims":        {"get", "list"},
-		"resource.k8s.io/resourceclaims/status": {"patch"},
-		"resource.k8s.io/resourceclaims/driver": {"associated-node:patch"},
+		"resource.k8s.io/resourceclaims/status": {"update"},
+		"resource.k8s.io/resourceclaims/driver": {"associated-node:update"},
 		"resource.k8s.io/resourceslices":        {"create", "delete", "list", "update", "watch"},
 		"/nodes":                                {"get", "patch"},
 		"/events":                               {"create", "patch"},
