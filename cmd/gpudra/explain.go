@@ -14,12 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -310,50 +308,32 @@ func explainText(ctx context.Context, w io.Writer, c kubernetes.Interface, ns, k
 
 func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns, kind, name string) (*explain.Report, error) {
 	switch kind {
-	case "workload", "job":
-		wl, err := findWorkload(ctx, c.ctrl, ns, kind, name)
-		if err != nil {
-			return nil, err
-		}
-		r, err := admission.Explain(ctx, c.ctrl, labels, wl)
-		if err != nil {
-			return nil, err
-		}
-		if r.Quota == nil && !r.QuotaReserved && c.kube != nil {
-			r.Quota = admission.KueueEventReason(ctx, c.kube, wl)
-		}
-		return &explain.Report{Workload: r}, nil
+	case "workload":
+		return explain.Workload(ctx, workloadReader{c}, labels, ns, name)
+	case "job":
+		return explain.JobWorkload(ctx, workloadReader{c}, labels, ns, name)
 	}
 	return claimsReport(ctx, c.kube, ns, kind, name)
 }
 
-// findWorkload gets workload/NAME, or the Workload whose owner is Job NAME.
-func findWorkload(ctx context.Context, c client.Reader, ns, kind, name string) (*kueue.Workload, error) {
-	if kind == "workload" {
-		var wl kueue.Workload
-		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &wl); err != nil {
-			return nil, err
-		}
-		return &wl, nil
+// workloadReader reads a Workload's explanation from the API server: Kueue's objects and
+// what the admission check reads through the controller-runtime client, Kueue's events
+// through the clientset when there is one.
+type workloadReader struct{ c *clients }
+
+func (r workloadReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	return r.c.ctrl.Get(ctx, key, obj, opts...)
+}
+
+func (r workloadReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	return r.c.ctrl.List(ctx, list, opts...)
+}
+
+func (r workloadReader) QuotaEvent(ctx context.Context, wl *kueue.Workload) *admission.Condition {
+	if r.c.kube == nil {
+		return nil
 	}
-	var list kueue.WorkloadList
-	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return nil, err
-	}
-	var found *kueue.Workload
-	for k := range list.Items {
-		for _, o := range list.Items[k].OwnerReferences {
-			if o.Kind == "Job" && o.Name == name && strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
-				if found == nil || list.Items[k].CreationTimestamp.After(found.CreationTimestamp.Time) {
-					found = &list.Items[k]
-				}
-			}
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("no Workload in namespace %s is owned by Job %s: Kueue makes one for a Job with label %s", ns, name, "kueue.x-k8s.io/queue-name")
-	}
-	return found, nil
+	return admission.KueueEventReason(ctx, r.c.kube, wl)
 }
 
 // apiReader reads what an explanation needs from the API server.

@@ -1,8 +1,9 @@
-// Package explain says why a ResourceClaim or a pod is pending, or where it went: it
-// resolves a pod's claims, runs kube-scheduler's node filters before devices and Kubernetes'
-// real DRA allocator over the cluster's slices and allocated claims, reads each allocated
-// device's usage as the kubelet plugin writes it in the claim's status, and returns a typed
-// Report. `gpudra explain` prints it as text and the web view as HTML and JSON.
+// Package explain says why a ResourceClaim, a pod or a Kueue Workload is pending, or where
+// it went: it resolves a pod's claims, runs kube-scheduler's node filters before devices and
+// Kubernetes' real DRA allocator over the cluster's slices and allocated claims, reads each
+// allocated device's usage as the kubelet plugin writes it in the claim's status, asks what
+// the gpudra.dev/topology admission check sees of a Workload (workload.go), and returns a
+// typed Report. `gpudra explain` prints it as text and the web view as HTML and JSON.
 package explain
 
 import (

@@ -1,0 +1,89 @@
+package explain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/topology"
+)
+
+// WorkloadReader is where a Workload's explanation reads: the Workloads, and what the
+// gpudra.dev/topology admission check reads (nodes, pods, the DRA objects, AdmissionChecks,
+// ResourceFlavors and ResourceClaimTemplates), through Get and List as a controller-runtime
+// client does. The CLI reads the API server; the web view its caches, filtered to what the
+// caller may read.
+type WorkloadReader interface {
+	client.Reader
+	// QuotaEvent is, for a Workload Kueue reserved no quota for, Kueue's reason from the
+	// events it recorded on it (admission.KueueEventReason); nil when there is none or the
+	// events are not read.
+	QuotaEvent(ctx context.Context, wl *kueue.Workload) *admission.Condition
+}
+
+// Workload explains workload/NAME: what the topology admission check sees of it.
+func Workload(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, namespace, name string) (*Report, error) {
+	var wl kueue.Workload
+	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &wl); err != nil {
+		return nil, err
+	}
+	return WorkloadOf(ctx, r, labels, &wl)
+}
+
+// JobWorkload explains the Workload Kueue made for Job NAME (the newest, when there are
+// several).
+func JobWorkload(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, namespace, job string) (*Report, error) {
+	wl, err := FindJobWorkload(ctx, r, namespace, job)
+	if err != nil {
+		return nil, err
+	}
+	return WorkloadOf(ctx, r, labels, wl)
+}
+
+// WorkloadOf explains a Workload already read. While Kueue has not reserved quota and the
+// Workload carries no condition saying why, Kueue's event says it.
+func WorkloadOf(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, wl *kueue.Workload) (*Report, error) {
+	rep, err := admission.Explain(ctx, r, labels, wl)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Quota == nil && !rep.QuotaReserved {
+		rep.Quota = r.QuotaEvent(ctx, wl)
+	}
+	return &Report{Workload: rep}, nil
+}
+
+// FindJobWorkload is the newest Workload in namespace whose owner is the batch/v1 Job
+// named job.
+func FindJobWorkload(ctx context.Context, r client.Reader, namespace, job string) (*kueue.Workload, error) {
+	var list kueue.WorkloadList
+	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	var found *kueue.Workload
+	for k := range list.Items {
+		if OwnedByJob(&list.Items[k], job) && (found == nil || list.Items[k].CreationTimestamp.After(found.CreationTimestamp.Time)) {
+			found = &list.Items[k]
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("no Workload in namespace %s is owned by Job %s: Kueue makes one for a Job with label %s", namespace, job, "kueue.x-k8s.io/queue-name")
+	}
+	return found, nil
+}
+
+// OwnedByJob is whether the Workload's owners include the batch/v1 Job named job.
+func OwnedByJob(wl *kueue.Workload, job string) bool {
+	for _, o := range wl.OwnerReferences {
+		if o.Kind == "Job" && o.Name == job && strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
+			return true
+		}
+	}
+	return false
+}
