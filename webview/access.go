@@ -24,6 +24,9 @@ var (
 	slicesResource  = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceslices"}
 	claimsResource  = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaims"}
 	classesResource = schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}
+	// The workload page also reads these, one object at a time.
+	templatesResource       = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaimtemplates"}
+	resourceFlavorsResource = resourceFlavorsGVR.GroupResource()
 )
 
 type accessKey struct {

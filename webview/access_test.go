@@ -123,7 +123,7 @@ func TestCallerSeesOnlyWhatItMayList(t *testing.T) {
 			lacks(t, queues, append(teamA, `data-queue="team-a"`, "<td>research</td>")...)
 
 			// The JSON of each page holds what its HTML does, no more.
-			for _, path := range []string{"/", "/queues", "/pods/team-b/serve-0"} {
+			for _, path := range []string{"/", "/queues", "/pods/team-b/serve-0", "/workloads/team-b/job-serve-9z8y7"} {
 				data := get(t, url+path+"?format=json", http.StatusOK)
 				contains(t, data, `"team-b`, `"hidden":[`)
 				lacks(t, data, teamA...)
@@ -133,6 +133,8 @@ func TestCallerSeesOnlyWhatItMayList(t *testing.T) {
 			// Another namespace's objects are not found, as if they did not exist.
 			lacks(t, get(t, url+"/claims/team-a/train-0-gpu", http.StatusNotFound), "gpu-node-a/gpu-0")
 			get(t, url+"/pods/team-a/train-0", http.StatusNotFound)
+			lacks(t, get(t, url+"/workloads/team-a/job-big-train-1a2b3", http.StatusNotFound), "16 pods need one rack", "one-gpu")
+			contains(t, get(t, url+"/workloads/team-b/job-serve-9z8y7", http.StatusOK), "Workload team-b/job-serve-9z8y7", "Waits: Kueue has not reserved quota")
 			if c.gpus != "0" {
 				node := get(t, url+"/nodes/"+nodeA, http.StatusOK)
 				contains(t, node, "8 of 8 GPUs free")
@@ -160,7 +162,7 @@ func TestEveryNamespaceSeesEverything(t *testing.T) {
 func TestAccessCheckFailureIsAServerError(t *testing.T) {
 	f := newFixture(t)
 	url := serveAs(t, f, grants{fail: errors.New("subjectaccessreviews: connection refused")})
-	for _, path := range []string{"/", "/nodes/" + nodeA, "/queues", "/claims/team-a/train-0-gpu", "/pods/team-a/train-0"} {
+	for _, path := range []string{"/", "/nodes/" + nodeA, "/queues", "/claims/team-a/train-0-gpu", "/pods/team-a/train-0", "/workloads/team-a/job-big-train-1a2b3"} {
 		contains(t, get(t, url+path, http.StatusInternalServerError), "connection refused")
 	}
 }

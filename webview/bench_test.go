@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -64,6 +65,13 @@ func (s *listSource) kueueServed() bool                          { return true }
 func (s *listSource) kueueRead(schema.GroupVersionResource) bool { return true }
 func (s *listSource) kueueList(_ context.Context, gvr schema.GroupVersionResource) []kruntime.Object {
 	return s.kueueObjs[gvr]
+}
+
+func (s *listSource) claimTemplate(_ context.Context, _, name string) (*resourceapi.ResourceClaimTemplate, error) {
+	return nil, apierrors.NewNotFound(templatesResource, name)
+}
+func (s *listSource) resourceFlavor(_ context.Context, name string) (*kueue.ResourceFlavor, error) {
+	return nil, apierrors.NewNotFound(resourceFlavorsResource, name)
 }
 
 // benchCluster is benchNodes DGX H100 nodes whose slices the driver renders, GPUs 0-3 of

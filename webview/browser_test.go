@@ -161,6 +161,10 @@ func TestBrowser(t *testing.T) {
 	if got := text("#pending"); !strings.Contains(got, "the best rack fits 7 now") {
 		t.Errorf("the pending Workloads lack the check's message: %s", got)
 	}
+	do("the workload page", chromedp.Click(chromedp.CSS("#pending a.workload")), visible("#podsets"), shot("workload"))
+	if got := text("#waiting"); !strings.Contains(got, "admission check gpudra-topology is Pending") {
+		t.Errorf("the workload page does not say why it waits: %s", got)
+	}
 
 	// The pod page explains the pending claim, and fetches its content again when the
 	// cluster changes.

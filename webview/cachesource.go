@@ -146,3 +146,19 @@ func (s *cacheSource) kueueList(ctx context.Context, gvr schema.GroupVersionReso
 	}
 	return objs
 }
+
+func (s *cacheSource) claimTemplate(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaimTemplate, error) {
+	var t resourceapi.ResourceClaimTemplate
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (s *cacheSource) resourceFlavor(ctx context.Context, name string) (*kueue.ResourceFlavor, error) {
+	var rf kueue.ResourceFlavor
+	if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &rf); err != nil {
+		return nil, err
+	}
+	return &rf, nil
+}

@@ -19,7 +19,9 @@ type Explain struct {
 	// Pod and Claims are what gpudra explain reports.
 	Pod    *explain.PodReport    `json:"pod,omitempty"`
 	Claims []explain.ClaimReport `json:"claims,omitempty"`
-	Error  string                `json:"error,omitempty"`
+	// Workload names the Kueue Workload a pod belongs to, in its namespace.
+	Workload string `json:"workload,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // scopeReader reads what an explanation needs from the caches, as far as the request's
@@ -116,5 +118,11 @@ func (s *Server) explainPod(sc *scope, ns, name string) (e Explain, found bool) 
 		}
 	}
 	var noClaims *explain.NoClaimsError
-	return e, rep != nil || errors.As(err, &noClaims)
+	found = rep != nil || errors.As(err, &noClaims)
+	if found {
+		if pod, err := (scopeReader{s, sc}).Pod(sc.ctx, ns, name); err == nil {
+			e.Workload = s.podWorkload(sc, pod)
+		}
+	}
+	return e, found
 }

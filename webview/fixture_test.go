@@ -32,12 +32,15 @@ const (
 	nodeA     = "gpu-node-a"
 	nodeB     = "gpu-node-b"
 	unhealthy = 7 // GPU index tainted unhealthy on nodeB
+
+	oneGPUTemplate = "one-gpu"
 )
 
 // fixture is a cluster of two DGX H100 nodes (8 GPUs each): on nodeA one GPU is allocated
 // whole to pod train-0 and one GPU is shared by the two pods of the gang "infer"; nodeB
 // is free but for an unhealthy GPU. Kueue has a cohort, two ClusterQueues and a pending
-// Workload the topology check answered.
+// Workload the topology check answered, for two pods with one GPU each from the claim
+// template oneGPUTemplate.
 type fixture struct {
 	kube    *fake.Clientset
 	dyn     *dynamicfake.FakeDynamicClient
@@ -140,7 +143,9 @@ func kueueObjects(t *testing.T) []runtime.Object {
 	wl := &kueue.Workload{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "job-big-train-1a2b3", CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "big-train", UID: "uid-big-train"}}},
-		Spec: kueue.WorkloadSpec{QueueName: "default", Priority: ptr.To[int32](100)},
+		Spec: kueue.WorkloadSpec{QueueName: "default", Priority: ptr.To[int32](100), PodSets: []kueue.PodSet{{Name: "main", Count: 2,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "cuda"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(oneGPUTemplate)}}}}}}},
 		Status: kueue.WorkloadStatus{
 			Conditions: []metav1.Condition{{Type: kueue.WorkloadQuotaReserved, Status: metav1.ConditionTrue, Reason: "QuotaReserved", LastTransitionTime: metav1.Now()}},
 			AdmissionChecks: []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStatePending,
@@ -202,7 +207,9 @@ func newFixture(t *testing.T) *fixture {
 	infer1 := shareClaim("infer-1-share", 1, "40Gi", 50)
 	f.allocate(t, infer1, nodeA, "infer-1")
 
-	objs := []runtime.Object{readyNode(nodeA, "rack-1"), readyNode(nodeB, "rack-1"), train, infer0, infer1,
+	oneGPU := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: oneGPUTemplate},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: wholeClaim("").Spec}}
+	objs := []runtime.Object{readyNode(nodeA, "rack-1"), readyNode(nodeB, "rack-1"), train, infer0, infer1, oneGPU,
 		gpuPod("train-0", "train", nodeA, train.Name), gpuPod("infer-0", "infer", nodeA, infer0.Name), gpuPod("infer-1", "infer", nodeA, infer1.Name)}
 	for _, s := range sl {
 		objs = append(objs, s)

@@ -12,7 +12,7 @@ import (
 
 func TestEveryResponseCarriesTheContentSecurityPolicy(t *testing.T) {
 	f := newFixture(t)
-	for _, path := range []string{"/", "/?fragment=1", "/nodes/" + nodeA, "/queues", "/claims/team-a/train-0-gpu", "/pods/team-a/train-0",
+	for _, path := range []string{"/", "/?fragment=1", "/nodes/" + nodeA, "/queues", "/claims/team-a/train-0-gpu", "/pods/team-a/train-0", "/workloads/team-a/job-big-train-1a2b3",
 		"/static/app.js", "/static/style.css", "/healthz", "/nodes/no-such-node", "/no-such-page"} {
 		t.Run(path, func(t *testing.T) {
 			resp, err := http.Get(f.http.URL + path)

@@ -16,7 +16,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with the layout.
-var pageNames = []string{"cluster", "node", "queues", "explain"}
+var pageNames = []string{"cluster", "node", "queues", "explain", "workload"}
 
 type pageTemplate struct{ *template.Template }
 

@@ -1,7 +1,8 @@
 // Package webview serves a read-only web view of a gpudra cluster: GPUs by model and node,
-// what each allocated claim holds, Kueue queues and why a claim or pod is pending. Pages are
-// rendered on the server from informer caches; a Server-Sent Events stream tells the page
-// when the cluster changed, and a small script fetches the page's content again.
+// what each allocated claim holds, Kueue queues and why a claim, pod or Workload is
+// pending. Pages are rendered on the server from informer caches; a Server-Sent Events
+// stream tells the page when the cluster changed, and a small script fetches the page's
+// content again.
 package webview
 
 import (
@@ -17,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpudra/gpudra/topology"
 )
 
 //go:embed static templates
@@ -31,6 +34,8 @@ var (
 	localQueuesGVR     = KueueGroupVersion.WithResource("localqueues")
 	workloadsGVR       = KueueGroupVersion.WithResource("workloads")
 	admissionChecksGVR = KueueGroupVersion.WithResource("admissionchecks")
+	// resourceFlavorsGVR is read only for a Workload's page, one flavor at a time.
+	resourceFlavorsGVR = KueueGroupVersion.WithResource("resourceflavors")
 )
 
 // KueueResources are the Kueue resources the queues page watches.
@@ -50,6 +55,9 @@ type Options struct {
 	// Access, when set, says for each request what its caller may read; nil shows
 	// everything the Server reads.
 	Access func(*http.Request) Access
+	// Labels are the node labels holding a node's block, rack and top-of-rack switch, as
+	// the controller's --block-label, --rack-label and --tor-label (default: gpudra's own).
+	Labels topology.LabelKeys
 	// Base is the URL path the handler is mounted at ("" or "/dashboard"); links carry it.
 	Base string
 	// Debounce is how long a burst of changes is collected before one "changed" event
@@ -64,6 +72,8 @@ type Server struct {
 	pages map[string]*pageTemplate
 	mux   *http.ServeMux
 	src   source
+	// labels are Options.Labels, defaulted.
+	labels topology.LabelKeys
 
 	mu      sync.Mutex
 	synced  bool
@@ -94,7 +104,11 @@ func New(o Options) (*Server, error) {
 	if o.Debounce <= 0 {
 		o.Debounce = 250 * time.Millisecond
 	}
-	s := &Server{opts: o, base: strings.TrimSuffix(o.Base, "/"), subs: map[chan uint64]struct{}{}, src: src}
+	labels := o.Labels
+	if labels == (topology.LabelKeys{}) {
+		labels = topology.DefaultLabelKeys
+	}
+	s := &Server{opts: o, base: strings.TrimSuffix(o.Base, "/"), subs: map[chan uint64]struct{}{}, src: src, labels: labels}
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -182,6 +196,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /queues", s.page("queues", s.queuesPage))
 	s.mux.HandleFunc("GET /claims/{namespace}/{name}", s.page("explain", s.claimPage))
 	s.mux.HandleFunc("GET /pods/{namespace}/{name}", s.page("explain", s.podPage))
+	s.mux.HandleFunc("GET /workloads/{namespace}/{name}", s.page("workload", s.workloadPage))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready() {
 			http.Error(w, "caches not filled yet", http.StatusServiceUnavailable)

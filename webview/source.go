@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +20,7 @@ import (
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
 // source is where the pages read the cluster's objects from: informers the Server runs
@@ -40,6 +43,10 @@ type source interface {
 	// kueueList lists one Kueue resource, typed or unstructured; nothing while it is not
 	// read.
 	kueueList(ctx context.Context, gvr schema.GroupVersionResource) []runtime.Object
+	// claimTemplate and resourceFlavor get the objects only a Workload's page reads, one
+	// at a time: they are not watched.
+	claimTemplate(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaimTemplate, error)
+	resourceFlavor(ctx context.Context, name string) (*kueue.ResourceFlavor, error)
 }
 
 // informerSource runs client-go informers over a clientset and a dynamic client.
@@ -170,6 +177,25 @@ func (s *informerSource) kueueList(_ context.Context, gvr schema.GroupVersionRes
 		}
 	}
 	return objs
+}
+
+func (s *informerSource) claimTemplate(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaimTemplate, error) {
+	return s.kubeClient.ResourceV1().ResourceClaimTemplates(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (s *informerSource) resourceFlavor(ctx context.Context, name string) (*kueue.ResourceFlavor, error) {
+	if !s.kueue {
+		return nil, apierrors.NewNotFound(resourceFlavorsResource, name)
+	}
+	u, err := s.dynClient.Resource(resourceFlavorsGVR).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var rf kueue.ResourceFlavor
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rf); err != nil {
+		return nil, fmt.Errorf("webview: reading resourceflavor %s: %w", name, err)
+	}
+	return &rf, nil
 }
 
 // KueueSyncTimeout is how long Start waits for Kueue's objects before it serves without

@@ -442,3 +442,37 @@ func TestModelIsBuiltOncePerChange(t *testing.T) {
 		return false
 	})
 }
+
+// The workload page says what gpudra explain workload says: queue, quota, admission
+// checks, pod sets and why the Workload waits; the queues page and the pages of the
+// Workload's pods link to it.
+func TestWorkloadPage(t *testing.T) {
+	f := newFixture(t)
+	const path = "/workloads/team-a/job-big-train-1a2b3"
+	page := get(t, f.http.URL+path, http.StatusOK)
+	contains(t, page, "Workload team-a/job-big-train-1a2b3", "default → team-a", "job/big-train", "quota reserved",
+		"Waits: admission check gpudra-topology is Pending: pod set main: 16 pods need one rack; the best rack fits 7 now",
+		`<tr data-podset="main">`, "<td>main</td><td>2</td><td>one-gpu</td>", "2 of 2",
+		`would answer <span class="badge check Ready">Ready</span>`)
+
+	var wl struct{ Data WorkloadPage }
+	if err := json.Unmarshal([]byte(get(t, f.http.URL+path+"?format=json", http.StatusOK)), &wl); err != nil {
+		t.Fatal(err)
+	}
+	e := wl.Data.Explanation
+	if wl.Data.Queue != "default" || wl.Data.ClusterQueue != "team-a" || len(wl.Data.Checks) != 1 || wl.Data.Checks[0].State != "Pending" ||
+		e == nil || !e.QuotaReserved || len(e.PodSets) != 1 || e.PodSets[0].Count != 2 || e.PodSets[0].Domains[0].Fits != 2 || e.Now.State != "Ready" {
+		t.Errorf("workload as JSON: %+v (explanation %+v)", wl.Data, e)
+	}
+	get(t, f.http.URL+"/workloads/team-a/nope", http.StatusNotFound)
+
+	contains(t, get(t, f.http.URL+"/queues", http.StatusOK), `href="`+path+`"`)
+	if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), gpuPod("big-train-0", "big-train", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		status, page := fetch(t, f.http.URL+"/pods/team-a/big-train-0")
+		return status == http.StatusOK && strings.Contains(page, `href="`+path+`"`)
+	})
+	lacks(t, get(t, f.http.URL+"/pods/team-a/train-0", http.StatusOK), "/workloads/")
+}

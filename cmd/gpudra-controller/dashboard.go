@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
+	"github.com/gpudra/gpudra/topology"
 	"github.com/gpudra/gpudra/webview"
 )
 
@@ -31,6 +32,8 @@ type dashboard struct {
 	cfg           *rest.Config
 	httpClient    *http.Client
 	cache         webview.Cache
+	// labels are the node labels of blocks, racks and switches (--block-label and the rest).
+	labels topology.LabelKeys
 }
 
 // NeedLeaderElection is false: every replica serves the dashboard.
@@ -41,7 +44,7 @@ func (d dashboard) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	view, err := webview.New(webview.Options{Cache: d.cache, Base: dashboardPath, Access: auth.access})
+	view, err := webview.New(webview.Options{Cache: d.cache, Base: dashboardPath, Access: auth.access, Labels: d.labels})
 	if err != nil {
 		return err
 	}

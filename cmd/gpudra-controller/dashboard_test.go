@@ -162,6 +162,8 @@ func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
 		{"its own claim", "/dashboard/claims/team-b/team-b-claim", http.StatusOK, []string{"Claim team-b/team-b-claim"}, nil},
 		{"another namespace's claim", "/dashboard/claims/team-a/team-a-claim", http.StatusNotFound, nil, nil},
 		{"another namespace's pod", "/dashboard/pods/team-a/team-a-pod", http.StatusNotFound, nil, nil},
+		{"its own Workload", "/dashboard/workloads/team-b/team-b-workload", http.StatusOK, []string{"Workload team-b/team-b-workload"}, []string{"team-a"}},
+		{"another namespace's Workload", "/dashboard/workloads/team-a/team-a-workload", http.StatusNotFound, nil, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, srv.URL+c.path, nil)
