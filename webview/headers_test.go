@@ -4,10 +4,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpudra/gpudra/webview/webviewtest"
 )
 
 func TestEveryResponseCarriesTheContentSecurityPolicy(t *testing.T) {
@@ -42,53 +43,18 @@ func TestEveryResponseCarriesTheContentSecurityPolicy(t *testing.T) {
 }
 
 func TestLocalHostsRefusesOtherHostNames(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(LocalHosts(ln.Addr(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "cluster data")
-	})))
-	hs.Listener.Close()
-	hs.Listener = ln
-	hs.Start()
-	defer hs.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	for _, c := range []struct {
-		name, host string
-		want       int
-	}{
-		{"the address it listens at", "127.0.0.1:" + port, http.StatusOK},
-		{"localhost", "localhost:" + port, http.StatusOK},
-		{"localhost in capitals", "LOCALHOST:" + port, http.StatusOK},
-		{"IPv6 loopback", "[::1]:" + port, http.StatusOK},
-		{"a rebound name (DNS rebinding)", "evil.example:" + port, http.StatusMisdirectedRequest},
-		{"a rebound name without a port", "evil.example", http.StatusMisdirectedRequest},
-		{"a name ending in localhost", "evil.localhost.example:" + port, http.StatusMisdirectedRequest},
-		{"localhost with another port", "localhost:1", http.StatusMisdirectedRequest},
-		{"localhost without a port", "localhost", http.StatusMisdirectedRequest},
-		{"another address", "10.0.0.1:" + port, http.StatusMisdirectedRequest},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, hs.URL+"/", nil)
-			req.Host = c.host
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Fatalf("Host %s: %d %s, want %d", c.host, resp.StatusCode, body, c.want)
-			}
-			if leaked := strings.Contains(string(body), "cluster data"); leaked != (c.want == http.StatusOK) {
-				t.Fatalf("Host %s: answered %q", c.host, body)
-			}
-			if resp.Header.Get("Content-Security-Policy") == "" && c.want != http.StatusOK {
-				t.Errorf("Host %s: refusal without the security headers", c.host)
-			}
-		})
-	}
+	webviewtest.CheckHosts(t, LocalHosts, SecurityHeaders, []webviewtest.Host{
+		{Name: "the address it listens at", Host: "127.0.0.1:PORT", Want: http.StatusOK},
+		{Name: "localhost", Host: "localhost:PORT", Want: http.StatusOK},
+		{Name: "localhost in capitals", Host: "LOCALHOST:PORT", Want: http.StatusOK},
+		{Name: "IPv6 loopback", Host: "[::1]:PORT", Want: http.StatusOK},
+		{Name: "a rebound name (DNS rebinding)", Host: "evil.example:PORT", Want: http.StatusMisdirectedRequest},
+		{Name: "a rebound name without a port", Host: "evil.example", Want: http.StatusMisdirectedRequest},
+		{Name: "a name ending in localhost", Host: "evil.localhost.example:PORT", Want: http.StatusMisdirectedRequest},
+		{Name: "localhost with another port", Host: "localhost:1", Want: http.StatusMisdirectedRequest},
+		{Name: "localhost without a port", Host: "localhost", Want: http.StatusMisdirectedRequest},
+		{Name: "another address", Host: "10.0.0.1:PORT", Want: http.StatusMisdirectedRequest},
+	})
 }
 
 func TestAllowedHostsOfABoundAddress(t *testing.T) {
