@@ -138,18 +138,20 @@ type TaintedDevice struct {
 	Taint              resourceapi.DeviceTaint
 }
 
-// deviceInfo is one published device.
-type deviceInfo struct {
-	node, pool string
-	dev        *resourceapi.Device
-	api.DeviceInfo
+// publishedDevice is what the model needs of a published device to place the claims
+// allocated from it; it lives only while the model is built.
+type publishedDevice struct {
+	node, pool, typ string
+	gpus, members   []int
+	migProfile      string
+	// memory and compute are a share's capacities.
+	memory, compute resource.Quantity
 }
 
 // Cluster is what the informers hold, joined up.
 type Cluster struct {
 	Nodes   []*Node
 	byName  map[string]*Node
-	devices map[string]*deviceInfo // pool/device
 	Tainted []TaintedDevice
 	Claims  []*resourceapi.ResourceClaim
 	Pods    []*corev1.Pod
@@ -235,7 +237,8 @@ func (s *Server) visiblePods(sc *scope) ([]*corev1.Pod, error) {
 }
 
 func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, pods []*corev1.Pod) *Cluster {
-	c := &Cluster{byName: map[string]*Node{}, devices: map[string]*deviceInfo{}, Claims: claims, Pods: pods}
+	c := &Cluster{byName: map[string]*Node{}, Claims: claims, Pods: pods}
+	devices := map[string]*publishedDevice{} // pool/device
 	nodeObj := map[string]*corev1.Node{}
 	for _, n := range nodes {
 		nodeObj[n.Name] = n
@@ -283,9 +286,9 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 		for k := range s.Spec.Devices {
 			d := &s.Spec.Devices[k]
 			// A device that does not read is shown as using no GPU.
-			read, _ := api.ReadDevice(d)
-			info := &deviceInfo{node: node, pool: s.Spec.Pool.Name, dev: d, DeviceInfo: read}
-			c.devices[s.Spec.Pool.Name+"/"+d.Name] = info
+			info, _ := api.ReadDevice(d)
+			devices[s.Spec.Pool.Name+"/"+d.Name] = &publishedDevice{node: node, pool: s.Spec.Pool.Name, typ: info.Type,
+				gpus: info.GPUs, members: info.Members, migProfile: info.MIGProfile, memory: info.Memory, compute: info.Compute}
 			for _, i := range info.GPUs {
 				g := gpuOf(node, s.Spec.Pool.Name, i)
 				switch info.Type {
@@ -330,21 +333,21 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 			if r.Driver != api.DriverName {
 				continue
 			}
-			info := c.devices[r.Pool+"/"+r.Device]
+			info := devices[r.Pool+"/"+r.Device]
 			if info == nil {
 				continue
 			}
-			for _, i := range info.GPUs {
+			for _, i := range info.gpus {
 				g := gpuOf(info.node, info.pool, i)
-				switch info.Type {
+				switch info.typ {
 				case api.TypeGPU:
 					g.Whole = &Holder{Claim: h.Claim, Pods: h.Pods}
 				case api.TypeShare:
-					g.Shares = append(g.Shares, shareUse(h, &info.DeviceInfo, r.ConsumedCapacity))
+					g.Shares = append(g.Shares, shareUse(h, info.memory, info.compute, r.ConsumedCapacity))
 				case api.TypeMIG:
-					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: info.MIGProfile})
+					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: info.migProfile})
 				case api.TypeNVLinkGroup:
-					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: topology.JoinIndices(info.Members, "-")})
+					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: topology.JoinIndices(info.members, "-")})
 				}
 			}
 		}
@@ -364,7 +367,7 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 	return c
 }
 
-func shareUse(h Holder, dev *api.DeviceInfo, consumed map[resourceapi.QualifiedName]resource.Quantity) ShareUse {
+func shareUse(h Holder, memCap, compCap resource.Quantity, consumed map[resourceapi.QualifiedName]resource.Quantity) ShareUse {
 	u := ShareUse{Holder: h}
 	get := func(name string) (resource.Quantity, bool) {
 		q, ok := consumed[resourceapi.QualifiedName(name)]
@@ -379,7 +382,6 @@ func shareUse(h Holder, dev *api.DeviceInfo, consumed map[resourceapi.QualifiedN
 		}
 		return int(min(100, used.AsApproximateFloat64()*100/total.AsApproximateFloat64()+0.5))
 	}
-	memCap, compCap := dev.Memory, dev.Compute
 	u.MemoryCapacity, u.ComputeCapacity = memCap.String(), compCap.String()
 	if m, ok := get(api.CapMemory); ok {
 		u.Memory, u.MemoryPercent = m.String(), pct(m, memCap)
