@@ -30,4 +30,8 @@
 // with the gpu.gpudra.dev/unhealthy taint and reported Unhealthy on the kubelet's
 // health stream. Simulated backends take injected events (nvmlsim.Inject, or lines
 // written to the injection file). Metrics are gpudra_plugin_* (see metrics.go).
+//
+// Usage: package usage samples what the prepared claims' processes use, reading the
+// claims through usage.Node (state.Prepared); it serves the per-claim usage metrics, and
+// the claims' status.devices entries carry it (claimstatus.go).
 package kubeletplugin

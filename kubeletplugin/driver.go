@@ -21,6 +21,7 @@ import (
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/kubeletplugin/health"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -91,8 +92,12 @@ type Config struct {
 	MIGLayoutsFile string
 	// Clock tells the time for back-offs (a MIG layout that failed); nil is the real clock.
 	Clock clock.PassiveClock
-	// Usage is how the plugin finds what the prepared claims use (usage.go).
-	Usage UsageConfig
+	// Usage is how the plugin finds what the prepared claims use (package usage).
+	Usage usage.Config
+	// StatusInterval is how often the prepared claims' status.devices entries are
+	// written (their Ready condition, and their usage where it is sampled), where they
+	// changed; 0 is 30 s.
+	StatusInterval time.Duration
 	// SharePriorityThreshold, when set, gives a Fixed or Guaranteed share whose configuration
 	// leaves limits.priority unset the priority of its claim's pods: High when the highest
 	// spec.priority among the pods the claim is reserved for (resolved from their
@@ -111,6 +116,7 @@ type Driver struct {
 	cancel    context.CancelCauseFunc
 	health    *healthWatch
 	metrics   *metrics
+	usage     *usage.Sampler    // nil when usage is not sampled
 	probes    probeState        // readiness and liveness (probes.go)
 	types     map[string]string // published device name → type
 	// startMounts are the shm tmpfs New mounted, which Start unmounts when it fails.
@@ -153,8 +159,8 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 	// What recovering mounts (spare MPS trees, restored claims' shm tmpfs) is undone when
 	// the start fails.
 	st.mps.recordStartMounts()
-	m := newMetrics(st)
-	usageCollectorIn(m).sampler.Store(newUsageSampler(ctx, cfg, st))
+	sampler := newUsageSampler(ctx, cfg, st)
+	m := newMetrics(st, sampler)
 	st.repairs.metrics = m
 	err = st.recover()
 	m.checkpointsRecover.Add(float64(st.corruptions))
@@ -168,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, inventory: inv, pool: pool, state: st, cancel: func(error) {},
-		health: &healthWatch{gpuHealth: gpus}, metrics: m, types: deviceTypes(pool)}
+		health: &healthWatch{gpuHealth: gpus}, metrics: m, usage: sampler, types: deviceTypes(pool)}
 	d.reportUnreadable(ctx)
 	if err := d.republish(ctx); err != nil { // with the GPU health file's taints
 		st.undoStart(st.mps.stopRecording())
@@ -232,7 +238,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	d.startHealth(ctx)
 	d.startMIGLayoutWatch(ctx)
 	d.startMIGLayouts(ctx)
-	d.startUsageStatus(ctx)
+	d.startClaimStatus(ctx)
 	return d, nil
 }
 

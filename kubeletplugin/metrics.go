@@ -11,9 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpudra/gpudra/internal/buildinfo"
-	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -21,6 +18,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -47,7 +47,7 @@ type metrics struct {
 // latencyBuckets span a CDI spec write (under a millisecond) to a MIG mode switch.
 var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 16)
 
-func newMetrics(st *state) *metrics {
+func newMetrics(st *state, sampler *usage.Sampler) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		publishedDevices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -106,7 +106,7 @@ func newMetrics(st *state) *metrics {
 			Help: "Claims prepared on this node (checkpoint entries).",
 		}, st.preparedClaims),
 		gpuCollector{state: st},
-		&usageCollector{},
+		usage.NewCollector(sampler),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildinfo.NewCollector(),

@@ -20,6 +20,8 @@ import (
 func TestLowShareCountsTheTimeAHighShareHoldsItBack(t *testing.T) {
 	u := newUsageNode(t)
 	u.cfg.VGPULibrary = "/opt/hami/libvgpu.so"
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	u.cfg.Usage.Now = func() time.Time { return now }
 	d := u.newDriver(nil)
 	cfg := func(limits string) string {
 		return "apiVersion: gpu.gpudra.dev/v1alpha1\nkind: GpuConfig\nlimits: " + limits
@@ -43,8 +45,6 @@ func TestLowShareCountsTheTimeAHighShareHoldsItBack(t *testing.T) {
 		u.process(t, pid, pod)
 	}
 
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	plugin.SetUsageClock(d, func() time.Time { return now })
 	url := serveMetrics(t, d)
 	heldBack := func(name string) string {
 		t.Helper()
@@ -92,7 +92,7 @@ func TestLowShareCountsTheTimeAHighShareHoldsItBack(t *testing.T) {
 		}
 	}
 
-	plugin.WriteUsageStatus(context.Background(), d)
+	plugin.WriteClaimStatus(context.Background(), d)
 	c, err := u.client.ResourceV1().ResourceClaims("default").Get(context.Background(), low.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

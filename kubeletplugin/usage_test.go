@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -45,7 +46,7 @@ func newUsageNode(t *testing.T) *usageNode {
 	u := &usageNode{client: fake.NewClientset(), proc: t.TempDir(), kubelet: &fakePodResources{}}
 	u.node = newNode(t, "dgx-h100", func(cfg *plugin.Config) {
 		cfg.Client = u.client
-		cfg.Usage = plugin.UsageConfig{ProcRoot: u.proc, PodResources: u.kubelet}
+		cfg.Usage = usage.Config{ProcRoot: u.proc, PodResources: u.kubelet}
 	})
 	return u
 }
@@ -204,7 +205,7 @@ func TestUsageIsWrittenToTheClaimsDeviceStatus(t *testing.T) {
 	}
 
 	set(1<<30, 20)
-	plugin.WriteUsageStatus(ctx, d)
+	plugin.WriteClaimStatus(ctx, d)
 	got := written()
 	if n := statusWrites(); n != 1 {
 		t.Errorf("%d status writes, want 1", n)
@@ -216,13 +217,13 @@ func TestUsageIsWrittenToTheClaimsDeviceStatus(t *testing.T) {
 	}
 
 	set(1<<30+10<<20, 22) // 10 MiB and 2 points more: not worth a write
-	plugin.WriteUsageStatus(ctx, d)
+	plugin.WriteClaimStatus(ctx, d)
 	if n := statusWrites(); n != 1 {
 		t.Errorf("a small change was written (%d status writes)", n)
 	}
 
 	set(3<<30, 60)
-	plugin.WriteUsageStatus(ctx, d)
+	plugin.WriteClaimStatus(ctx, d)
 	got = written()
 	if n := statusWrites(); n != 2 || got.MemoryUsedBytes == nil || *got.MemoryUsedBytes != 3<<30 || *got.SMUtilizationPercent != 60 {
 		t.Errorf("after a large change (%d status writes) the status has %+v", n, got)
@@ -268,7 +269,7 @@ func TestUsageNVMLCannotTellIsLeftOut(t *testing.T) {
 		}
 	}
 
-	plugin.WriteUsageStatus(context.Background(), d)
+	plugin.WriteClaimStatus(context.Background(), d)
 	c, err := u.client.ResourceV1().ResourceClaims(share.Namespace).Get(context.Background(), share.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/internal/features"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -60,8 +61,8 @@ func (f flags) checkFeatureGates() error {
 }
 
 // usageConfig is the per-claim usage sampling's configuration: off unless ClaimUsage is on.
-func (f flags) usageConfig() plugin.UsageConfig {
-	return plugin.UsageConfig{PodResourcesSocket: f.podResourcesSocket, Disabled: !f.enabled(features.ClaimUsage)}
+func (f flags) usageConfig() usage.Config {
+	return usage.Config{PodResourcesSocket: f.podResourcesSocket, Disabled: !f.enabled(features.ClaimUsage)}
 }
 
 // gatedTimeSlicer is ts, or where TimeSlicing is off, a TimeSlicer that refuses every

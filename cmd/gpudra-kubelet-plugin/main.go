@@ -30,6 +30,7 @@ import (
 	"github.com/gpudra/gpudra/internal/logoptions"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -128,7 +129,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.nvidiaSMI, "nvidia-smi", "", "path of nvidia-smi, which sets the GPU time-slice of TimeSlicing configs (compute-policy --set-timeslice; default: <container-driver-root or driver-root>/usr/bin/nvidia-smi; with --nvml=sim:... time-slices are simulated unless this is set)")
 	fs.StringVar(&f.cdiHook, "nvidia-cdi-hook", "", `host path of nvidia-container-toolkit's nvidia-cdi-hook, which the container runtime runs for the hooks in the CDI specs (update-ldcache, create-symlinks, ...); "none" writes no hooks (default: `+cdi.DefaultHookPath+`; with --nvml=sim:... no hooks unless this is set)`)
 	fs.StringVar(&f.healthInjectionFile, "health-injection-file", "", `simulated backends only: a file whose lines ("gpu=3 xid=79", "gpu=1 double-bit-ecc", "gpu=0 gpu-lost") inject GPU health events; the plugin consumes it (default: <plugin-data-dir>/inject-health with --nvml=sim:...)`)
-	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", plugin.DefaultPodResourcesSocket, "the kubelet's PodResources socket, which says which claims the pods' containers were given (for the per-claim usage metrics and status; the plugin reads processes' pods from the host's /proc)")
+	fs.StringVar(&f.podResourcesSocket, "pod-resources-socket", usage.DefaultPodResourcesSocket, "the kubelet's PodResources socket, which says which claims the pods' containers were given (for the per-claim usage metrics and status; the plugin reads processes' pods from the host's /proc)")
 	fs.StringVar(&f.podUID, "rolling-update-pod-uid", os.Getenv("POD_UID"), "UID of this plugin's pod (env POD_UID, from the downward API): when set, a new plugin pod can start beside the old one during a rolling update and the kubelet (1.33+) switches over without a gap; empty: one plugin per node at a time")
 	f.sharePriorityThreshold = new(int32)
 	fs.Int32Var(f.sharePriorityThreshold, sharePriorityFlag, 0, "gives GPU shares whose config leaves limits.priority unset (Fixed and Guaranteed) the priority of their pods: High when the highest spec.priority of the pods a claim is reserved for (from their PriorityClass; none: 0) is at least this value, else Low; the plugin then reads those pods at prepare (RBAC: get pods). Not given: such shares have the enforcing mechanism's normal priority")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -116,6 +117,13 @@ func TestImportRules(t *testing.T) {
 	pkgs := goList(t, nil, "./...")
 	if len(pkgs) < 10 {
 		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	// Each subsystem the rules name is a package of its own, so that the rule below
+	// checks it rather than nothing.
+	for _, sub := range pluginSubsystems {
+		if !slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, "kubeletplugin/"+sub) }) {
+			t.Errorf("the kubelet plugin has no subsystem package kubeletplugin/%s", sub)
+		}
 	}
 	for _, p := range pkgs {
 		for _, imp := range p.Imports {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 	"github.com/gpudra/gpudra/lab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -79,7 +80,7 @@ func TestRealNodeShareUsageFollowsTheClaimsProcesses(t *testing.T) {
 	}
 	err := updateRealNodePlugin(t, ctx, node, "kubeletPlugin.shareUsage (hostPID, the kubelet's pod-resources socket)", func(s *corev1.PodSpec) {
 		s.HostPID = true
-		setHostPathMount(s, "pod-resources", podResources, corev1.HostPathDirectory, filepath.Dir(kubeletplugin.DefaultPodResourcesSocket), true)
+		setHostPathMount(s, "pod-resources", podResources, corev1.HostPathDirectory, filepath.Dir(usage.DefaultPodResourcesSocket), true)
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package kubeletplugin
+package usage
 
 import (
 	"bufio"
@@ -56,9 +56,9 @@ type reservation struct {
 	pods []resourceapi.ResourceClaimConsumerReference
 }
 
-func newProcessOwners(cfg Config, logger klog.Logger) *processOwners {
-	o := &processOwners{client: cfg.BackgroundClient, proc: cfg.Usage.ProcRoot, lister: cfg.Usage.PodResources,
-		socket: cfg.Usage.PodResourcesSocket, logger: logger, reserved: map[types.UID]reservation{}}
+func newProcessOwners(cfg Config, client kubernetes.Interface, logger klog.Logger) *processOwners {
+	o := &processOwners{client: client, proc: cfg.ProcRoot, lister: cfg.PodResources,
+		socket: cfg.PodResourcesSocket, logger: logger, reserved: map[types.UID]reservation{}}
 	if o.proc == "" {
 		o.proc = "/proc"
 	}

@@ -1,9 +1,8 @@
-package kubeletplugin
+package usage
 
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,24 +25,17 @@ var (
 	gpuUnclaimedDesc     = prometheus.NewDesc("gpudra_plugin_gpu_unclaimed_processes", "Compute processes of the GPU that belong to no prepared claim.", []string{"gpu"}, nil)
 )
 
-// usageCollector samples the GPUs' processes at scrape time (at most every
-// usageCacheAge). It collects nothing until its sampler is set.
-type usageCollector struct {
-	sampler atomic.Pointer[usageSampler]
+// collector samples the GPUs' processes at scrape time (at most every usageCacheAge).
+// Without a sampler it describes the metrics and collects none.
+type collector struct {
+	sampler *Sampler
 }
 
-// usageCollectorIn is the usage collector among m's collectors.
-func usageCollectorIn(m *metrics) *usageCollector {
-	for _, c := range m.collectors {
-		if u, ok := c.(*usageCollector); ok {
-			return u
-		}
-	}
-	return nil
-}
+// NewCollector is the usage metrics' collector, which samples with s (nil: none).
+func NewCollector(s *Sampler) prometheus.Collector { return collector{sampler: s} }
 
 // Describe sends the metrics' descriptions.
-func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{claimMemoryUsedDesc, claimMemoryLimitDesc, claimSMUtilDesc, claimProcessesDesc,
 		claimGuaranteeDesc, claimCapDesc, claimHeldBackDesc, gpuMemoryUsedDesc, gpuSMUtilDesc, gpuUnclaimedDesc} {
 		ch <- d
@@ -51,12 +43,11 @@ func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect sends the usage metrics of the latest sample.
-func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.sampler.Load()
-	if s == nil {
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	if c.sampler == nil {
 		return
 	}
-	snap := s.sample(context.Background())
+	snap := c.sampler.Snapshot(context.Background())
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}

@@ -45,7 +45,7 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 	}
 	u.client.ClearActions()
 
-	plugin.WriteUsageStatus(ctx, d)
+	plugin.WriteClaimStatus(ctx, d)
 
 	var updates []k8stesting.UpdateActionImpl
 	for _, a := range u.client.Actions() {

@@ -18,6 +18,7 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/kubeletplugin/internal/loop"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 )
 
 // DeviceUsage is what the plugin writes in the data of a prepared claim's
@@ -29,136 +30,53 @@ type DeviceUsage struct {
 // UsageData is one device's usage, as the API package defines it for every reader.
 type UsageData = api.DeviceUsage
 
-// defaultUsageStatusInterval is how often usage is written to the claims' status.
-const defaultUsageStatusInterval = 30 * time.Second
+// defaultStatusInterval is how often the claims' device status is written.
+const defaultStatusInterval = 30 * time.Second
 
-// deviceUsages is the usage of each of the claim's devices, in the order of its devices.
-func deviceUsages(pc *prepared.Claim, snap *usageSnapshot, gpuMemory map[int]int64, now time.Time) []UsageData {
-	on := map[int]claimGPUUsage{}
-	for _, u := range snap.claims {
-		if u.UID == pc.UID {
-			on[u.GPU] = u
-		}
-	}
-	out := make([]UsageData, len(pc.Devices))
-	for k, d := range pc.Devices {
-		u := UsageData{ObservedAt: metav1.NewTime(now.Truncate(time.Second))}
-		smKnown, memKnown := len(d.GPUs) > 0, true
-		sm, mem := 0, int64(0)
-		for _, idx := range d.GPUs {
-			c, ok := on[idx]
-			mem += c.MemoryUsed
-			memKnown = memKnown && (!ok || c.MemoryKnown)
-			u.Processes += c.Processes
-			sm += c.SMUtil
-			smKnown = smKnown && c.SMKnown
-			if len(d.GPUs) > 1 || d.CDI.MemoryBytes == 0 {
-				u.MemoryLimitBytes += gpuMemory[idx]
-			}
-		}
-		if len(d.GPUs) <= 1 && d.CDI.MemoryBytes != 0 {
-			u.MemoryLimitBytes = d.CDI.MemoryBytes
-		}
-		if smKnown {
-			u.SMUtilizationPercent = &sm
-		}
-		if memKnown {
-			u.MemoryUsedBytes = &mem
-		}
-		if d.Type == api.TypeShare {
-			g, c := d.CDI.ComputePercent, 100
-			if l := d.CDI.Limits; l != nil && l.ComputePercent > 0 {
-				c = l.ComputePercent
-			}
-			u.ComputeGuaranteePercent, u.ComputeCapPercent = &g, &c
-		}
-		if l := d.CDI.Limits; d.Type == api.TypeShare && l != nil && l.HAMi && l.Priority == string(api.PriorityLow) && len(d.GPUs) == 1 {
-			held := int64(on[d.GPUs[0]].HeldBack / time.Second)
-			u.HeldBackSeconds = &held
-		}
-		out[k] = u
-	}
-	return out
-}
-
-// usageChanged says whether now differs from was by enough to write it again: another
-// process count, limit or compute, memory by 64 MiB and 5% of the limit, or SM
-// utilization by 5 points, held-back time by 30 s.
-func usageChanged(was, now []UsageData) bool {
-	if len(was) != len(now) {
-		return true
-	}
-	intOf := func(p *int) int {
-		if p == nil {
-			return -1
-		}
-		return *p
-	}
-	for k := range now {
-		a, b := was[k], now[k]
-		if a.Processes != b.Processes || a.MemoryLimitBytes != b.MemoryLimitBytes ||
-			intOf(a.ComputeGuaranteePercent) != intOf(b.ComputeGuaranteePercent) || intOf(a.ComputeCapPercent) != intOf(b.ComputeCapPercent) ||
-			(a.SMUtilizationPercent == nil) != (b.SMUtilizationPercent == nil) {
-			return true
-		}
-		if (a.MemoryUsedBytes == nil) != (b.MemoryUsedBytes == nil) {
-			return true
-		}
-		if a, b := a.MemoryUsedBytes, b.MemoryUsedBytes; a != nil {
-			if diff := max(*a-*b, *b-*a); diff >= 64<<20 && diff*20 >= now[k].MemoryLimitBytes {
-				return true
-			}
-		}
-		if d := intOf(a.SMUtilizationPercent) - intOf(b.SMUtilizationPercent); d >= 5 || d <= -5 {
-			return true
-		}
-		if a, b := a.HeldBackSeconds, b.HeldBackSeconds; (a == nil) != (b == nil) || (a != nil && *b-*a >= 30) {
-			return true
-		}
-	}
-	return false
-}
-
-// usageStatus writes the prepared claims' usage and readiness to their status.devices.
-type usageStatus struct {
-	d       *Driver
-	sampler *usageSampler
+// claimStatus writes the prepared claims' device status: each device's Ready condition,
+// and its usage when usage is sampled.
+type claimStatus struct {
+	d *Driver
+	// usage samples what the claims use; nil writes no usage.
+	usage   *usage.Sampler
 	written map[types.UID]deviceStatuses
 }
 
 // deviceStatuses are what was last written for a claim's devices, in its devices' order.
 type deviceStatuses struct {
-	usages []UsageData
+	usages []UsageData // nil without usage sampling
 	ready  []readiness
 }
 
-// startUsageStatus writes the prepared claims' usage to their status every
-// Usage.StatusInterval until ctx ends; nothing without an API client or a sampler.
-func (d *Driver) startUsageStatus(ctx context.Context) {
-	u := usageCollectorIn(d.metrics)
-	if u == nil || u.sampler.Load() == nil || d.cfg.BackgroundClient == nil {
+func newClaimStatus(d *Driver) *claimStatus {
+	return &claimStatus{d: d, usage: d.usage, written: map[types.UID]deviceStatuses{}}
+}
+
+// startClaimStatus writes the prepared claims' device status every StatusInterval until
+// ctx ends; nothing without an API client.
+func (d *Driver) startClaimStatus(ctx context.Context) {
+	if d.cfg.BackgroundClient == nil || d.usage == nil {
 		return
 	}
-	every := d.cfg.Usage.StatusInterval
+	every := d.cfg.StatusInterval
 	if every <= 0 {
-		every = defaultUsageStatusInterval
+		every = defaultStatusInterval
 	}
-	w := &usageStatus{d: d, sampler: u.sampler.Load(), written: map[types.UID]deviceStatuses{}}
+	w := newClaimStatus(d)
 	go loop.After(ctx, every, func(ctx context.Context) bool {
 		w.writeAll(ctx)
 		return false
 	})
 }
 
-// writeAll writes the usage and readiness of each prepared claim whose usage changed
-// meaningfully, or whose readiness changed, since it was last written.
-func (w *usageStatus) writeAll(ctx context.Context) {
-	snap := w.sampler.sample(ctx)
-	gpus, claims := w.d.state.preparedView()
-	mem := map[int]int64{}
-	for _, g := range gpus {
-		mem[g.Index] = int64(g.MemoryBytes)
+// writeAll writes the readiness and usage of each prepared claim whose readiness changed,
+// or whose usage changed meaningfully, since it was last written.
+func (w *claimStatus) writeAll(ctx context.Context) {
+	var snap *usage.Snapshot
+	if w.usage != nil {
+		snap = w.usage.Snapshot(ctx)
 	}
+	_, claims := w.d.state.Prepared()
 	var taints map[int][]resourceapi.DeviceTaint
 	if w.d.health != nil {
 		taints = w.d.health.RenderTaints()
@@ -167,11 +85,14 @@ func (w *usageStatus) writeAll(ctx context.Context) {
 	now := time.Now()
 	for _, pc := range claims {
 		seen[pc.UID] = true
-		st := deviceStatuses{usages: deviceUsages(pc, snap, mem, now)}
+		var st deviceStatuses
+		if snap != nil {
+			st.usages = snap.Devices(pc, now)
+		}
 		for _, pd := range pc.Devices {
 			st.ready = append(st.ready, deviceReadiness(pd, taints))
 		}
-		if was, ok := w.written[pc.UID]; ok && !usageChanged(was.usages, st.usages) && slices.Equal(was.ready, st.ready) {
+		if was, ok := w.written[pc.UID]; ok && !usage.Changed(was.usages, st.usages) && slices.Equal(was.ready, st.ready) {
 			continue
 		}
 		if err := w.d.writeStatus(ctx, pc, st, now); err != nil {
@@ -222,7 +143,7 @@ func deviceReadiness(pd prepared.Device, taints map[int][]resourceapi.DeviceTain
 }
 
 // writeStatus writes the claim's status.devices entries of its prepared devices (their
-// usage in data, and the Ready condition) as the plugin's field manager, keeping the
+// usage in data, where sampled, and the Ready condition) as the plugin's field manager, keeping the
 // entries of other drivers as they are.
 //
 // It updates rather than applies: Kubernetes 1.37.2 refused the plugin's server-side
@@ -265,9 +186,13 @@ func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceS
 		if !allocated[key] {
 			continue
 		}
-		raw, err := json.Marshal(DeviceUsage{Usage: st.usages[k]})
-		if err != nil {
-			return err
+		var data *runtime.RawExtension
+		if st.usages != nil {
+			raw, err := json.Marshal(DeviceUsage{Usage: st.usages[k]})
+			if err != nil {
+				return err
+			}
+			data = &runtime.RawExtension{Raw: raw}
 		}
 		r := st.ready[k]
 		cond := metav1.ConditionFalse
@@ -280,7 +205,7 @@ func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceS
 		}
 		devices = append(devices, resourceapi.AllocatedDeviceStatus{
 			Driver: api.DriverName, Pool: pd.Pool, Device: pd.Device, ShareID: share,
-			Data: &runtime.RawExtension{Raw: raw},
+			Data: data,
 			Conditions: []metav1.Condition{{Type: ConditionReady, Status: cond, Reason: r.reason, Message: r.message,
 				ObservedGeneration: c.Generation, LastTransitionTime: since}},
 		})

@@ -1,4 +1,4 @@
-package kubeletplugin
+package usage
 
 import (
 	"time"
@@ -28,7 +28,7 @@ type heldBack struct {
 
 // account adds the time since the previous sample to the claims held back in both, forgets
 // claims that are no longer prepared, and writes each claim's total into snap.
-func (h *heldBack) account(snap *usageSnapshot, now time.Time) {
+func (h *heldBack) account(snap *Snapshot, now time.Time) {
 	busyHigh := map[int]bool{}
 	for _, c := range snap.claims {
 		if c.HAMi && c.Priority == string(api.PriorityHigh) && c.SMKnown && c.SMUtil > 0 {
