@@ -53,9 +53,9 @@ func newClaimStatus(d *Driver) *claimStatus {
 }
 
 // startClaimStatus writes the prepared claims' device status every StatusInterval until
-// ctx ends; nothing without an API client.
+// ctx ends, whether usage is sampled or not; nothing without an API client.
 func (d *Driver) startClaimStatus(ctx context.Context) {
-	if d.cfg.BackgroundClient == nil || d.usage == nil {
+	if d.cfg.BackgroundClient == nil {
 		return
 	}
 	every := d.cfg.StatusInterval

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/kubeletplugin/usage"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -88,5 +90,47 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 	var du plugin.DeviceUsage
 	if mine.Data == nil || json.Unmarshal(mine.Data.Raw, &du) != nil || du.Usage.MemoryLimitBytes != 4<<30 {
 		t.Errorf("the share's entry data = %v, want its usage", mine.Data)
+	}
+}
+
+// With usage sampling off, the running plugin still writes the Ready condition of every
+// prepared device of a claim, and no usage.
+func TestReadyIsWrittenWithUsageOff(t *testing.T) {
+	n := newNode(t, "dgx-h100")
+	c := startPlugin(t, n, func(cfg *plugin.Config) {
+		cfg.Usage = usage.Config{Disabled: true}
+		cfg.StatusInterval = 20 * time.Millisecond
+	})
+	whole := n.allocate(gpuClaim("1", ""))
+	ctx := context.Background()
+	claims := c.client.ResourceV1().ResourceClaims(whole.Namespace)
+	if _, err := claims.Create(ctx, whole, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustPrepare(t, c.d, whole)
+
+	var s resourceapi.AllocatedDeviceStatus
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err := claims.Get(ctx, whole.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Status.Devices) == 1 {
+			s = got.Status.Devices[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status.devices = %+v 10 s after the prepare, want the GPU's entry", got.Status.Devices)
+		}
+	}
+	if r := whole.Status.Allocation.Devices.Results[0]; s.Driver != api.DriverName || s.Pool != r.Pool || s.Device != r.Device {
+		t.Errorf("status entry %s/%s/%s, want the allocated %s/%s/%s", s.Driver, s.Pool, s.Device, r.Driver, r.Pool, r.Device)
+	}
+	ready := meta.FindStatusCondition(s.Conditions, plugin.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Reason != plugin.ReasonPrepared {
+		t.Errorf("the GPU's conditions = %+v, want Ready True (%s)", s.Conditions, plugin.ReasonPrepared)
+	}
+	if s.Data != nil {
+		t.Errorf("the GPU's entry data = %s, want no usage with usage sampling off", s.Data.Raw)
 	}
 }
