@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -366,24 +365,13 @@ func (p *planner) allocated(c *resourceapi.ResourceClaim) ([]prepared.Device, er
 		if !ok {
 			return nil, fmt.Errorf("claim %s/%s: status.allocation.devices.results[%d]: device %q is not published by this node", c.Namespace, c.Name, k, r.Device)
 		}
-		d := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
-		switch d.Type {
-		case api.TypeGPU, api.TypeShare:
-			idx, _ := attrInt(pub, api.AttrIndex)
-			d.GPUs = []int{idx}
-		case api.TypeNVLinkGroup:
-			for _, m := range strings.Split(attrString(pub, api.AttrMembers), "-") {
-				idx, err := strconv.Atoi(m)
-				if err != nil {
-					return nil, fmt.Errorf("claim %s/%s: device %q: group member %q is not a GPU index", c.Namespace, c.Name, r.Device, m)
-				}
-				d.GPUs = append(d.GPUs, idx)
-			}
-		case api.TypeMIG:
-			parent, _ := attrInt(pub, api.AttrParentIndex)
-			d.MIG, d.GPUs = &prepared.MIGInstance{Parent: parent}, []int{parent}
-		default:
-			return nil, fmt.Errorf("claim %s/%s: device %q has unknown type %q", c.Namespace, c.Name, r.Device, d.Type)
+		info, err := readPublished(pub)
+		if err != nil {
+			return nil, fmt.Errorf("claim %s/%s: status.allocation.devices.results[%d]: %w", c.Namespace, c.Name, k, err)
+		}
+		d := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: info.Type, GPUs: info.GPUs}
+		if info.Type == api.TypeMIG {
+			d.MIG = &prepared.MIGInstance{Parent: info.GPUs[0]}
 		}
 		out = append(out, d)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,18 +40,21 @@ func newPlanner(nodeName string, inv *driver.Inventory, pool *driver.Pool, node 
 	return p
 }
 
-func attrString(d resourceapi.Device, name string) string {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
-		return *a.StringValue
+// readPublished reads a device this node publishes (api.ReadDevice), which must name its
+// GPUs; an error names the attribute.
+func readPublished(pub resourceapi.Device) (api.DeviceInfo, error) {
+	info, err := api.ReadDevice(&pub)
+	if err != nil {
+		return info, err
 	}
-	return ""
-}
-
-func attrInt(d resourceapi.Device, name string) (int, bool) {
-	if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.IntValue != nil {
-		return int(*a.IntValue), true
+	if len(info.GPUs) == 0 {
+		attr := api.AttrIndex
+		if info.Type == api.TypeMIG {
+			attr = api.AttrParentIndex
+		}
+		return info, fmt.Errorf("device %s: attribute %s is missing: want the index of its GPU", pub.Name, attr)
 	}
-	return 0, false
+	return info, nil
 }
 
 // vgpuDirName and preloadDirName are the directories, in the plugin's state directory,
@@ -122,7 +124,11 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	if !ok {
 		return prepared.Device{}, fmt.Errorf("device %q is not published by this node", r.Device)
 	}
-	pd := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: attrString(pub, api.AttrType)}
+	info, err := readPublished(pub)
+	if err != nil {
+		return prepared.Device{}, err
+	}
+	pd := prepared.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, Type: info.Type}
 	name := claimUID + "-" + r.Device
 	if r.ShareID != nil {
 		pd.ShareID = string(*r.ShareID)
@@ -132,7 +138,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 	sharing := conf.GPU.Sharing
 	switch pd.Type {
 	case api.TypeGPU, api.TypeShare:
-		idx, _ := attrInt(pub, api.AttrIndex)
+		idx := info.GPUs[0]
 		g := p.inv.GPU(idx)
 		if g == nil {
 			return prepared.Device{}, fmt.Errorf("GPU %d is not in the inventory", idx)
@@ -141,11 +147,10 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		pd.CDI.GPUs = []cdi.GPU{{Index: g.Index, Minor: g.Minor, UUID: g.UUID}}
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = int64(g.MemoryBytes), 100
 	case api.TypeNVLinkGroup:
-		for _, s := range strings.Split(attrString(pub, api.AttrMembers), "-") {
-			idx, err := strconv.Atoi(s)
+		for _, idx := range info.Members {
 			g := p.inv.GPU(idx)
-			if err != nil || g == nil {
-				return prepared.Device{}, fmt.Errorf("group member %q is not a GPU of this node", s)
+			if g == nil {
+				return prepared.Device{}, fmt.Errorf("device %s: attribute %s: group member %d is not a GPU of this node", r.Device, api.AttrMembers, idx)
 			}
 			pd.GPUs = append(pd.GPUs, idx)
 			pd.CDI.GPUs = append(pd.CDI.GPUs, cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
@@ -153,7 +158,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		}
 		pd.CDI.ComputePercent = 100
 	case api.TypeMIG:
-		mi, err := p.migInstance(pub)
+		mi, err := p.migInstance(info)
 		if err != nil {
 			return prepared.Device{}, err
 		}
@@ -210,7 +215,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		case api.EnforceAuto:
 			limits.HAMi = p.node.VGPULibrary != ""
 		}
-		if factor, over := memoryOversubscription(pub); over {
+		if factor, over := memoryOversubscription(info); over {
 			if err := oversubscribable(conf.GPU.Limits.Enforcement, sharing.Strategy, limits.HAMi, factor); err != nil {
 				return prepared.Device{}, err
 			}
@@ -254,13 +259,11 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 
 // memoryOversubscription is the factor by which a published share device's memory capacity
 // exceeds its card's (its memoryOversubscriptionPercent), and whether it does.
-func memoryOversubscription(share resourceapi.Device) (string, bool) {
-	a := share.Attributes[resourceapi.QualifiedName(api.AttrMemoryOversubscribed)]
-	if a.BoolValue == nil || !*a.BoolValue {
+func memoryOversubscription(share api.DeviceInfo) (string, bool) {
+	if !share.MemoryOversubscribed {
 		return "", false
 	}
-	percent, _ := attrInt(share, api.AttrMemoryOversubscriptionPercent)
-	return strconv.FormatFloat(float64(percent)/100, 'f', -1, 64), true
+	return strconv.FormatFloat(float64(share.MemoryOversubscriptionPercent)/100, 'f', -1, 64), true
 }
 
 // oversubscribable refuses a share on a node that oversubscribes GPU memory unless
@@ -281,11 +284,8 @@ func oversubscribable(enforcement api.Enforcement, strategy api.SharingStrategy,
 	return nil
 }
 
-func (p *planner) migInstance(pub resourceapi.Device) (*prepared.MIGInstance, error) {
-	parent, _ := attrInt(pub, api.AttrParentIndex)
-	start, _ := attrInt(pub, api.AttrMIGPlacementStart)
-	size, _ := attrInt(pub, api.AttrMIGPlacementSize)
-	profile := attrString(pub, api.AttrMIGProfile)
+func (p *planner) migInstance(pub api.DeviceInfo) (*prepared.MIGInstance, error) {
+	parent, start, size, profile := pub.GPUs[0], pub.MIGPlacementStart, pub.MIGPlacementSize, pub.MIGProfile
 	g := p.inv.GPU(parent)
 	if g == nil || g.MIG == nil {
 		return nil, fmt.Errorf("MIG parent GPU %d is not MIG-capable on this node", parent)

@@ -36,8 +36,10 @@ type DeviceInfo struct {
 	Members []int
 	// NVLinkClique and NVLinkDomain are a GPU's NVLink clique and domain, if any.
 	NVLinkClique, NVLinkDomain string
-	// MemoryOversubscriptionPercent is a share's memory capacity in percent of its card's
-	// (100 when not oversubscribed; 0 on a device that does not say).
+	// MemoryOversubscribed is whether a share's memory capacity is more than its card's;
+	// MemoryOversubscriptionPercent is that capacity in percent of its card's (100 when
+	// not oversubscribed; 0 on a device that does not say).
+	MemoryOversubscribed          bool
 	MemoryOversubscriptionPercent int
 	// Memory is the memory capacity (bytes); Compute the compute capacity (percent of a
 	// GPU). Zero when the device has none.
@@ -143,6 +145,7 @@ func ReadDevice(d *resourceapi.Device) (DeviceInfo, error) {
 	info.MIGPlacementSize, _ = num(AttrMIGPlacementSize)
 	info.NVLinkClique = str(AttrNVLinkClique)
 	info.NVLinkDomain = str(AttrNVLinkDomain)
+	info.MemoryOversubscribed = boolean(AttrMemoryOversubscribed)
 	info.MemoryOversubscriptionPercent, _ = num(AttrMemoryOversubscriptionPercent)
 	info.Memory = capacityOf(d, CapMemory)
 	info.Compute = capacityOf(d, CapCompute)

@@ -35,7 +35,7 @@ func TestReadDeviceReadsWhatTheDriverPublishes(t *testing.T) {
 					t.Errorf("%s reads as %+v", d.Name, info)
 				}
 			case api.TypeShare:
-				if d.Name != driver.ShareDeviceName(info.GPUs[0]) || info.MemoryOversubscriptionPercent != 100 || info.Compute.Value() != 100 {
+				if d.Name != driver.ShareDeviceName(info.GPUs[0]) || info.MemoryOversubscriptionPercent != 100 || info.MemoryOversubscribed || info.Compute.Value() != 100 {
 					t.Errorf("%s reads as %+v", d.Name, info)
 				}
 			case api.TypeMIG:
