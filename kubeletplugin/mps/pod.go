@@ -293,6 +293,18 @@ func (p Pods) Create(d prepared.MPSDaemon) error {
 // WaitReady waits until the Deployment of the daemon listening in pipeDir has a ready
 // pod, for at most Timeout.
 func (p Pods) WaitReady(ctx context.Context, pipeDir string) error {
+	ready := func(dep *appsv1.Deployment, err error) bool {
+		return err == nil && dep.Status.ObservedGeneration >= dep.Generation && dep.Status.ReadyReplicas > 0
+	}
+	return p.waitFor(ctx, pipeDir, ready, func(name string, dep *appsv1.Deployment, waited time.Duration) error {
+		return fmt.Errorf("the MPS control daemon's pod (Deployment %s/%s on node %s) is not ready after %s: %s", p.Namespace, name, p.NodeName, waited, p.whyNotReady(name, dep))
+	})
+}
+
+// waitFor reads the Deployment of the daemon listening in pipeDir every Poll until done
+// says so of what it read, for at most Timeout or until ctx ends; then failed is the
+// error, given the Deployment last read and how long it waited.
+func (p Pods) waitFor(ctx context.Context, pipeDir string, done func(*appsv1.Deployment, error) bool, failed func(name string, dep *appsv1.Deployment, waited time.Duration) error) error {
 	name, _, err := PodName(pipeDir)
 	if err != nil {
 		return err
@@ -303,7 +315,7 @@ func (p Pods) WaitReady(ctx context.Context, pipeDir string) error {
 	start := time.Now()
 	for {
 		dep, err := deployments.Get(ctx, name, metav1.GetOptions{})
-		if err == nil && dep.Status.ObservedGeneration >= dep.Generation && dep.Status.ReadyReplicas > 0 {
+		if done(dep, err) {
 			return nil
 		}
 		if err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
@@ -311,7 +323,7 @@ func (p Pods) WaitReady(ctx context.Context, pipeDir string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the MPS control daemon's pod (Deployment %s/%s on node %s) is not ready after %s: %s", p.Namespace, name, p.NodeName, time.Since(start).Round(time.Millisecond), p.whyNotReady(name, dep))
+			return failed(name, dep, time.Since(start).Round(time.Millisecond))
 		case <-time.After(p.poll()):
 		}
 	}
@@ -413,25 +425,10 @@ func (p Pods) Delete(pipeDir string) (gone bool, err error) {
 // WaitGone waits until the Deployment of the daemon listening in pipeDir is gone, for at
 // most Timeout, or until ctx ends.
 func (p Pods) WaitGone(ctx context.Context, pipeDir string) error {
-	name, _, err := PodName(pipeDir)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout())
-	defer cancel()
-	deployments := p.Client.AppsV1().Deployments(p.Namespace)
-	start := time.Now()
-	for {
-		_, err := deployments.Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the MPS control daemon's Deployment %s/%s is not gone %s after its deletion: %s", p.Namespace, name, time.Since(start).Round(time.Millisecond), p.whyNotReady(name, nil))
-		case <-time.After(p.poll()):
-		}
-	}
+	gone := func(_ *appsv1.Deployment, err error) bool { return apierrors.IsNotFound(err) }
+	return p.waitFor(ctx, pipeDir, gone, func(name string, _ *appsv1.Deployment, waited time.Duration) error {
+		return fmt.Errorf("the MPS control daemon's Deployment %s/%s is not gone %s after its deletion: %s", p.Namespace, name, waited, p.whyNotReady(name, nil))
+	})
 }
 
 // PipeDirs are the pipe directories of the daemons that run in pods on this node (for
