@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/gpudra/gpudra/kubeletplugin/mps"
 	"github.com/gpudra/gpudra/kubeletplugin/prepared"
 )
@@ -55,5 +60,41 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal(errors.New("timed out"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Waiting for a daemon's Deployment ends when it is ready (or gone), and otherwise fails
+// after the timeout naming the Deployment and what it waited for.
+func TestPodsWaitForTheDeployment(t *testing.T) {
+	const pipe = "/var/lib/gpudra/mps/0b6e4c6a-1d5e-4f6b-9c1a-2b3c4d5e6f70/pipe"
+	name, _, err := mps.PodName(pipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ready := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpudra"}, Status: appsv1.DeploymentStatus{ReadyReplicas: 1}}
+	starting := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpudra"}}
+	pods := func(objs ...runtime.Object) mps.Pods {
+		return mps.Pods{Client: fake.NewClientset(objs...), Namespace: "gpudra", NodeName: "node-a", Timeout: 100 * time.Millisecond, Poll: 5 * time.Millisecond}
+	}
+	for _, tc := range []struct {
+		name    string
+		wait    func(mps.Pods) error
+		objs    []runtime.Object
+		wantErr string
+	}{
+		{"ready", func(p mps.Pods) error { return p.WaitReady(ctx, pipe) }, []runtime.Object{ready}, ""},
+		{"not ready", func(p mps.Pods) error { return p.WaitReady(ctx, pipe) }, []runtime.Object{starting}, "Deployment gpudra/" + name + " on node node-a) is not ready after"},
+		{"never made", func(p mps.Pods) error { return p.WaitReady(ctx, pipe) }, nil, "is not ready after"},
+		{"gone", func(p mps.Pods) error { return p.WaitGone(ctx, pipe) }, nil, ""},
+		{"not gone", func(p mps.Pods) error { return p.WaitGone(ctx, pipe) }, []runtime.Object{ready}, "Deployment gpudra/" + name + " is not gone"},
+	} {
+		err := tc.wait(pods(tc.objs...))
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: error %v, want one with %q", tc.name, err, tc.wantErr)
+		}
 	}
 }
