@@ -32,7 +32,7 @@ type Config struct {
 	// Client is what prepares use (the claims, ResourceSlices, the pods of a share's
 	// priority, MPS control daemon pods).
 	Client kubernetes.Interface
-	// BackgroundClient is what the background writers and readers use (claims' usage
+	// BackgroundClient is what the background writers and readers use (claims' device
 	// status, Events, the Node's MIG layout labels, the owners of GPU processes, the
 	// readiness probe's ResourceSlices): a client with a rate limiter of its own keeps
 	// them from using up the requests prepares wait for. nil: Client.
