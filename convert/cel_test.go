@@ -133,7 +133,7 @@ func TestMIGProfileOf(t *testing.T) {
 func TestGpudraTablesMatchRenderedDevices(t *testing.T) {
 	attrs := map[kind]map[string]map[string]bool{}
 	caps := map[kind]map[string]bool{}
-	for _, p := range []string{"dgx-a100", "dgx-h100", "dgx-v100", "hgx-h100-4gpu", "l40s-pcie"} {
+	for _, p := range []string{"dgx-a100", "dgx-h100", "dgx-v100", "hgx-a100-4gpu", "hgx-h100-4gpu", "l40s-pcie"} {
 		_, slices, err := simulated.Slices(p, "node", driver.RenderOptions{MIG: driver.MIGDynamic})
 		if err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ func TestSizedNVLinkGroupClasses(t *testing.T) {
 	for profile, published := range map[string][]int{
 		"dgx-v100":      {2, 4}, // linked pairs and the two quads
 		"dgx-h100":      {2, 4, 8},
+		"hgx-a100-4gpu": {2, 4},
 		"hgx-h100-4gpu": {2, 4},
 		"l40s-pcie":     nil, // no NVLink
 	} {

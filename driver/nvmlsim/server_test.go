@@ -28,6 +28,7 @@ func TestBuiltinProfilesReportTheirGPUs(t *testing.T) {
 		{"dgx-v100", 8, "Tesla V100-SXM2-32GB", nvml.BRAND_TESLA, nvml.DEVICE_ARCH_VOLTA, [2]int{7, 0}, 32768, 80, "535.161.08", 12020, false, 6, nvml.NVLINK_DEVICE_TYPE_GPU},
 		{"l40s-pcie", 8, "NVIDIA L40S", nvml.BRAND_NVIDIA, nvml.DEVICE_ARCH_ADA, [2]int{8, 9}, 46068, 142, "550.90.07", 12040, false, 0, 0},
 		{"dgx-a100", 8, "NVIDIA A100-SXM4-40GB", nvml.BRAND_NVIDIA, nvml.DEVICE_ARCH_AMPERE, [2]int{8, 0}, 40960, 108, "550.54.15", 12040, true, 12, nvml.NVLINK_DEVICE_TYPE_SWITCH},
+		{"hgx-a100-4gpu", 4, "NVIDIA A100-SXM4-80GB", nvml.BRAND_NVIDIA, nvml.DEVICE_ARCH_AMPERE, [2]int{8, 0}, 81920, 108, "550.54.15", 12040, true, 12, nvml.NVLINK_DEVICE_TYPE_GPU},
 		{"dgx-h100", 8, "NVIDIA H100 80GB HBM3", nvml.BRAND_NVIDIA, nvml.DEVICE_ARCH_HOPPER, [2]int{9, 0}, 81920, 132, "550.54.15", 12040, true, 18, nvml.NVLINK_DEVICE_TYPE_SWITCH},
 	}
 	for _, tc := range tests {
