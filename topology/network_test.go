@@ -32,7 +32,7 @@ func TestNetworkFromLabels(t *testing.T) {
 	if l, _ := net.Location("a2"); l.ToR != "tor-7" {
 		t.Errorf("ToR = %q", l.ToR)
 	}
-	if _, err := net.Domains("row"); err == nil || !strings.Contains(err.Error(), "accepted values are block, rack, hostname") {
+	if _, err := net.Domains("row"); err == nil || !strings.Contains(err.Error(), "accepted values are block, rack, tor, hostname") {
 		t.Errorf("unknown level: %v", err)
 	}
 	labels["x9"] = map[string]string{api.LabelBlock: "b1"}

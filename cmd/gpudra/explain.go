@@ -523,9 +523,7 @@ func printWorkload(w io.Writer, r *admission.Report) error {
 		if required == "" {
 			required = "-"
 		}
-		if ps.SliceSize > 0 {
-			required += fmt.Sprintf(" (slices of %d per %s)", ps.SliceSize, ps.SliceRequired)
-		}
+		required += unitsText(ps)
 		templates := strings.Join(ps.ClaimTemplates, ",")
 		if templates == "" {
 			templates = "-"
@@ -554,6 +552,32 @@ func printWorkload(w io.Writer, r *admission.Report) error {
 				fmt.Fprintf(w, "  %s: %s left out: %s\n", ps.Name, n.Node, n.Reason)
 			}
 		}
+		if ps.Planned != nil {
+			for _, note := range ps.Planned.Notes {
+				fmt.Fprintf(w, "  %s: %s\n", ps.Name, note)
+			}
+		}
 	}
 	return nil
+}
+
+// unitsText is a pod set's slices and subslices: " (slices of 16 per tor by its
+// oversubscription, subslices of 4 per hostname)".
+func unitsText(ps admission.PodSetReport) string {
+	var parts []string
+	add := func(what string, size int, required, network string) {
+		switch {
+		case size == 0:
+		case network != "":
+			parts = append(parts, fmt.Sprintf("%s of %d per %s by its oversubscription", what, size, network))
+		default:
+			parts = append(parts, fmt.Sprintf("%s of %d per %s", what, size, required))
+		}
+	}
+	add("slices", ps.SliceSize, ps.SliceRequired, ps.SliceNetwork)
+	add("subslices", ps.SubsliceSize, ps.SubsliceRequired, ps.SubsliceNetwork)
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -327,6 +327,9 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 		if set.Required != "" {
 			where = append(where, fmt.Sprintf("%s in %s %s", set.Name, set.Required, domain))
 		}
+		for _, note := range placement.Notes[set.Name] {
+			where = append(where, set.Name+": "+note)
+		}
 	}
 	ready.Message = "gang fits: " + strings.Join(append(where, fmt.Sprintf("%d pods placed", countPods(placement))), "; ")
 	return ready, placement, nil
@@ -359,7 +362,8 @@ func countPods(p *gang.Placement) int {
 	return n
 }
 
-// nodeSelector pins a pod set to its domain: "b1/r2" at rack level selects block b1 and rack r2.
+// nodeSelector pins a pod set to its domain: "b1/r2" at rack level selects block b1 and rack
+// r2, "b1/r2/t1" at tor level adds ToR t1.
 func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
 	switch level {
 	case topology.LevelBlock:
@@ -367,6 +371,12 @@ func (r *Reconciler) nodeSelector(level, domain string) map[string]string {
 	case topology.LevelRack:
 		block, rack, _ := strings.Cut(domain, "/")
 		return map[string]string{r.Labels.Block: block, r.Labels.Rack: rack}
+	case topology.LevelToR:
+		parts := strings.SplitN(domain, "/", 3)
+		if len(parts) != 3 {
+			return nil
+		}
+		return map[string]string{r.Labels.Block: parts[0], r.Labels.Rack: parts[1], r.Labels.ToR: parts[2]}
 	case topology.LevelHostname:
 		return map[string]string{topology.LabelHostname: domain}
 	}

@@ -165,7 +165,7 @@ func TestAdmissionCheck(t *testing.T) {
 		wl := job("bad", "dp0")
 		wl.Spec.PodSets[0].Template.Annotations[api.AnnotationRequiredTopology] = "row"
 		got := reconcile(t, newReconciler(lab(t, wl)), "bad")
-		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "accepted values are block, rack, hostname") {
+		if got.State != kueue.CheckStateRejected || !strings.Contains(got.Message, "accepted values are block, rack, tor, hostname") {
 			t.Fatalf("%s %q", got.State, got.Message)
 		}
 	})

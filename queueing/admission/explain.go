@@ -78,10 +78,17 @@ type PodSetReport struct {
 	// makes for DRA-backed extended resources.
 	Claims int `json:"claims"`
 	// Required is the pod set's gpudra.dev/required-topology ("" keeps it anywhere).
-	Required      string            `json:"required,omitempty"`
-	SliceSize     int               `json:"sliceSize,omitempty"`
-	SliceRequired string            `json:"sliceRequired,omitempty"`
-	NodeSelector  map[string]string `json:"nodeSelector,omitempty"`
+	Required      string `json:"required,omitempty"`
+	SliceSize     int    `json:"sliceSize,omitempty"`
+	SliceRequired string `json:"sliceRequired,omitempty"`
+	// SliceNetwork is the slices' gpudra.dev/slice-topology: kept in one domain of that
+	// level where its switch is oversubscribed, preferably where it is not.
+	SliceNetwork string `json:"sliceNetwork,omitempty"`
+	// Subslice* are the same for the subslices inside each slice.
+	SubsliceSize     int               `json:"subsliceSize,omitempty"`
+	SubsliceRequired string            `json:"subsliceRequired,omitempty"`
+	SubsliceNetwork  string            `json:"subsliceNetwork,omitempty"`
+	NodeSelector     map[string]string `json:"nodeSelector,omitempty"`
 	// Domains are the domains at the required level (one, the cluster, without one).
 	Domains []DomainReport `json:"domains"`
 	// Planned is where the whole gang's plan puts the pod set, when the gang fits.
@@ -116,6 +123,8 @@ type NodeReason struct {
 type Planned struct {
 	Domain string   `json:"domain,omitempty"`
 	Nodes  []string `json:"nodes"`
+	// Notes say which ToR (or block) rule kept slices where they are, and why.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Explain reports what the check sees of the Workload, read through c (no writes): its
@@ -154,7 +163,9 @@ func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl
 	}
 	for i, set := range sets {
 		ps := PodSetReport{Name: set.Name, Count: set.Count, Claims: len(set.Claims), Required: set.Required,
-			SliceSize: set.SliceSize, SliceRequired: set.SliceRequired, NodeSelector: set.NodeSelector}
+			SliceSize: set.SliceSize, SliceRequired: set.SliceRequired, SliceNetwork: set.SliceNetwork,
+			SubsliceSize: set.SubsliceSize, SubsliceRequired: set.SubsliceRequired, SubsliceNetwork: set.SubsliceNetwork,
+			NodeSelector: set.NodeSelector}
 		for _, rc := range wl.Spec.PodSets[i].Template.Spec.ResourceClaims {
 			if rc.ResourceClaimTemplateName != nil {
 				ps.ClaimTemplates = append(ps.ClaimTemplates, *rc.ResourceClaimTemplateName)
@@ -185,9 +196,12 @@ func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl
 		var where []string
 		for k, set := range sets {
 			domain := placement.Domains[set.Name]
-			rep.PodSets[k].Planned = &Planned{Domain: domain, Nodes: placement.Nodes[set.Name]}
+			rep.PodSets[k].Planned = &Planned{Domain: domain, Nodes: placement.Nodes[set.Name], Notes: placement.Notes[set.Name]}
 			if set.Required != "" {
 				where = append(where, fmt.Sprintf("%s in %s %s", set.Name, set.Required, domain))
+			}
+			for _, note := range placement.Notes[set.Name] {
+				where = append(where, set.Name+": "+note)
 			}
 		}
 		rep.Now = CheckState{State: string(kueue.CheckStateReady),
@@ -252,8 +266,11 @@ func domainsOf(ctx context.Context, st *allocation.State, net *topology.Network,
 // whole slices for a sliced set, and the reason the whole set does not fit.
 func fitsIn(ctx context.Context, st *allocation.State, net *topology.Network, taints gang.Taints, set gang.PodSet) (int, string) {
 	unit := 1
-	if set.SliceSize > 0 {
+	switch {
+	case set.SliceSize > 0:
 		unit = set.SliceSize
+	case set.SubsliceSize > 0:
+		unit = set.SubsliceSize
 	}
 	try := func(slices int) (bool, string) {
 		trial := set

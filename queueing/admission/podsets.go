@@ -42,13 +42,15 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 		}
 		ann := ps.Template.Annotations
 		set.Required = ann[api.AnnotationRequiredTopology]
-		if v, ok := ann[api.AnnotationSliceSize]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, badInput{fmt.Errorf("%s: annotation %s=%q: must be an integer", path, api.AnnotationSliceSize, v)}
-			}
-			set.SliceSize, set.SliceRequired = n, ann[api.AnnotationSliceTopology]
+		var err error
+		if set.SliceSize, err = sizeAnnotation(ann, api.AnnotationSliceSize); err != nil {
+			return nil, badInput{fmt.Errorf("%s: %w", path, err)}
 		}
+		set.SliceRequired, set.SliceNetwork = ann[api.AnnotationSliceTopology], ann[api.AnnotationSliceNetworkTopology]
+		if set.SubsliceSize, err = sizeAnnotation(ann, api.AnnotationSubsliceSize); err != nil {
+			return nil, badInput{fmt.Errorf("%s: %w", path, err)}
+		}
+		set.SubsliceRequired, set.SubsliceNetwork = ann[api.AnnotationSubsliceTopology], ann[api.AnnotationSubsliceNetworkTopology]
 		for _, rc := range ps.Template.Spec.ResourceClaims {
 			if rc.ResourceClaimTemplateName == nil {
 				return nil, badInput{fmt.Errorf("%s: resourceClaim %s names a shared ResourceClaim; gang placement needs per-pod ResourceClaimTemplates", path, rc.Name)}
@@ -77,6 +79,19 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 		out = append(out, set)
 	}
 	return out, nil
+}
+
+// sizeAnnotation reads a slice size annotation (0 when absent).
+func sizeAnnotation(ann map[string]string, key string) (int, error) {
+	v, ok := ann[key]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("annotation %s=%q: must be an integer of at least 1", key, v)
+	}
+	return n, nil
 }
 
 // addFlavors adds the node labels and tolerations of the ResourceFlavors assigned to the

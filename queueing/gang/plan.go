@@ -14,6 +14,8 @@ import (
 
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // PodSet is a group of identical pods (a Kueue pod set).
@@ -26,8 +28,18 @@ type PodSet struct {
 	Required string
 	// SliceSize and SliceRequired split the set into consecutive slices of SliceSize pods
 	// that must each share a SliceRequired domain (e.g. pipelines of 4 stages per rack).
+	// SliceNetwork (tor or block), instead of SliceRequired, keeps each slice in one domain
+	// of that level as a requirement where the domain's switch is oversubscribed and as a
+	// preference where it is non-blocking.
 	SliceSize     int
 	SliceRequired string
+	SliceNetwork  string
+	// SubsliceSize, SubsliceRequired and SubsliceNetwork split each slice (or the whole set
+	// without slices) the same way again, e.g. tensor-parallel groups of 4 pods per host
+	// inside pipelines of 16 pods per ToR.
+	SubsliceSize     int
+	SubsliceRequired string
+	SubsliceNetwork  string
 	// NodeSelector is the pods' own node selector: only matching nodes are candidates.
 	NodeSelector map[string]string
 	// Tolerations are the pods' tolerations: nodes with a NoSchedule or NoExecute taint
@@ -35,23 +47,22 @@ type PodSet struct {
 	Tolerations []corev1.Toleration
 }
 
-// Validate checks a pod set, naming the field and the accepted values.
+// Validate checks a pod set, naming the annotation and the accepted values.
 func (p PodSet) Validate() error {
 	if p.Count < 1 {
 		return fmt.Errorf("podSet %s: count %d: must be at least 1", p.Name, p.Count)
 	}
 	if p.Required != "" {
 		if err := topology.ValidateLevel(p.Required); err != nil {
-			return fmt.Errorf("podSet %s: required: %w", p.Name, err)
+			return fmt.Errorf("podSet %s: annotation %s: %w", p.Name, api.AnnotationRequiredTopology, err)
 		}
 	}
-	if p.SliceSize > 0 || p.SliceRequired != "" {
-		if err := topology.ValidateLevel(p.SliceRequired); err != nil {
-			return fmt.Errorf("podSet %s: sliceRequired: %w", p.Name, err)
+	outer, outerName, outerLevel := p.Count, "the pod set's count", p.Required
+	for _, u := range p.units() {
+		if err := u.validate(outer, outerName, outerLevel); err != nil {
+			return fmt.Errorf("podSet %s: %w", p.Name, err)
 		}
-		if p.SliceSize < 1 || p.Count%p.SliceSize != 0 {
-			return fmt.Errorf("podSet %s: sliceSize %d must divide count %d", p.Name, p.SliceSize, p.Count)
-		}
+		outer, outerName, outerLevel = u.size, fmt.Sprintf("%s %d", u.sizeKey, u.size), u.level()
 	}
 	return nil
 }
@@ -64,6 +75,10 @@ type Placement struct {
 	Domains map[string]string
 	// Allocations[podSet][i] are pod i's claims' allocations, in Claims order.
 	Allocations map[string][][]resourceapi.AllocationResult
+	// Notes[podSet] say, for slices kept by the network rule, whether one domain was
+	// required or preferred and why (e.g. "slices of 16 kept under one ToR (required:
+	// b1/r1/tor-a uplinks oversubscribed 3:1)").
+	Notes map[string][]string
 }
 
 // Unplaceable says why a gang does not fit now.
@@ -89,7 +104,7 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 	}
 	logger := klog.FromContext(ctx)
 	work := st.Clone()
-	out := &Placement{Nodes: map[string][]string{}, Domains: map[string]string{}, Allocations: map[string][][]resourceapi.AllocationResult{}}
+	out := &Placement{Nodes: map[string][]string{}, Domains: map[string]string{}, Allocations: map[string][][]resourceapi.AllocationResult{}, Notes: map[string][]string{}}
 	for _, set := range sets {
 		level := set.Required
 		if level == "" {
@@ -111,16 +126,19 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 				skipped[t] += n
 			}
 			trial := work.Clone()
-			podNodes, allocs, got, err := placeSet(ctx, trial, net, set, nodes)
+			res, err := placeSet(ctx, trial, net, set, nodes)
 			if err != nil {
 				return nil, nil, err
 			}
-			if podNodes == nil {
-				tried = append(tried, fmt.Sprintf("%s fits %d of %d", orCluster(d.Name), got, set.Count))
+			if res.nodes == nil {
+				tried = append(tried, fmt.Sprintf("%s fits %d of %d", orCluster(d.Name), res.got, set.Count))
 				continue
 			}
 			work = trial
-			out.Nodes[set.Name], out.Allocations[set.Name], out.Domains[set.Name] = podNodes, allocs, d.Name
+			out.Nodes[set.Name], out.Allocations[set.Name], out.Domains[set.Name] = res.nodes, res.allocs, d.Name
+			if notes := res.notes(net, set); len(notes) > 0 {
+				out.Notes[set.Name] = notes
+			}
 			placed = true
 			break
 		}
@@ -134,6 +152,9 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 			}
 			reason := fmt.Sprintf("podSet %s (%d pods%s) does not fit in %s: %s",
 				set.Name, set.Count, sliceText(set), where, strings.Join(tried, "; "))
+			if rule := networkRule(net, set, allNodes(domains)); rule != "" {
+				reason += "; " + rule
+			}
 			if len(skipped) > 0 {
 				onlyTaints, err := fitsIgnoringTaints(ctx, logger, work, net, set, domains)
 				if err != nil {
@@ -173,9 +194,9 @@ func neverFits(ctx context.Context, st *allocation.State, net *topology.Network,
 func fitsIgnoringTaints(ctx context.Context, logger klog.Logger, st *allocation.State, net *topology.Network, set PodSet, domains []topology.Domain) (bool, error) {
 	for _, d := range domains {
 		nodes, _ := candidates(logger, net, nil, set, d.Nodes)
-		podNodes, _, _, err := placeSet(ctx, st.Clone(), net, set, nodes)
-		if err != nil || podNodes != nil {
-			return podNodes != nil, err
+		res, err := placeSet(ctx, st.Clone(), net, set, nodes)
+		if err != nil || res.nodes != nil {
+			return res.nodes != nil, err
 		}
 	}
 	return false, nil
@@ -189,10 +210,14 @@ func orCluster(name string) string {
 }
 
 func sliceText(s PodSet) string {
-	if s.SliceSize == 0 {
-		return ""
+	var out string
+	for _, u := range s.units() {
+		out += fmt.Sprintf(", %s of %d per %s", u.plural, u.size, u.level())
+		if u.network != "" {
+			out += " (by its oversubscription)"
+		}
 	}
-	return fmt.Sprintf(", slices of %d per %s", s.SliceSize, s.SliceRequired)
+	return out
 }
 
 func allNodes(domains []topology.Domain) []string {
@@ -202,69 +227,6 @@ func allNodes(domains []topology.Domain) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// placeSet places one pod set on the given candidate nodes (slice by slice when sliced).
-// It returns nil nodes and how many pods fitted when the set does not fit; err only for
-// bad input.
-func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, nodes []string) ([]string, [][]resourceapi.AllocationResult, int, error) {
-	groups := [][]string{nodes}
-	size := set.Count
-	if set.SliceSize > 0 {
-		size = set.SliceSize
-		sub := map[string][]string{}
-		var names []string
-		for _, n := range nodes {
-			d := net.DomainOf(n, set.SliceRequired)
-			if sub[d] == nil {
-				names = append(names, d)
-			}
-			sub[d] = append(sub[d], n)
-		}
-		sort.Strings(names)
-		groups = groups[:0]
-		for _, name := range names {
-			groups = append(groups, sub[name])
-		}
-	}
-	var outNodes []string
-	var outAllocs [][]resourceapi.AllocationResult
-	for slice := 0; slice < set.Count/size; slice++ {
-		placed := false
-		best := 0 // most pods of this slice any group took, for the reason
-		for _, g := range groups {
-			trial := st.Clone()
-			// The pods of a set ask for the same claims and each one only adds allocations,
-			// so a node one pod did not fit on will not take a later one either.
-			full := map[string]bool{}
-			var sliceNodes []string
-			var sliceAllocs [][]resourceapi.AllocationResult
-			for i := range size {
-				pod := slice*size + i
-				node, allocs, err := placePod(ctx, trial, set, pod, g, full)
-				if err != nil {
-					return nil, nil, 0, err
-				}
-				if node == "" {
-					break
-				}
-				sliceNodes = append(sliceNodes, node)
-				sliceAllocs = append(sliceAllocs, allocs)
-			}
-			best = max(best, len(sliceNodes))
-			if len(sliceNodes) == size {
-				*st = *trial
-				outNodes = append(outNodes, sliceNodes...)
-				outAllocs = append(outAllocs, sliceAllocs...)
-				placed = true
-				break
-			}
-		}
-		if !placed {
-			return nil, nil, len(outNodes) + best, nil
-		}
-	}
-	return outNodes, outAllocs, len(outNodes), nil
 }
 
 // placePod puts one pod's claims on the first node that takes them all, committing them.

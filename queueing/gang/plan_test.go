@@ -160,7 +160,7 @@ devices:
 		set := pipeline(t, "dp0")
 		set.Required = "tor-switch"
 		_, _, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{set})
-		if err == nil || gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "accepted values are block, rack, hostname") {
+		if err == nil || gang.IsUnplaceable(err) || !strings.Contains(err.Error(), "accepted values are block, rack, tor, hostname") {
 			t.Fatalf("err = %v", err)
 		}
 	})

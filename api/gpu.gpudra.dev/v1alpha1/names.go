@@ -88,6 +88,10 @@ const (
 	LabelBlock = "topology.gpudra.dev/block"
 	LabelRack  = "topology.gpudra.dev/rack"
 	LabelToR   = "topology.gpudra.dev/tor"
+	// LabelToROversubscription and LabelBlockOversubscription carry the downlink to uplink
+	// ratio of a node's ToR and of its block's spine ("3" for 3:1), from the topology file.
+	LabelToROversubscription   = "topology.gpudra.dev/tor-oversubscription"
+	LabelBlockOversubscription = "topology.gpudra.dev/block-oversubscription"
 )
 
 // The Kueue admission check and what it reads from and writes to workloads and pods.
@@ -100,6 +104,18 @@ const (
 	// slices of that many pods that must each share a domain (e.g. pipelines per rack).
 	AnnotationSliceSize     = "gpudra.dev/slice-size"
 	AnnotationSliceTopology = "gpudra.dev/slice-required-topology"
+	// AnnotationSliceNetworkTopology (tor or block), instead of AnnotationSliceTopology,
+	// lets the network decide: each slice is kept in one domain of that level as a
+	// requirement where its switch's uplinks are oversubscribed, as a preference where
+	// they are not.
+	AnnotationSliceNetworkTopology = "gpudra.dev/slice-topology"
+	// AnnotationSubsliceSize with AnnotationSubsliceTopology or
+	// AnnotationSubsliceNetworkTopology split each slice (or, without slices, the pod set)
+	// again into consecutive subslices (e.g. tensor-parallel groups per host inside
+	// pipelines per ToR).
+	AnnotationSubsliceSize            = "gpudra.dev/subslice-size"
+	AnnotationSubsliceTopology        = "gpudra.dev/subslice-required-topology"
+	AnnotationSubsliceNetworkTopology = "gpudra.dev/subslice-topology"
 	// SchedulingGate holds a pod until gpudra pins it to the node its gang was planned on.
 	SchedulingGate = "gpudra.dev/placement"
 	// AnnotationPlacement lists the planned node of each pod of a pod set, by completion index.
