@@ -101,6 +101,12 @@ func oversubscriptionLabel(labels map[string]string, key string) (float64, error
 	return r, nil
 }
 
+// The range of oversubscription ratios accepted.
+const (
+	MinOversubscription = 0.01
+	MaxOversubscription = 1000.0
+)
+
 // ParseOversubscription reads a switch's oversubscription, its downlink to its uplink
 // bandwidth: "3:1", "1.5:1", "3" or "1" (non-blocking). Ratios below 1 (more uplink than
 // downlink) are accepted as non-blocking.
@@ -116,8 +122,9 @@ func ParseOversubscription(v string) (float64, error) {
 			err = fmt.Errorf("zero uplink")
 		}
 	}
-	if err != nil || r <= 0 || math.IsInf(r, 0) || math.IsNaN(r) {
-		return 0, fmt.Errorf("oversubscription %q: accepted values are a ratio of downlink to uplink bandwidth above 0, as \"3:1\" or a number (3; 1 is non-blocking)", v)
+	if err != nil || math.IsNaN(r) || r < MinOversubscription || r > MaxOversubscription {
+		return 0, fmt.Errorf("oversubscription %q: accepted values are a ratio of downlink to uplink bandwidth from %g to %g, as \"3:1\" or a number (3; 1 is non-blocking)",
+			v, MinOversubscription, MaxOversubscription)
 	}
 	return r, nil
 }

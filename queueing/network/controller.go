@@ -19,6 +19,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Names of the objects this controller owns.
@@ -92,6 +94,13 @@ func (r *Reconciler) labelNodes(ctx context.Context) error {
 				n.Labels[k], changed = v, true
 			}
 		}
+		// A ratio the file no longer gives is no longer known.
+		for _, k := range []string{api.LabelToROversubscription, api.LabelBlockOversubscription} {
+			if _, has := n.Labels[k]; has && want[k] == "" {
+				delete(n.Labels, k)
+				changed = true
+			}
+		}
 		if changed {
 			if err := r.Client.Patch(ctx, &n, patch); err != nil {
 				return fmt.Errorf("labelling node %s: %w", node, err)
@@ -101,10 +110,15 @@ func (r *Reconciler) labelNodes(ctx context.Context) error {
 	return nil
 }
 
-// syncKueue creates or updates the Topology (block → rack → hostname) and, when node labels
-// for it are configured, a ResourceFlavor that uses it.
+// syncKueue creates or updates the Topology (block → rack → tor → hostname; without a ToR
+// label key, block → rack → hostname) and, when node labels for it are configured, a
+// ResourceFlavor that uses it.
 func (r *Reconciler) syncKueue(ctx context.Context) error {
-	levels := []kueue.TopologyLevel{{NodeLabel: r.Labels.Block}, {NodeLabel: r.Labels.Rack}, {NodeLabel: topology.LabelHostname}}
+	levels := []kueue.TopologyLevel{{NodeLabel: r.Labels.Block}, {NodeLabel: r.Labels.Rack}}
+	if r.Labels.ToR != "" {
+		levels = append(levels, kueue.TopologyLevel{NodeLabel: r.Labels.ToR})
+	}
+	levels = append(levels, kueue.TopologyLevel{NodeLabel: topology.LabelHostname})
 	var topo kueue.Topology
 	err := r.Client.Get(ctx, types.NamespacedName{Name: TopologyName}, &topo)
 	switch {

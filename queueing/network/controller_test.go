@@ -71,8 +71,9 @@ func TestNetworkController(t *testing.T) {
 	if err := c.Get(ctx, types.NamespacedName{Name: TopologyName}, &topo); err != nil {
 		t.Fatal(err)
 	}
-	if len(topo.Spec.Levels) != 3 || topo.Spec.Levels[1].NodeLabel != api.LabelRack || topo.Spec.Levels[2].NodeLabel != topology.LabelHostname {
-		t.Errorf("levels %+v", topo.Spec.Levels)
+	if len(topo.Spec.Levels) != 4 || topo.Spec.Levels[1].NodeLabel != api.LabelRack || topo.Spec.Levels[2].NodeLabel != api.LabelToR ||
+		topo.Spec.Levels[3].NodeLabel != topology.LabelHostname {
+		t.Errorf("levels %+v, want block, rack, tor, hostname", topo.Spec.Levels)
 	}
 	var flavor kueue.ResourceFlavor
 	if err := c.Get(ctx, types.NamespacedName{Name: FlavorName}, &flavor); err != nil || flavor.Spec.TopologyName == nil || *flavor.Spec.TopologyName != TopologyName || flavor.Spec.NodeLabels["node-pool"] != "gpu" {
@@ -100,5 +101,56 @@ func TestBadTopologyFile(t *testing.T) {
 	_ = c.Get(context.Background(), types.NamespacedName{Name: "n1"}, &node)
 	if _, ok := node.Labels[api.LabelRack]; ok {
 		t.Error("a bad file labelled a node")
+	}
+}
+
+// TestNetworkControllerLabelsToRsAndOversubscription: a rack with two ToRs gives each node
+// its own ToR, the ratios become labels the check reads, and a ratio dropped from the file
+// is removed from the nodes.
+func TestNetworkControllerLabelsToRsAndOversubscription(t *testing.T) {
+	ctx := context.Background()
+	c := fakeCluster(t, `
+blocks:
+- name: b1
+  oversubscription: 2
+  racks:
+  - name: r1
+    tors:
+    - name: tor-a
+      oversubscription: 3:1
+      nodes: [n1, n2]
+    - name: tor-b
+      nodes: [n3]
+`)
+	r := &Reconciler{Client: c, Labels: topology.DefaultLabelKeys, ConfigMap: types.NamespacedName{Namespace: "gpudra", Name: "network"}}
+	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][4]string{"n1": {"r1", "tor-a", "3", "2"}, "n2": {"r1", "tor-a", "3", "2"}, "n3": {"r1", "tor-b", "", "2"}}
+	labels := func(n string) [4]string {
+		var node corev1.Node
+		if err := c.Get(ctx, types.NamespacedName{Name: n}, &node); err != nil {
+			t.Fatal(err)
+		}
+		return [4]string{node.Labels[api.LabelRack], node.Labels[api.LabelToR], node.Labels[api.LabelToROversubscription], node.Labels[api.LabelBlockOversubscription]}
+	}
+	for n, w := range want {
+		if got := labels(n); got != w {
+			t.Errorf("%s: rack, ToR, ToR and spine oversubscription %v, want %v", n, got, w)
+		}
+	}
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, r.ConfigMap, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[FileKey] = "blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [n1]\n"
+	if err := c.Update(ctx, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := labels("n1"); got != [4]string{"r1", "r1", "", ""} {
+		t.Errorf("n1 after the ratios left the file: %v, want rack r1, ToR r1, no ratios", got)
 	}
 }

@@ -16,6 +16,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte(file))
 	f.Add([]byte("blocks:\n- name: b1\n  racks:\n  - name: r1\n    nodes: [a]\n  - name: r2\n    nodes: [a]\n"))
 	f.Add([]byte("blocks:\n- name: b\n  racks:\n  - {name: r, tor: t, nodes: [n1.example.com]}\n---\n"))
+	f.Add([]byte("blocks:\n- name: b\n  oversubscription: 2\n  racks:\n  - name: r\n    tors:\n    - {name: t, oversubscription: 3:1, nodes: [n]}\n"))
 	f.Add([]byte("blocks: []\n---\nblocks: []\n"))
 	f.Add([]byte("blocks: [{name: &a b, racks: [{name: *a, nodes: [*a]}]}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
