@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	deploylab "github.com/gpudra/gpudra/deployments/lab"
+	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -85,16 +87,23 @@ type NodeResources struct {
 
 // Block is a group of racks (a network block above the ToR switches).
 type Block struct {
-	Name  string `json:"name"`
-	Racks []Rack `json:"racks"`
+	Name string `json:"name"`
+	// Oversubscription is the block's spine's downlink to uplink bandwidth ("3:1" or "3";
+	// unset: non-blocking), labelled topology.gpudra.dev/block-oversubscription.
+	Oversubscription string `json:"oversubscription,omitempty"`
+	Racks            []Rack `json:"racks"`
 }
 
 // Rack is a set of nodes behind one top-of-rack switch.
 type Rack struct {
 	Name string `json:"name"`
-	// ToR names the rack's top-of-rack switch; default "tor-<rack name>".
-	ToR   string     `json:"tor,omitempty"`
-	Nodes []NodeSpec `json:"nodes"`
+	// ToR names the rack's top-of-rack switch; default "tor-<rack name>". A node's own tor
+	// puts it behind another ToR of the rack.
+	ToR string `json:"tor,omitempty"`
+	// Oversubscription is the downlink to uplink bandwidth of the rack's ToRs ("3:1" or
+	// "3"; unset: non-blocking), labelled topology.gpudra.dev/tor-oversubscription.
+	Oversubscription string     `json:"oversubscription,omitempty"`
+	Nodes            []NodeSpec `json:"nodes"`
 }
 
 // NodeSpec is one simulated GPU server.
@@ -104,6 +113,8 @@ type NodeSpec struct {
 	Profile string `json:"profile"`
 	// MIG overrides the lab's MIG strategy for this node's plugin.
 	MIG string `json:"mig,omitempty"`
+	// ToR overrides the rack's ToR: a rack with several ToRs.
+	ToR string `json:"tor,omitempty"`
 	// Real makes this a real node: a kubelet with containerd and runc on this machine runs its
 	// pods as real containers, and its plugin is registered with that kubelet (the GPUs are
 	// still simulated, with device files in a fake driver root). Real nodes carry the taint
@@ -115,17 +126,50 @@ type NodeSpec struct {
 // Node is a lab node with everything it inherits from its rack, block and the defaults.
 type Node struct {
 	Name, Profile, Block, Rack, ToR string
-	MIG                             string // the plugin's --mig, "" for its default
-	Real                            bool   // a real kubelet node (see NodeSpec.Real)
-	Resources                       NodeResources
+	// ToROversubscription and BlockOversubscription are the ratios of its ToR and its
+	// block's spine as label values ("3"), "" when not given.
+	ToROversubscription, BlockOversubscription string
+	MIG                                        string // the plugin's --mig, "" for its default
+	Real                                       bool   // a real kubelet node (see NodeSpec.Real)
+	Resources                                  NodeResources
 }
 
 // Labels are the node's Kubernetes labels.
 func (n Node) Labels() map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		api.LabelBlock: n.Block, api.LabelRack: n.Rack, api.LabelToR: n.ToR,
 		LabelHostname: n.Name, LabelProfile: n.Profile,
 	}
+	if n.ToROversubscription != "" {
+		l[api.LabelToROversubscription] = n.ToROversubscription
+	}
+	if n.BlockOversubscription != "" {
+		l[api.LabelBlockOversubscription] = n.BlockOversubscription
+	}
+	return l
+}
+
+// ratioLabel is a switch's oversubscription as a label value ("" when unset); ParseFile
+// has checked it.
+func ratioLabel(v string) string {
+	if v == "" {
+		return ""
+	}
+	r, err := topology.ParseOversubscription(v)
+	if err != nil {
+		return ""
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
+
+func validRatio(p *field.Path, v string) field.ErrorList {
+	if v == "" {
+		return nil
+	}
+	if _, err := topology.ParseOversubscription(v); err != nil {
+		return field.ErrorList{field.Invalid(p, v, err.Error())}
+	}
+	return nil
 }
 
 // defaultNodeResources apply when neither the node nor nodeDefaults say otherwise.
@@ -220,6 +264,7 @@ func (f *File) validate() field.ErrorList {
 	for i, b := range f.Blocks {
 		bp := field.NewPath("blocks").Index(i)
 		errs = append(errs, dnsLabel(bp.Child("name"), b.Name)...)
+		errs = append(errs, validRatio(bp.Child("oversubscription"), b.Oversubscription)...)
 		if len(b.Racks) == 0 {
 			errs = append(errs, field.Required(bp.Child("racks"), "a block needs at least one rack"))
 		}
@@ -233,6 +278,7 @@ func (f *File) validate() field.ErrorList {
 			if r.ToR != "" {
 				errs = append(errs, dnsLabel(rp.Child("tor"), r.ToR)...)
 			}
+			errs = append(errs, validRatio(rp.Child("oversubscription"), r.Oversubscription)...)
 			if len(r.Nodes) == 0 {
 				errs = append(errs, field.Required(rp.Child("nodes"), "a rack needs at least one node"))
 			}
@@ -243,6 +289,9 @@ func (f *File) validate() field.ErrorList {
 					errs = append(errs, field.Duplicate(np.Child("name"), n.Name))
 				}
 				names.Insert(n.Name)
+				if n.ToR != "" {
+					errs = append(errs, dnsLabel(np.Child("tor"), n.ToR)...)
+				}
 				if n.Profile == "" {
 					errs = append(errs, field.Required(np.Child("profile"), "a simulated NVML profile such as dgx-h100, dgx-v100 or l40s-pcie"))
 				}
@@ -314,8 +363,13 @@ func (f *File) Nodes() []Node {
 				if mig == "" {
 					mig = f.MIG
 				}
+				nodeToR := tor
+				if n.ToR != "" {
+					nodeToR = n.ToR
+				}
 				out = append(out, Node{
-					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: tor, MIG: mig, Real: n.Real,
+					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: nodeToR, MIG: mig, Real: n.Real,
+					ToROversubscription: ratioLabel(r.Oversubscription), BlockOversubscription: ratioLabel(b.Oversubscription),
 					Resources: mergeResources(n.NodeResources, f.NodeDefaults, defaultNodeResources),
 				})
 			}

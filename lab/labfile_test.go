@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,6 +62,11 @@ func TestParseFileRejects(t *testing.T) {
 		{"missing profile", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1}]}]}]\n", "blocks[0].racks[0].nodes[0].profile: Required value"},
 		{"duplicate node", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}, {name: n1, profile: p}]}]}]\n", `blocks[0].racks[0].nodes[1].name: Duplicate value: "n1"`},
 		{"bad name", head + "blocks: [{name: A_1, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", `blocks[0].name: Invalid value: "A_1"`},
+		{"bad ToR oversubscription", head + "blocks: [{name: a, racks: [{name: r, oversubscription: lots, nodes: [{name: n1, profile: p}]}]}]\n",
+			`blocks[0].racks[0].oversubscription: Invalid value: "lots": oversubscription "lots": accepted values are a ratio of downlink to uplink bandwidth`},
+		{"bad spine oversubscription", head + "blocks: [{name: a, oversubscription: \"1:0\", racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`blocks[0].oversubscription: Invalid value: "1:0"`},
+		{"bad node ToR", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p, tor: T_1}]}]}]\n", `blocks[0].racks[0].nodes[0].tor: Invalid value: "T_1"`},
 		{"bad quantity", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p, memory: lots}]}]}]\n", `blocks[0].racks[0].nodes[0].memory: Invalid value: "lots"`},
 		{"wrong type", head + "nodeDefaults: {pods: many}\nblocks: []\n", "pods"},
 		{"too many controller replicas", head + "kueue: {enabled: true}\ncontroller: {replicas: 4}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: 4: must be 1 to 3"},
@@ -123,5 +129,35 @@ func TestControllerReplicas(t *testing.T) {
 	}
 	if got := off.controllerReplicas(); got != 0 {
 		t.Errorf("a lab without Kueue runs %d controller replicas, want none", got)
+	}
+}
+
+// TestE2ETrainingBlockHasTwoToRsInARack: the end-to-end lab's training block is eight
+// A100 4-GPU hosts; rack-t1 is behind one ToR oversubscribed 3:1, rack-t2 behind two
+// non-blocking ToRs, as its tests of the ToR rule expect.
+func TestE2ETrainingBlockHasTwoToRsInARack(t *testing.T) {
+	f, err := LoadFile(filepath.Join("..", "deployments", "lab", "e2e.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tors := map[string][]string{}
+	for _, n := range f.Nodes() {
+		if n.Block != "block-t" {
+			continue
+		}
+		if n.Profile != "hgx-a100-4gpu" {
+			t.Errorf("%s: profile %s, want hgx-a100-4gpu", n.Name, n.Profile)
+		}
+		l := n.Labels()
+		key := n.Rack + "/" + l[api.LabelToR] + " " + l[api.LabelToROversubscription]
+		tors[key] = append(tors[key], n.Name)
+	}
+	want := map[string][]string{
+		"rack-t1/tor-t1 3": {"t1-n1", "t1-n2", "t1-n3", "t1-n4"},
+		"rack-t2/tor-t2a ": {"t2-n1", "t2-n2"},
+		"rack-t2/tor-t2b ": {"t2-n3", "t2-n4"},
+	}
+	if fmt.Sprint(tors) != fmt.Sprint(want) {
+		t.Errorf("training block ToRs %v, want %v", tors, want)
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // Shared by the tests that run gangs on the e2e lab's training block
-// (deployments/lab/e2e.yaml: 2 racks x 4 HGX H100 4-GPU nodes).
+// (deployments/lab/e2e.yaml: 2 racks x 4 HGX A100 4-GPU nodes).
 
 // requireTrainingBlock ends a test (labLacks) when the lab has no Kueue or no training block.
 func requireTrainingBlock(t *testing.T) {
@@ -22,8 +22,8 @@ func requireTrainingBlock(t *testing.T) {
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
-	if nodesWithProfile("hgx-h100-4gpu") < 8 {
-		labLacks(t, "the training block of deployments/lab/e2e.yaml (8 hgx-h100-4gpu nodes)")
+	if nodesWithProfile("hgx-a100-4gpu") < 8 {
+		labLacks(t, "the training block of deployments/lab/e2e.yaml (8 hgx-a100-4gpu nodes)")
 	}
 }
 
@@ -69,7 +69,7 @@ spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 0
       schedulingGates: [{name: gpudra.dev/placement}]
-      nodeSelector: {%s: hgx-h100-4gpu}%s
+      nodeSelector: {%s: hgx-a100-4gpu}%s
       containers:
       - name: worker
         image: registry.k8s.io/pause:3.10

@@ -46,7 +46,7 @@ spec:
     spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 0%s
-      nodeSelector: {%s: hgx-h100-4gpu}
+      nodeSelector: {%s: hgx-a100-4gpu}
       resourceClaims: [{name: tp, resourceClaimTemplateName: %s}]
       containers:
       - name: worker
@@ -92,7 +92,7 @@ func jobPodGroup(ctx context.Context, ns, job string, pods, minCount int) error 
 // does not fit in full not at all (no GPUs held by half a gang), and one that fits entirely.
 func TestGangJobBindsAllOrNothing(t *testing.T) {
 	requireTrainingBlock(t)
-	nodes := nodesWithProfile("hgx-h100-4gpu")
+	nodes := nodesWithProfile("hgx-a100-4gpu")
 	ns := namespace(t, "e2e-podgroup")
 	apply(t, fourGPUTemplate("tp4", ns)+"---\n"+gangJob("too-big", ns, "", "tp4", nodes+1))
 	eventually(t, time.Minute, "the Job controller puts the pods of too-big into a gang PodGroup", func(ctx context.Context) error {

@@ -16,7 +16,7 @@ import (
 
 // TestThreeDParallelJob runs the seed's job — 2-way data × 4-way tensor × 4-way pipeline
 // parallel = 32 GPU workers as 8 pods of one 4-GPU tensor-parallel group each — on the
-// training block (two racks of four HGX H100 4-GPU nodes), once through a ClusterQueue with
+// training block (two racks of four HGX A100 4-GPU nodes), once through a ClusterQueue with
 // the gpudra.dev/topology check and once through one without (what Kueue and kube-scheduler
 // do alone), and reports for both how many pipelines stay inside one rack. With gpudra every
 // pipeline must; without, it is left to chance.
@@ -62,7 +62,7 @@ spec:
   template:`+meta+`
     spec:
       restartPolicy: Never`+gate+`
-      nodeSelector: {`+lab.LabelProfile+`: hgx-h100-4gpu}
+      nodeSelector: {`+lab.LabelProfile+`: hgx-a100-4gpu}
       resourceClaims: [{name: tp, resourceClaimTemplateName: tensor-parallel-4}]
       containers:
       - name: worker
