@@ -77,6 +77,55 @@ func TestShippedThreeDJob(t *testing.T) {
 	}
 }
 
+// TestShippedOneGPUPodsJob admits the sample of 32 one-GPU pods on a block whose rack r1 is
+// behind one ToR oversubscribed 3:1 and rack r2 behind two non-blocking ToRs: tensor-parallel
+// groups share a host, the first pipeline stays under the oversubscribed ToR, the second
+// spans rack r2's ToRs, and the message says so.
+func TestShippedOneGPUPodsJob(t *testing.T) {
+	data, err := os.ReadFile("../../deployments/kueue/25-train-3d-one-gpu-pods.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job batchv1.Job
+	tmpl := &resourceapi.ResourceClaimTemplate{}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		switch {
+		case bytes.Contains(doc, []byte("kind: Job")):
+			err = yaml.UnmarshalStrict(doc, &job)
+		case bytes.Contains(doc, []byte("kind: ResourceClaimTemplate")):
+			err = yaml.UnmarshalStrict(doc, tmpl)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if job.Spec.Parallelism == nil || tmpl.Name == "" {
+		t.Fatal("the sample has no Job or no ResourceClaimTemplate")
+	}
+	wl := job3D(&job)
+	got := reconcile(t, newReconciler(torLab(t, "", wl, tmpl)), wl.Name)
+	if got.State != kueue.CheckStateReady {
+		t.Fatalf("state %s: %s", got.State, got.Message)
+	}
+	nodes := strings.Split(got.PodSetUpdates[0].Annotations[api.AnnotationPlacement], ",")
+	if len(nodes) != 32 {
+		t.Fatalf("placement %v, want 32 nodes", nodes)
+	}
+	for pod, n := range nodes {
+		if first := nodes[pod/4*4]; n != first {
+			t.Errorf("pod %d on %s, its tensor-parallel group's first pod on %s", pod, n, first)
+		}
+		if rack := []string{"r1", "r2"}[pod/16]; !strings.HasPrefix(n, rack) {
+			t.Errorf("pod %d of pipeline %d on %s, want rack %s", pod, pod/16, n, rack)
+		}
+	}
+	for _, want := range []string{"required: b1/r1/tor-a uplinks oversubscribed 3:1", "slice 1 spans b1/r2/tor-b1, b1/r2/tor-b2"} {
+		if !strings.Contains(got.Message, want) {
+			t.Errorf("message %q does not say %q", got.Message, want)
+		}
+	}
+}
+
 // job3D is the Workload Kueue creates for a Job: one pod set "main" of parallelism pods.
 func job3D(job *batchv1.Job) *kueue.Workload {
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: "job-" + job.Name, UID: types.UID(job.Name)}}
