@@ -31,6 +31,7 @@ import (
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/internal/explain"
+	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -532,5 +533,29 @@ func TestExplainShowsUnknownMemoryUse(t *testing.T) {
 	printUsage(&out, &explain.DeviceUsage{DeviceUsage: api.DeviceUsage{MemoryLimitBytes: 4 << 30, Processes: 1}})
 	if got, want := out.String(), "    uses ? of 4.0 GiB memory, 1 process"; !strings.HasPrefix(got, want) {
 		t.Errorf("printUsage = %q, want it to begin with %q", got, want)
+	}
+}
+
+// TestExplainWorkloadSaysWhichToRRule: a pod set's two levels of slices and the ToR rule's
+// notes on the plan are shown.
+func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
+	note := "slices of 16 kept under one ToR (required: b1/r1/tor-a uplinks oversubscribed 3:1)"
+	rep := &admission.Report{Namespace: "team-a", Name: "job-train", QuotaReserved: true,
+		Now: admission.CheckState{State: "Ready", Message: "gang fits: main: " + note + "; 32 pods placed"},
+		PodSets: []admission.PodSetReport{{Name: "main", Count: 32, Claims: 1, Required: "block",
+			SliceSize: 16, SliceNetwork: "tor", SubsliceSize: 4, SubsliceRequired: "hostname",
+			Domains: []admission.DomainReport{{Name: "b1", Nodes: []string{"r1-n1"}, Fits: 32, Fit: true}},
+			Planned: &admission.Planned{Domain: "b1", Nodes: []string{"r1-n1"}, Notes: []string{note}}}}}
+	var out bytes.Buffer
+	if err := printWorkload(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"block (slices of 16 per tor by its oversubscription, subslices of 4 per hostname)",
+		"  main: " + note,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }
