@@ -140,7 +140,7 @@ func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, 
 // placeUnits places pods first..first+count-1 on nodes, in units[0] groups (each inside one
 // of the nodes' domains at its level), each group split by the rest of units. It appends
 // to res and commits to st what it placed; it reports whether all pods fitted.
-func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, units []unit, depth, first, count int, nodes []string, res *setResult) (bool, error) {
+func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, units []unit, lvl, first, count int, nodes []string, res *setResult) (bool, error) {
 	if len(units) == 0 {
 		// The pods of a set ask for the same claims and each one only adds allocations, so
 		// a node one pod did not fit on will not take a later one either.
@@ -178,7 +178,7 @@ func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network
 		for _, g := range groups {
 			trial := st.Clone()
 			sub := setResult{kept: map[int][][]string{}}
-			ok, err := placeUnits(ctx, trial, net, set, units[1:], depth+1, first+k*u.size, u.size, g.nodes, &sub)
+			ok, err := placeUnits(ctx, trial, net, set, units[1:], lvl+1, first+k*u.size, u.size, g.nodes, &sub)
 			if err != nil {
 				return false, err
 			}
@@ -194,7 +194,7 @@ func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network
 				res.kept[d] = append(res.kept[d], kept...)
 			}
 			if u.network != "" {
-				res.kept[depth] = append(res.kept[depth], usedDomains(net, sub.nodes, u.network))
+				res.kept[lvl] = append(res.kept[lvl], usedDomains(net, sub.nodes, u.network))
 			}
 			placed = true
 			break
