@@ -88,7 +88,7 @@ func sizeAnnotation(ann map[string]string, key string) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil {
+	if err != nil || n < 1 {
 		return 0, fmt.Errorf("annotation %s=%q: must be an integer of at least 1", key, v)
 	}
 	return n, nil

@@ -133,6 +133,8 @@ func TestTwoLevelSlicesAndTheToRRule(t *testing.T) {
 	}{
 		{"a subslice size that is no number", map[string]string{api.AnnotationSubsliceSize: "four"},
 			`spec.podSets[0] (workers): annotation gpudra.dev/subslice-size="four": must be an integer of at least 1`},
+		{"a slice size of 0", map[string]string{api.AnnotationSliceSize: "0"},
+			`spec.podSets[0] (workers): annotation gpudra.dev/slice-size="0": must be an integer of at least 1`},
 		{"a subslice that does not divide its slice", map[string]string{api.AnnotationSubsliceSize: "3"},
 			"spec.podSets[0] (workers): podSet workers: annotation gpudra.dev/subslice-size 3: must divide gpudra.dev/slice-size 16 (16)"},
 		{"a network level that is no switch", map[string]string{api.AnnotationSliceNetworkTopology: "rack"},
