@@ -64,6 +64,9 @@ func (u unit) validate(outer int, outerName, outerLevel string) error {
 		return fmt.Errorf("annotation %s %q: accepted values are %s (the levels whose switches have uplinks)",
 			u.networkKey, u.network, strings.Join(topology.SwitchLevels, ", "))
 	}
+	if u.size == 0 {
+		return fmt.Errorf("annotation %s needs %s, an integer of at least 1", u.keyOfLevel(), u.sizeKey)
+	}
 	if u.size < 1 {
 		return fmt.Errorf("annotation %s %d: must be at least 1", u.sizeKey, u.size)
 	}
