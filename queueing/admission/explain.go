@@ -97,11 +97,12 @@ type PodSetReport struct {
 
 // DomainReport says how many of a pod set's pods fit in one domain, on their own.
 type DomainReport struct {
-	// Name is the domain as the check names it: block, block/rack or host ("" for the
-	// cluster).
+	// Name is the domain as the check names it: block, block/rack, block/rack/tor or host
+	// ("" for the cluster).
 	Name  string   `json:"name"`
 	Block string   `json:"block,omitempty"`
 	Rack  string   `json:"rack,omitempty"`
+	ToR   string   `json:"tor,omitempty"`
 	Nodes []string `json:"nodes"`
 	// LeftOut are the domain's nodes the pods may not be bound to, with why.
 	LeftOut []NodeReason `json:"leftOut,omitempty"`
@@ -237,6 +238,9 @@ func domainsOf(ctx context.Context, st *allocation.State, net *topology.Network,
 			dr.Block = loc.Block
 			if level != topology.LevelBlock {
 				dr.Rack = loc.Rack
+			}
+			if level == topology.LevelToR {
+				dr.ToR = loc.ToR
 			}
 		}
 		nodeLabels := map[string]map[string]string{}

@@ -117,13 +117,21 @@ func TestTwoLevelSlicesAndTheToRRule(t *testing.T) {
 	t.Run("a pod set required under one ToR is pinned to it", func(t *testing.T) {
 		wl := threeD("small", map[string]string{api.AnnotationRequiredTopology: "tor", api.AnnotationSliceSize: "", api.AnnotationSliceNetworkTopology: ""})
 		wl.Spec.PodSets[0].Count = 8
-		got := reconcile(t, newReconciler(torLab(t, "", wl)), "small")
+		c := torLab(t, "", wl)
+		got := reconcile(t, newReconciler(c), "small")
 		if got.State != kueue.CheckStateReady {
 			t.Fatalf("state %s: %s", got.State, got.Message)
 		}
 		sel := got.PodSetUpdates[0].NodeSelector
 		if sel[api.LabelBlock] != "b1" || sel[api.LabelRack] != "r1" || sel[api.LabelToR] != "tor-a" {
 			t.Errorf("node selector %v, want block b1, rack r1, ToR tor-a", sel)
+		}
+		var names []string
+		for _, d := range explainOf(t, c, "small").PodSets[0].Domains {
+			names = append(names, d.Name+"="+d.ToR)
+		}
+		if got := strings.Join(names, " "); got != "b1/r1/tor-a=tor-a b1/r2/tor-b1=tor-b1 b1/r2/tor-b2=tor-b2" {
+			t.Errorf("explain's domains %s, want the three ToRs", got)
 		}
 	})
 	for _, tc := range []struct {
