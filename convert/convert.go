@@ -260,7 +260,7 @@ func (c *converter) report(l Level, o *object, p path, format string, args ...an
 var resourceVersions = map[string]bool{"v1": true, "v1beta2": true, "v1beta1": true}
 
 func (c *converter) convertObject(o *object) {
-	c.reportMetadata(o, get(o.node, "metadata"), "metadata")
+	c.reportMetadata(o, get(o.node, "metadata"), "metadata", isPodSpec(get(o.node, "spec")))
 	group, version := o.group()
 	switch group {
 	case "resource.k8s.io":

@@ -46,6 +46,8 @@ var goldenCases = []goldenCase{
 	{input: "deviceclass"},
 	{input: "unconvertible"},
 	{input: "v1beta1"},
+	{input: "hami-shares"},
+	{input: "hami-invalid"},
 }
 
 func (g goldenCase) name() string { return g.input + g.suffix }

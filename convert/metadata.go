@@ -19,10 +19,15 @@ func nvidiaKey(k string) bool {
 }
 
 // reportMetadata reports the annotations and labels of metadata m in NVIDIA's domains.
-func (c *converter) reportMetadata(o *object, m *yaml.Node, p path) {
+// A pod's HAMi annotations (pod is true for a pod's metadata) are reported where its spec
+// is converted.
+func (c *converter) reportMetadata(o *object, m *yaml.Node, p path, pod bool) {
 	for _, f := range [...]struct{ field, what string }{{"annotations", "an annotation"}, {"labels", "a label"}} {
 		field, what := f.field, f.what
 		for _, k := range keys(get(m, field)) {
+			if pod && field == "annotations" && hamiAnnotation(k) {
+				continue
+			}
 			if nvidiaKey(k) {
 				c.report(NotConverted, o, p.child(field).child(k), "%s for NVIDIA's software, which gpudra does not read; it stays as it was and means nothing to gpudra", what)
 			}

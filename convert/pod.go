@@ -17,7 +17,7 @@ func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		if isPodSpec(n) {
-			c.convertPodSpec(o, n, p)
+			c.convertPodSpec(o, n, p, nil, "")
 			return
 		}
 		if get(n, "containers") != nil && hasNvidiaResource(get(n, "containers"), 0) {
@@ -29,8 +29,14 @@ func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
 			if p == "" && (k == "apiVersion" || k == "kind" || k == "metadata" || k == "status") {
 				continue
 			}
-			if k == "metadata" {
-				c.reportMetadata(o, n.Content[i+1], p.child(k))
+			if k == "metadata" && p != "" {
+				c.reportMetadata(o, n.Content[i+1], p.child(k), isPodSpec(get(n, "spec")))
+			}
+			if k == "spec" && isPodSpec(n.Content[i+1]) {
+				// A Pod's spec or a pod template's: its metadata holds the pod's annotations.
+				mp := p.child("metadata")
+				c.convertPodSpec(o, n.Content[i+1], p.child(k), get(n, "metadata"), mp)
+				continue
 			}
 			c.convertPodSpecs(o, n.Content[i+1], p.child(k))
 		}
@@ -63,15 +69,29 @@ type want struct {
 	count    int64
 	profile  string // MIG profile; "" for a whole GPU
 	at       path
+	// A HAMi container's request: exact is the request written whole, suffix ends its
+	// name, what says what it asks for, also are its other resources to remove, and
+	// distinct asks for its devices on different GPUs.
+	exact    *yaml.Node
+	suffix   string
+	what     string
+	also     []string
+	distinct bool
 }
 
-func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
+// convertPodSpec converts a pod spec; meta is the pod's metadata (nil where the spec
+// has none beside it), at mp.
+func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path, meta *yaml.Node, mp path) {
 	c.reportNodeSelection(o, spec, p)
 	c.reportNvidiaRuntime(o, spec, p)
 	for i, rc := range items(get(spec, "resourceClaims")) {
 		if cd, ok := c.cdTemplates[o.namespace+"/"+text(rc, "resourceClaimTemplateName")]; ok {
 			c.report(NotConverted, o, p.child("resourceClaims").index(i), "ResourceClaimTemplate %s is ComputeDomain %s's IMEX channel, which gpudra does not offer; it stays for NVIDIA's compute-domain driver", text(rc, "resourceClaimTemplateName"), cd)
 		}
+	}
+	if isHAMiPod(spec, meta) {
+		c.convertHAMiPodSpec(o, spec, p, meta, mp)
+		return
 	}
 	var wants []want
 	// refused holds the device-plugin resources that cannot be converted: with any of
@@ -141,7 +161,7 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path) {
 		}
 		return
 	}
-	c.claimsFor(o, spec, p, wants)
+	c.claimsFor(o, spec, p, wants, "NVIDIA's device plugin")
 }
 
 // maxDevices is the most devices one ResourceClaim can be allocated.
@@ -207,7 +227,8 @@ func deviceCount(val string) (int64, bool) {
 
 // claimsFor writes a ResourceClaimTemplate with one request per wanted resource, gives
 // the pod a claim from it and each container its requests.
-func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) {
+// source names what the pod asked before ("NVIDIA's device plugin", "HAMi").
+func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want, source string) {
 	if o.name == "" {
 		for _, w := range wants {
 			c.report(NotConverted, o, w.at, "the object has no metadata.name to name a ResourceClaimTemplate after")
@@ -222,30 +243,42 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) 
 	claim := podClaims.unique("", "gpus", maxLabel)
 
 	reqNames := newNamer()
-	var requests []*yaml.Node
+	var requests, constraints []*yaml.Node
 	for _, w := range wants {
 		removeResource(w.ctr, w.resource)
+		for _, r := range w.also {
+			removeResource(w.ctr, r)
+		}
 		suffix := "gpu"
 		if w.profile != "" {
 			suffix = "mig-" + w.profile
 		}
+		if w.suffix != "" {
+			suffix = w.suffix
+		}
 		name := reqNames.unique("", dnsLabel(w.ctrName+"-"+suffix, maxLabel), maxLabel)
-		exact := mapping()
-		class := api.DeviceClassGPU
-		if w.profile != "" {
-			class = api.DeviceClassMIG
-		}
-		set(exact, "deviceClassName", str(class))
-		if w.count > 1 {
-			set(exact, "count", integer(w.count))
-		}
-		what := fmt.Sprintf("%d × %s", w.count, class)
-		if w.profile != "" {
-			expr := fmt.Sprintf(`device.attributes[%q].%s == %q`, api.DriverName, api.AttrMIGProfile, w.profile)
-			set(exact, "selectors", sequence(mapping("cel", mapping("expression", expr))))
-			what += " with migProfile " + w.profile
+		exact, what := w.exact, w.what
+		if exact == nil {
+			exact = mapping()
+			class := api.DeviceClassGPU
+			if w.profile != "" {
+				class = api.DeviceClassMIG
+			}
+			set(exact, "deviceClassName", str(class))
+			if w.count > 1 {
+				set(exact, "count", integer(w.count))
+			}
+			what = fmt.Sprintf("%d × %s", w.count, class)
+			if w.profile != "" {
+				expr := fmt.Sprintf(`device.attributes[%q].%s == %q`, api.DriverName, api.AttrMIGProfile, w.profile)
+				set(exact, "selectors", sequence(mapping("cel", mapping("expression", expr))))
+				what += " with migProfile " + w.profile
+			}
 		}
 		requests = append(requests, mapping("name", name, "exactly", exact))
+		if w.distinct {
+			constraints = append(constraints, mapping("requests", sequence(str(name)), "distinctAttribute", api.DriverName+"/"+api.AttrUUID))
+		}
 		res := get(w.ctr, "resources")
 		claims := get(res, "claims")
 		if claims == nil {
@@ -253,7 +286,7 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) 
 			set(res, "claims", claims)
 		}
 		claims.Content = append(claims.Content, mapping("name", claim, "request", name))
-		c.report(Converted, o, w.at, "%s → request %s (%s) of claim %s from ResourceClaimTemplate %s", w.resource, name, what, claim, tmpl)
+		c.report(Converted, o, w.at, "%s → request %s (%s) of claim %s from ResourceClaimTemplate %s", strings.Join(append([]string{w.resource}, w.also...), ", "), name, what, claim, tmpl)
 	}
 	if len(requests) == 0 {
 		return
@@ -262,13 +295,17 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want) 
 	if o.namespace != "" {
 		set(meta, "namespace", str(o.namespace))
 	}
+	devices := mapping("requests", sequence(requests...))
+	if len(constraints) > 0 {
+		set(devices, "constraints", sequence(constraints...))
+	}
 	root := mapping(
 		"apiVersion", "resource.k8s.io/v1",
 		"kind", "ResourceClaimTemplate",
 		"metadata", meta,
-		"spec", mapping("spec", mapping("devices", mapping("requests", sequence(requests...)))),
+		"spec", mapping("spec", mapping("devices", devices)),
 	)
-	root.Content[0].HeadComment = fmt.Sprintf("The devices %s %s asked NVIDIA's device plugin for, as gpudra claims.", o.kind, o.name)
+	root.Content[0].HeadComment = fmt.Sprintf("The devices %s %s asked %s for, as gpudra claims.", o.kind, o.name, source)
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
 	c.before[o.doc] = append(c.before[o.doc], doc)
 
