@@ -79,3 +79,29 @@ func InjectCABundle(ctx context.Context, c client.Client, name string, ca []byte
 	}
 	return nil
 }
+
+// InjectMutatingCABundle sets caBundle on every webhook of the named
+// MutatingWebhookConfiguration, as InjectCABundle does for the validating one. A
+// configuration that does not exist (the HAMi pods' webhook not installed) is left alone.
+func InjectMutatingCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cfg admissionregistrationv1.MutatingWebhookConfiguration
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, &cfg); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		changed := false
+		for k := range cfg.Webhooks {
+			if !bytes.Equal(cfg.Webhooks[k].ClientConfig.CABundle, ca) {
+				cfg.Webhooks[k].ClientConfig.CABundle, changed = ca, true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		return c.Update(ctx, &cfg)
+	})
+	if err != nil {
+		return fmt.Errorf("caBundle of MutatingWebhookConfiguration %s: %w", name, err)
+	}
+	return nil
+}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/gpudra/gpudra/internal/features"
 	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
@@ -50,7 +51,7 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 			DNSName:        o.webhookCertDNSNames[0],
 			ExtraDNSNames:  o.webhookCertDNSNames[1:],
 			IsReady:        ready,
-			Webhooks:       []rotator.WebhookInfo{{Name: configwebhook.ConfigurationName, Type: rotator.Validating}},
+			Webhooks:       o.webhookConfigurations(),
 			FieldOwner:     "gpudra-controller",
 			// Every replica serves the webhook, so every replica needs the certificate.
 			RequireLeaderElection: false,
@@ -63,6 +64,9 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 	}
 	srv := webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
 	srv.Register(configwebhook.Path, &webhook.Admission{Handler: configwebhook.Handler{}})
+	if o.enabled(features.HAMiPods) {
+		srv.Register(configwebhook.HAMiPath, &webhook.Admission{Handler: configwebhook.HAMiPods{Client: mgr.GetClient()}})
+	}
 	if err := mgr.Add(webhookAfterCerts{ready: ready, server: srv}); err != nil {
 		return err
 	}
@@ -74,6 +78,16 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 			return errors.New("the webhook's serving certificate is not in place yet")
 		}
 	})
+}
+
+// webhookConfigurations are the webhook configurations that get the webhook's CA: the
+// config validation, and with the HAMiPods gate the HAMi pods' mutating one.
+func (o options) webhookConfigurations() []rotator.WebhookInfo {
+	out := []rotator.WebhookInfo{{Name: configwebhook.ConfigurationName, Type: rotator.Validating}}
+	if o.enabled(features.HAMiPods) {
+		out = append(out, rotator.WebhookInfo{Name: configwebhook.HAMiConfigurationName, Type: rotator.Mutating})
+	}
+	return out
 }
 
 // webhookAfterCerts runs the webhook server once its certificate is ready, on every
@@ -98,7 +112,7 @@ func (webhookAfterCerts) NeedLeaderElection() bool { return false }
 
 // selfSignedWebhookCert makes the webhook's certificate and publishes its CA in the
 // webhook configuration (--webhook-self-signed).
-func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, dir, names string) error {
+func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, dir, names string, hamiPods bool) error {
 	var dns []string
 	var ips []net.IP
 	for _, n := range strings.Split(names, ",") {
@@ -119,5 +133,11 @@ func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtim
 	if err != nil {
 		return err
 	}
-	return configwebhook.InjectCABundle(ctx, c, configwebhook.ConfigurationName, ca)
+	if err := configwebhook.InjectCABundle(ctx, c, configwebhook.ConfigurationName, ca); err != nil {
+		return err
+	}
+	if hamiPods {
+		return configwebhook.InjectMutatingCABundle(ctx, c, configwebhook.HAMiConfigurationName, ca)
+	}
+	return nil
 }

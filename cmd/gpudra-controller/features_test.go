@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+
 	"github.com/gpudra/gpudra/internal/features"
 )
 
@@ -50,5 +52,27 @@ func TestControllerFeatureGatesFlag(t *testing.T) {
 	cmd.SetArgs([]string{"--feature-gates=Dashboard=true", "--kubeconfig=/nonexistent"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "Dashboard") || !strings.Contains(err.Error(), "known gates: ") || !strings.Contains(err.Error(), "WebView") {
 		t.Errorf("an unknown gate: %v, want an error naming it and the known gates", err)
+	}
+}
+
+// The HAMi pods' webhook configuration gets the webhook's CA only with its gate on (off by
+// default), so that a controller without it never touches a MutatingWebhookConfiguration.
+func TestHAMiPodsWebhookFollowsItsGate(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{[]string{"--feature-gates=HAMiPods=true"}, true},
+		{[]string{"--feature-gates=AllAlpha=true"}, true},
+	} {
+		o := parse(t, tc.args...)
+		var mutating bool
+		for _, w := range o.webhookConfigurations() {
+			mutating = mutating || w.Name == "gpudra-hami-pods" && w.Type == rotator.Mutating
+		}
+		if mutating != tc.want {
+			t.Errorf("%v: CA injected into gpudra-hami-pods = %v, want %v", tc.args, mutating, tc.want)
+		}
 	}
 }

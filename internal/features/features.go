@@ -47,6 +47,9 @@ const (
 	TopologyAdmissionCheck featuregate.Feature = "TopologyAdmissionCheck"
 	// WebView: --dashboard-bind-address, the read-only web view (gpudra-controller).
 	WebView featuregate.Feature = "WebView"
+	// HAMiPods: the mutating webhook that rewrites pods written for HAMi into pods with
+	// gpudra claims as they are created (gpudra-controller, with --webhook-port).
+	HAMiPods featuregate.Feature = "HAMiPods"
 )
 
 // specs are the gates' stages, oldest first. A promotion appends a spec with the release
@@ -62,6 +65,7 @@ var specs = map[featuregate.Feature]featuregate.VersionedSpecs{
 	ClaimUsage:             {beta("0.1")},
 	TopologyAdmissionCheck: {beta("0.1")},
 	WebView:                {alpha("0.1")},
+	HAMiPods:               {alpha("0.1")},
 }
 
 func alpha(since string) featuregate.FeatureSpec {
