@@ -47,6 +47,8 @@ const (
 	controllerUser      = "system:serviceaccount:gpudra:gpudra-controller"
 	// WebhookPath is the config webhook's path (as in package webhook).
 	WebhookPath = "/validate-gpudra-config"
+	// HAMiWebhookPath is the HAMi pods' webhook's path (as in package webhook).
+	HAMiWebhookPath = "/mutate-hami-pods"
 	// ControllerLease is the Lease the replicas elect their leader with, in controllerNamespace.
 	ControllerLease = "gpudra-controller"
 	// WebhookCertSecret is the Secret, in controllerNamespace, that the replicas keep the
@@ -254,10 +256,12 @@ func pointWebhooksAt(obj *unstructured.Unstructured, base string) error {
 
 // chartControllerValues are the chart's controller and webhook values in a lab: its
 // replicas, the webhook called at the service helper, with the certificate the replicas
-// keep in the chart's Secret (webhook.certManagement rotate) for WebhookHost too.
+// keep in the chart's Secret (webhook.certManagement rotate) for WebhookHost too, and the
+// HAMi pods' webhook for the namespaces labelled gpudra.dev/hami-pods=enabled.
 func (u *upper) chartControllerValues() (controller, webhook map[string]any) {
 	return map[string]any{"enabled": u.file.Kueue.Enabled, "replicas": max(u.state.ControllerReplicas, 1)},
-		map[string]any{"url": u.webhookURL(), "certManagement": "rotate", "extraCertNames": []string{WebhookHost}}
+		map[string]any{"url": u.webhookURL(), "certManagement": "rotate", "extraCertNames": []string{WebhookHost},
+			"hamiPods": map[string]any{"enabled": u.file.Kueue.Enabled, "url": strings.TrimSuffix(u.webhookURL(), WebhookPath) + HAMiWebhookPath}}
 }
 
 // startChartControllers runs the chart's controller pods, each as a replica with its

@@ -46,6 +46,7 @@ var kinds = map[string]func() any{
 	"ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
 	"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 	"ValidatingWebhookConfiguration":   func() any { return &admissionv1.ValidatingWebhookConfiguration{} },
+	"MutatingWebhookConfiguration":     func() any { return &admissionv1.MutatingWebhookConfiguration{} },
 	"AdmissionCheck":                   func() any { return &kueue.AdmissionCheck{} },
 	"ResourceFlavor":                   func() any { return &kueue.ResourceFlavor{} },
 	"ClusterQueue":                     func() any { return &kueue.ClusterQueue{} },

@@ -111,6 +111,18 @@ gpudra-controller
 {{- if .Values.kueue.admissionCheck -}}
 {{- include "gpudra.requireGate" (dict "root" . "name" "TopologyAdmissionCheck" "what" "kueue.admissionCheck=true") -}}
 {{- end -}}
+{{- if .Values.webhook.hamiPods.enabled -}}
+{{- include "gpudra.requireGate" (dict "root" . "name" "HAMiPods" "what" "webhook.hamiPods.enabled=true") -}}
+{{- if not (and .Values.webhook.enabled .Values.controller.enabled) -}}
+{{- fail "webhook.hamiPods.enabled=true needs webhook.enabled and controller.enabled: gpudra-controller serves it" -}}
+{{- end -}}
+{{- if and .Values.webhook.url (not .Values.webhook.hamiPods.url) -}}
+{{- fail "webhook.url is set: set webhook.hamiPods.url too, the same server at path /mutate-hami-pods" -}}
+{{- end -}}
+{{- if not (or .Values.webhook.hamiPods.namespaceSelector .Values.webhook.hamiPods.objectSelector) -}}
+{{- fail "webhook.hamiPods.enabled=true needs webhook.hamiPods.namespaceSelector or objectSelector: it rewrites only the pods of opted-in namespaces" -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
 {{- end -}}
@@ -138,6 +150,7 @@ gpudra-controller
 ClaimUsage: beta
 DynamicMIG: alpha
 HAMiCoreEnforcement: alpha
+HAMiPods: alpha
 MIGLayouts: beta
 MPSDaemonPods: beta
 MemoryOversubscription: alpha
@@ -166,16 +179,23 @@ WebView: alpha
 {{- with $pairs }}--feature-gates={{ join "," . }}{{ end -}}
 {{- end -}}
 
-{{- /* Fails unless the gate .name is on, saying that .what (the value asking for its
-       behaviour) needs it. Args: dict "root" (the chart's context), "name", "what". */}}
-{{- define "gpudra.requireGate" -}}
+{{- /* "true" when the gate .name is on (featureGates, AllAlpha, AllBeta, else its stage's
+       default), else empty. Args: dict "root" (the chart's context), "name". */}}
+{{- define "gpudra.gateOn" -}}
 {{- $stage := get (include "gpudra.featureGateStages" .root | fromYaml) .name -}}
 {{- $gates := .root.Values.featureGates | default dict -}}
 {{- $on := eq $stage "beta" -}}
 {{- if and (eq $stage "alpha") (hasKey $gates "AllAlpha") }}{{ $on = get $gates "AllAlpha" }}{{ end -}}
 {{- if and (eq $stage "beta") (hasKey $gates "AllBeta") }}{{ $on = get $gates "AllBeta" }}{{ end -}}
 {{- if hasKey $gates .name }}{{ $on = get $gates .name }}{{ end -}}
-{{- if not $on -}}
+{{- if $on }}true{{ end -}}
+{{- end -}}
+
+{{- /* Fails unless the gate .name is on, saying that .what (the value asking for its
+       behaviour) needs it. Args: dict "root" (the chart's context), "name", "what". */}}
+{{- define "gpudra.requireGate" -}}
+{{- $stage := get (include "gpudra.featureGateStages" .root | fromYaml) .name -}}
+{{- if not (include "gpudra.gateOn" .) -}}
 {{- fail (printf "%s requires featureGates.%s=true (%s%s)" .what .name $stage (ternary ", on by default" "" (eq $stage "beta"))) -}}
 {{- end -}}
 {{- end -}}
