@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -33,7 +35,8 @@ func HAMiPod(pod *corev1.Pod) (*HAMiPlan, error) {
 	annPath := field.NewPath("metadata", "annotations")
 	selectors, annFindings, annErrs := HAMiSelectors(pod.Annotations)
 	for _, e := range annErrs {
-		errs = append(errs, field.Invalid(annPath.Key(e.Field), pod.Annotations[e.Field], e.Message))
+		v := pod.Annotations[e.Field]
+		errs = append(errs, field.Invalid(annPath.Key(e.Field), v, strings.TrimPrefix(e.Message, strconv.Quote(v)+": ")))
 	}
 	plan := &HAMiPlan{Requests: map[string]string{}}
 	for _, f := range annFindings {
@@ -93,7 +96,8 @@ func HAMiPod(pod *corev1.Pod) (*HAMiPlan, error) {
 				return at.Key(f.Field)
 			}
 			for _, e := range rerrs {
-				errs = append(errs, field.Invalid(pathOf(e), h.value(e.Field), e.Message))
+				v := h.value(e.Field)
+				errs = append(errs, field.Invalid(pathOf(e), v, strings.TrimPrefix(e.Message, strconv.Quote(v)+": ")))
 			}
 			if len(rerrs) > 0 {
 				continue

@@ -54,7 +54,7 @@ func (h HAMiPods) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	plan, err := convert.HAMiPod(&pod)
 	if err != nil {
-		return admission.Denied("HAMi resources gpudra cannot carry over: " + err.Error())
+		return admission.Denied("what the pod asks HAMi for cannot be carried over to gpudra: " + err.Error())
 	}
 	if plan == nil {
 		return admission.Allowed("")
@@ -74,7 +74,7 @@ func (h HAMiPods) Handle(ctx context.Context, req admission.Request) admission.R
 	}
 	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
 	for _, w := range plan.NotCarried {
-		resp.Warnings = append(resp.Warnings, "not carried over to gpudra: "+w)
+		resp.Warnings = append(resp.Warnings, "gpudra: "+w)
 	}
 	return resp
 }

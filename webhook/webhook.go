@@ -1,6 +1,8 @@
-// Package webhook is the admission webhook that refuses gpudra opaque configurations
-// (gpu.gpudra.dev/v1alpha1) in ResourceClaims, ResourceClaimTemplates and DeviceClasses when
-// they are written, with the same validation the kubelet plugin runs again at prepare.
+// Package webhook holds gpudra-controller's admission webhooks: the one that refuses gpudra
+// opaque configurations (gpu.gpudra.dev/v1alpha1) in ResourceClaims, ResourceClaimTemplates
+// and DeviceClasses when they are written, with the same validation the kubelet plugin runs
+// again at prepare, and the one that rewrites pods written for HAMi into pods with gpudra
+// claims as they are created (HAMiPods).
 package webhook
 
 import (
