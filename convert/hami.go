@@ -122,7 +122,9 @@ func HAMiRequest(h HAMiContainer, selectors []string) (req resourceapi.ExactDevi
 		return req, false, nil, errs
 	}
 
-	req.Count = count
+	// Written out as the API server defaults it, so that a template created from it reads
+	// back equal.
+	req.AllocationMode, req.Count = resourceapi.DeviceAllocationModeExactCount, count
 	switch {
 	case memSet:
 		req.DeviceClassName = api.DeviceClassShare

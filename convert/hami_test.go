@@ -7,9 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/deployments"
@@ -219,5 +223,56 @@ spec:
 	}
 	if res.Count(Converted) == 0 {
 		t.Errorf("nothing converted: %v", res.Entries)
+	}
+}
+
+// The webhook's conversion of a pod (HAMiPod) asks for what gpudra convert writes for the
+// same pod: the same requests, selectors, capacities and constraints.
+func TestHAMiPodAgreesWithConvert(t *testing.T) {
+	in, res := goldenCase{input: "hami-shares"}.run(t)
+	templates := map[string]resourceapi.ResourceClaimSpec{}
+	for _, d := range splitDocs(t, res.Output) {
+		if spec, ok := claimSpec(t, d); ok {
+			templates[d.name()] = spec
+		}
+	}
+	checked := 0
+	for _, d := range splitDocs(t, in) {
+		var pod corev1.Pod
+		switch d.kind() {
+		case "Pod":
+			if err := sigsyaml.Unmarshal(d.raw, &pod); err != nil {
+				t.Fatal(err)
+			}
+		case "Deployment", "Job":
+			var w struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+				Spec     struct {
+					Template corev1.PodTemplateSpec `json:"template"`
+				} `json:"spec"`
+			}
+			if err := sigsyaml.Unmarshal(d.raw, &w); err != nil {
+				t.Fatal(err)
+			}
+			pod.ObjectMeta, pod.Spec = w.Spec.Template.ObjectMeta, w.Spec.Template.Spec
+			pod.Name, pod.Namespace = w.Metadata.Name, w.Metadata.Namespace
+		default:
+			continue
+		}
+		plan, err := HAMiPod(&pod)
+		if err != nil || plan == nil {
+			t.Fatalf("%s: plan %v, err %v", d.name(), plan, err)
+		}
+		want, ok := templates["ResourceClaimTemplate "+pod.Namespace+"/"+pod.Name+"-gpus"]
+		if !ok {
+			t.Fatalf("%s: no template in the output", d.name())
+		}
+		if !apiequality.Semantic.DeepEqual(plan.Spec, want) {
+			t.Errorf("%s: the webhook asks for\n%+v\ngpudra convert for\n%+v", d.name(), plan.Spec, want)
+		}
+		checked++
+	}
+	if checked != 5 {
+		t.Errorf("checked %d workloads, want 5", checked)
 	}
 }
