@@ -95,7 +95,7 @@ func (c *converter) convertHAMiPodSpec(o *object, spec *yaml.Node, p path, meta 
 					case r == HAMiCores:
 						hc.h.Cores = val
 					default:
-						refused = append(refused, pathMsg{rp, fmt.Sprintf("%s: not one of HAMi's resources (%s, %s); the pod asks HAMi for its GPUs, and is converted as a whole", r, dpGPU, strings.Join(hamiResources, ", "))})
+						refused = append(refused, pathMsg{rp, fmt.Sprintf("%s: not a resource gpudra carries over from a HAMi pod (it carries %s, %s); a HAMi pod is converted as a whole", r, dpGPU, strings.Join(hamiResources, ", "))})
 					}
 				}
 			}

@@ -152,7 +152,7 @@ func TestHAMiBadValuesNameTheFieldAndTheRange(t *testing.T) {
 		{"gpumem-percentage below 100", "nvidia.com/gpumem-percentage: 50", "", "limits[nvidia.com/gpumem-percentage]", "in MiB with nvidia.com/gpumem"},
 		{"memory both ways", "nvidia.com/gpumem: 1024, nvidia.com/gpumem-percentage: 50", "", "limits[nvidia.com/gpumem-percentage]", "one way"},
 		{"too many GPUs", "nvidia.com/gpu: 33, nvidia.com/gpumem: 1024", "", "limits[nvidia.com/gpu]", "from 1 to 32"},
-		{"a resource HAMi does not serve", "nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/mig-1g.5gb: 1", "", "limits[nvidia.com/mig-1g.5gb]", "not one of HAMi's resources"},
+		{"a resource not carried over", "nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/mig-1g.5gb: 1", "", "limits[nvidia.com/mig-1g.5gb]", "not a resource gpudra carries over"},
 		{"an empty card type", "nvidia.com/gpu: 1", "nvidia.com/use-gputype: ''", "annotations[nvidia.com/use-gputype]", "comma-separated list of card types"},
 		{"a quote in a card type", "nvidia.com/gpu: 1", `nvidia.com/nouse-gputype: 'A100") || true || ("'`, "annotations[nvidia.com/nouse-gputype]", "comma-separated list of card types"},
 		{"a UUID with a space", "nvidia.com/gpu: 1", "nvidia.com/use-gpuuuid: 'GPU-1 x'", "annotations[nvidia.com/use-gpuuuid]", "GPU UUIDs"},
