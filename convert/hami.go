@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ const (
 	HAMiMemory        = "nvidia.com/gpumem"            // MiB of each GPU
 	HAMiMemoryPercent = "nvidia.com/gpumem-percentage" // percent of each GPU's memory
 	HAMiCores         = "nvidia.com/gpucores"          // percent of each GPU's SMs
+	HAMiPriority      = "nvidia.com/priority"          // 0: high, 1: low
 
 	HAMiUseType    = "nvidia.com/use-gputype"
 	HAMiNoUseType  = "nvidia.com/nouse-gputype"
@@ -31,7 +33,7 @@ const (
 )
 
 // hamiResources are the container resources only HAMi serves.
-var hamiResources = []string{HAMiMemory, HAMiMemoryPercent, HAMiCores}
+var hamiResources = []string{HAMiMemory, HAMiMemoryPercent, HAMiCores, HAMiPriority}
 
 // hamiAnnotations are the pod annotations in nvidia.com that HAMi reads, in the order the
 // report names them.
@@ -50,12 +52,12 @@ const (
 
 // HAMiContainer holds one container's HAMi resources as written; "" where absent.
 type HAMiContainer struct {
-	GPU, Memory, MemoryPercent, Cores string
+	GPU, Memory, MemoryPercent, Cores, Priority string
 }
 
 // asks reports whether the container asks HAMi or the device plugin for anything.
 func (h HAMiContainer) asks() bool {
-	return h.GPU != "" || h.Memory != "" || h.MemoryPercent != "" || h.Cores != ""
+	return h.GPU != "" || h.Memory != "" || h.MemoryPercent != "" || h.Cores != "" || h.Priority != ""
 }
 
 // Finding is what happened to one HAMi name: its field (a resource or annotation name),
@@ -74,11 +76,10 @@ type Finding struct {
 //     nvidia.com/gpucores percent of the SMs;
 //   - nvidia.com/gpu missing beside gpumem or gpucores: one, as HAMi counts it.
 //
-// distinct is true when the request's devices must lie on different GPUs (several shares:
-// HAMi puts each vGPU of a container on a card of its own). findings say what each resource
-// became; errs name a resource whose value is out of range or cannot be carried over. A
-// request is meaningful only without errs.
-func HAMiRequest(h HAMiContainer, selectors []string) (req resourceapi.ExactDeviceRequest, distinct bool, findings, errs []Finding) {
+// findings say what each resource became; errs name a resource whose value is out of range
+// or cannot be carried over. The result is meaningful only without errs.
+func HAMiRequest(h HAMiContainer, selectors []string) (ask HAMiAsk, findings, errs []Finding) {
+	req := &ask.Request
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, Finding{field, NotConverted, fmt.Sprintf(format, args...)})
 	}
@@ -114,12 +115,19 @@ func HAMiRequest(h HAMiContainer, selectors []string) (req resourceapi.ExactDevi
 	if memSet && pctSet {
 		bad(HAMiMemoryPercent, "set beside %s: ask for a GPU's memory one way, in MiB (%s) or in percent (%s)", HAMiMemory, HAMiMemory, HAMiMemoryPercent)
 	}
+	prio, prioSet := int64(0), h.Priority != ""
+	if prioSet {
+		var ok bool
+		if prio, ok = wholeNumber(h.Priority, 0, 1); !ok {
+			bad(HAMiPriority, "%q: want 0 (high) or 1 (low)", h.Priority)
+		}
+	}
 	if len(errs) > 0 {
-		return req, false, nil, errs
+		return ask, nil, errs
 	}
 	if !memSet && pct < maxPercent {
 		bad(HAMiMemoryPercent, "%d: a gpudra share asks for its memory as a quantity, and the card it lands on is not known before scheduling; ask for the memory in MiB with %s (or 100 percent: a whole GPU)", pct, HAMiMemory)
-		return req, false, nil, errs
+		return ask, nil, errs
 	}
 
 	// Written out as the API server defaults it, so that a template created from it reads
@@ -133,7 +141,14 @@ func HAMiRequest(h HAMiContainer, selectors []string) (req resourceapi.ExactDevi
 			caps[api.CapCompute] = *resource.NewQuantity(cores, resource.DecimalSI)
 		}
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: caps}
-		distinct = count > 1
+		ask.Distinct = count > 1
+		if prioSet {
+			ask.Priority = api.PriorityHigh
+			if prio == 1 {
+				ask.Priority = api.PriorityLow
+			}
+			findings = append(findings, Finding{HAMiPriority, Converted, fmt.Sprintf("%d → limits.priority %s in a GpuConfig for the request (HAMi-core's CUDA_TASK_PRIORITY %d under HAMi-core enforcement)", prio, ask.Priority, prio)})
+		}
 		note := ""
 		if mem<<20 < minShareMemory {
 			note = "; shares start at 256Mi, so it consumes 256Mi"
@@ -158,16 +173,35 @@ func HAMiRequest(h HAMiContainer, selectors []string) (req resourceapi.ExactDevi
 				findings = append(findings, Finding{HAMiCores, NotConverted, fmt.Sprintf("%d: without %s the container asks HAMi for all of a GPU's memory, which gpudra gives as a whole GPU (%s), whose SMs it does not cap: the container gets all of them; ask for %s too to get a share capped at %d percent", cores, HAMiMemory, api.DeviceClassGPU, HAMiMemory, cores)})
 			}
 		}
+		if prioSet {
+			findings = append(findings, Finding{HAMiPriority, NotConverted, fmt.Sprintf("%d: a priority ranks the shares of one GPU, and without %s the container gets a whole GPU, which it shares with no one", prio, HAMiMemory)})
+		}
 	}
 	if h.GPU == "" {
-		findings = append(findings, Finding{dpGPU, Converted, fmt.Sprintf("not set: 1 GPU, as HAMi counts a container that asks for %s without it", strings.Join(hamiResources, " or "))})
+		findings = append(findings, Finding{dpGPU, Converted, fmt.Sprintf("not set: 1 GPU, as HAMi counts a container that asks for %s without it", strings.Join(hamiResources[:3], " or "))})
 	} else {
 		findings = append(findings, Finding{dpGPU, Converted, fmt.Sprintf("%d → %d × %s", count, count, req.DeviceClassName)})
 	}
 	for _, s := range selectors {
 		req.Selectors = append(req.Selectors, resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: s}})
 	}
-	return req, distinct, findings, nil
+	return ask, findings, nil
+}
+
+// HAMiAsk is what one container of a HAMi pod asks gpudra for.
+type HAMiAsk struct {
+	Request resourceapi.ExactDeviceRequest
+	// Distinct: the request's devices must lie on different GPUs (several shares: HAMi
+	// puts each vGPU of a container on a card of its own).
+	Distinct bool
+	// Priority is the shares' priority (nvidia.com/priority), for a GpuConfig; "" for none.
+	Priority api.SharePriority
+}
+
+// priorityConfig is the GpuConfig that gives a share its priority, as JSON.
+func priorityConfig(p api.SharePriority) []byte {
+	raw, _ := json.Marshal(map[string]any{"apiVersion": api.APIVersion, "kind": api.GpuConfigKind, "limits": map[string]any{"priority": string(p)}})
+	return raw
 }
 
 // minShareMemory is the least memory a share consumes.

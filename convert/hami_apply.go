@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -80,6 +81,8 @@ func HAMiPod(pod *corev1.Pod) (*HAMiPlan, error) {
 						h.MemoryPercent = val
 					case HAMiCores:
 						h.Cores = val
+					case HAMiPriority:
+						h.Priority = val
 					default:
 						errs = append(errs, field.NotSupported(p, name, append([]string{dpGPU}, hamiResources...)))
 					}
@@ -88,7 +91,8 @@ func HAMiPod(pod *corev1.Pod) (*HAMiPlan, error) {
 			if !h.asks() {
 				continue
 			}
-			req, distinct, findings, rerrs := HAMiRequest(h, selectors)
+			ask, findings, rerrs := HAMiRequest(h, selectors)
+			req := ask.Request
 			pathOf := func(f Finding) *field.Path {
 				if p := where[f.Field]; p != nil {
 					return p
@@ -115,7 +119,11 @@ func HAMiPod(pod *corev1.Pod) (*HAMiPlan, error) {
 			name := names.unique("", dnsLabel(ctr.Name+"-"+suffix, maxLabel), maxLabel)
 			plan.Requests[ctr.Name] = name
 			plan.Spec.Devices.Requests = append(plan.Spec.Devices.Requests, resourceapi.DeviceRequest{Name: name, Exactly: &req})
-			if distinct {
+			if ask.Priority != "" {
+				plan.Spec.Devices.Config = append(plan.Spec.Devices.Config, resourceapi.DeviceClaimConfiguration{Requests: []string{name},
+					DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: api.DriverName, Parameters: runtime.RawExtension{Raw: priorityConfig(ask.Priority)}}}})
+			}
+			if ask.Distinct {
 				attr := resourceapi.FullyQualifiedName(api.DriverName + "/" + api.AttrUUID)
 				plan.Spec.Devices.Constraints = append(plan.Spec.Devices.Constraints, resourceapi.DeviceConstraint{Requests: []string{name}, DistinctAttribute: &attr})
 			}
@@ -143,6 +151,8 @@ func (h HAMiContainer) value(name string) string {
 		return h.MemoryPercent
 	case HAMiCores:
 		return h.Cores
+	case HAMiPriority:
+		return h.Priority
 	}
 	return ""
 }

@@ -94,6 +94,8 @@ func (c *converter) convertHAMiPodSpec(o *object, spec *yaml.Node, p path, meta 
 						hc.h.MemoryPercent = val
 					case r == HAMiCores:
 						hc.h.Cores = val
+					case r == HAMiPriority:
+						hc.h.Priority = val
 					default:
 						refused = append(refused, pathMsg{rp, fmt.Sprintf("%s: not a resource gpudra carries over from a HAMi pod (it carries %s, %s); a HAMi pod is converted as a whole", r, dpGPU, strings.Join(hamiResources, ", "))})
 					}
@@ -110,7 +112,8 @@ func (c *converter) convertHAMiPodSpec(o *object, spec *yaml.Node, p path, meta 
 	var notes []pathMsg
 	total := int64(0)
 	for _, hc := range ctrs {
-		req, distinct, findings, errs := HAMiRequest(hc.h, selectors)
+		ask, findings, errs := HAMiRequest(hc.h, selectors)
+		req := ask.Request
 		// at is where a finding is reported: its resource's field, else the container's
 		// resources with the resource's name in the message.
 		at := func(f Finding) pathMsg {
@@ -145,7 +148,7 @@ func (c *converter) convertHAMiPodSpec(o *object, spec *yaml.Node, p path, meta 
 			suffix = "share"
 		}
 		wants = append(wants, want{ctr: hc.ctr, ctrName: text(hc.ctr, "name"), resource: present[0], also: present[1:],
-			count: req.Count, at: hc.at, exact: exactNode(req), suffix: suffix, what: describe(req), distinct: distinct})
+			count: req.Count, at: hc.at, exact: exactNode(req), suffix: suffix, what: describe(req), distinct: ask.Distinct, priority: ask.Priority})
 	}
 	if total > maxDevices {
 		refused = append(refused, pathMsg{p, fmt.Sprintf("the pod asks for %d GPUs in all; a ResourceClaim holds at most %d", total, maxDevices)})

@@ -151,6 +151,7 @@ func TestHAMiBadValuesNameTheFieldAndTheRange(t *testing.T) {
 		{"gpumem-percentage above 100", "nvidia.com/gpumem-percentage: 101", "", "limits[nvidia.com/gpumem-percentage]", "from 1 to 100"},
 		{"gpumem-percentage below 100", "nvidia.com/gpumem-percentage: 50", "", "limits[nvidia.com/gpumem-percentage]", "in MiB with nvidia.com/gpumem"},
 		{"memory both ways", "nvidia.com/gpumem: 1024, nvidia.com/gpumem-percentage: 50", "", "limits[nvidia.com/gpumem-percentage]", "one way"},
+		{"a priority other than 0 or 1", "nvidia.com/gpumem: 1024, nvidia.com/priority: 2", "", "limits[nvidia.com/priority]", "0 (high) or 1 (low)"},
 		{"too many GPUs", "nvidia.com/gpu: 33, nvidia.com/gpumem: 1024", "", "limits[nvidia.com/gpu]", "from 1 to 32"},
 		{"a resource not carried over", "nvidia.com/gpu: 1, nvidia.com/gpumem: 1024, nvidia.com/mig-1g.5gb: 1", "", "limits[nvidia.com/mig-1g.5gb]", "not a resource gpudra carries over"},
 		{"an empty card type", "nvidia.com/gpu: 1", "nvidia.com/use-gputype: ''", "annotations[nvidia.com/use-gputype]", "comma-separated list of card types"},

@@ -77,6 +77,7 @@ type want struct {
 	what     string
 	also     []string
 	distinct bool
+	priority api.SharePriority
 }
 
 // convertPodSpec converts a pod spec; meta is the pod's metadata (nil where the spec
@@ -243,7 +244,7 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want, 
 	claim := podClaims.unique("", "gpus", maxLabel)
 
 	reqNames := newNamer()
-	var requests, constraints []*yaml.Node
+	var requests, constraints, configs []*yaml.Node
 	for _, w := range wants {
 		removeResource(w.ctr, w.resource)
 		for _, r := range w.also {
@@ -276,6 +277,10 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want, 
 			}
 		}
 		requests = append(requests, mapping("name", name, "exactly", exact))
+		if w.priority != "" {
+			params := mapping("apiVersion", api.APIVersion, "kind", api.GpuConfigKind, "limits", mapping("priority", string(w.priority)))
+			configs = append(configs, mapping("requests", sequence(str(name)), "opaque", mapping("driver", api.DriverName, "parameters", params)))
+		}
 		if w.distinct {
 			constraints = append(constraints, mapping("requests", sequence(str(name)), "distinctAttribute", api.DriverName+"/"+api.AttrUUID))
 		}
@@ -298,6 +303,9 @@ func (c *converter) claimsFor(o *object, spec *yaml.Node, p path, wants []want, 
 	devices := mapping("requests", sequence(requests...))
 	if len(constraints) > 0 {
 		set(devices, "constraints", sequence(constraints...))
+	}
+	if len(configs) > 0 {
+		set(devices, "config", sequence(configs...))
 	}
 	root := mapping(
 		"apiVersion", "resource.k8s.io/v1",

@@ -88,7 +88,7 @@ func templates(t *testing.T, c client.Client) []resourceapi.ResourceClaimTemplat
 func TestHAMiPodGetsAShareClaim(t *testing.T) {
 	c := fakeClient(t)
 	h := HAMiPods{Client: c}
-	pod := hamiPod("p", map[string]string{"nvidia.com/use-gputype": "A100"}, map[string]string{"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"})
+	pod := hamiPod("p", map[string]string{"nvidia.com/use-gputype": "A100"}, map[string]string{"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30", "nvidia.com/priority": "0"})
 	req := podRequest(t, pod)
 	resp := h.Handle(context.Background(), req)
 	if !resp.Allowed {
@@ -96,7 +96,7 @@ func TestHAMiPodGetsAShareClaim(t *testing.T) {
 	}
 	got := patched(t, req, resp)
 	ctr := got.Spec.Containers[0]
-	for _, r := range []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"} {
+	for _, r := range []corev1.ResourceName{"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/priority"} {
 		if _, ok := ctr.Resources.Limits[r]; ok {
 			t.Errorf("%s still in the limits: %v", r, ctr.Resources.Limits)
 		}
@@ -128,6 +128,22 @@ func TestHAMiPodGetsAShareClaim(t *testing.T) {
 	if cs := ts[0].Spec.Spec.Devices.Constraints; len(cs) != 1 || cs[0].DistinctAttribute == nil {
 		t.Errorf("constraints %+v, want the two shares on distinct GPUs", cs)
 	}
+	cfg := ts[0].Spec.Spec.Devices.Config
+	if len(cfg) != 1 || cfg[0].Opaque == nil || !strings.Contains(string(cfg[0].Opaque.Parameters.Raw), `"priority":"High"`) {
+		t.Errorf("config %+v, want the shares' priority High (nvidia.com/priority 0)", cfg)
+	}
+	if errs, err := Validate("ResourceClaimTemplate", mustJSON(t, ts[0])); err != nil || len(errs) > 0 {
+		t.Errorf("the config webhook refuses the template: %v %v", errs, err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // Pods that ask for the same devices share one template; a dry run creates none.
