@@ -130,14 +130,21 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 			return &ComponentError{Component: controllerComponent, Err: fmt.Errorf("%s: %w", f, err)}
 		}
 	}
-	hooks, err := ReadManifests(filepath.Join(u.opts.Repo, "deployments/webhook/config-validation.yaml"))
-	if err != nil {
-		return &ComponentError{Component: controllerComponent, Err: err}
-	}
-	for _, h := range hooks {
-		if err := pointWebhooksAt(h, strings.TrimSuffix(u.webhookURL(), WebhookPath)); err != nil {
+	var hooks []*unstructured.Unstructured
+	// The config webhook, and the HAMi pods' webhook with its RBAC (--hami-pods below).
+	for _, f := range []string{"deployments/webhook/config-validation.yaml", "deployments/hami/hami-pods.yaml"} {
+		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
+		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}
 		}
+		for _, h := range objs {
+			if strings.HasSuffix(h.GetKind(), "WebhookConfiguration") {
+				if err := pointWebhooksAt(h, strings.TrimSuffix(u.webhookURL(), WebhookPath)); err != nil {
+					return &ComponentError{Component: controllerComponent, Err: err}
+				}
+			}
+		}
+		hooks = append(hooks, objs...)
 	}
 	if err := ap.Apply(ctx, hooks...); err != nil {
 		return &ComponentError{Component: controllerComponent, Err: err}
@@ -167,6 +174,7 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 				"--webhook-cert-dir=" + certs,
 				"--webhook-cert-secret=" + controllerNamespace + "/" + WebhookCertSecret,
 				"--webhook-cert-dns-names=" + strings.Join(webhookCertNames, ","),
+				"--hami-pods",
 				// A lab is for developers: Go's profiles beside the metrics (on 127.0.0.1).
 				"--profiling",
 				gpudraFeatureGatesFlag(),

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/gpudra/gpudra/internal/features"
 	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
@@ -64,7 +63,7 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 	}
 	srv := webhook.NewServer(webhook.Options{Host: o.webhookHost, Port: o.webhookPort, CertDir: o.webhookCertDir})
 	srv.Register(configwebhook.Path, &webhook.Admission{Handler: configwebhook.Handler{}})
-	if o.enabled(features.HAMiPods) {
+	if o.hamiPods {
 		srv.Register(configwebhook.HAMiPath, &webhook.Admission{Handler: configwebhook.HAMiPods{Client: mgr.GetClient()}})
 	}
 	if err := mgr.Add(webhookAfterCerts{ready: ready, server: srv}); err != nil {
@@ -81,10 +80,10 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 }
 
 // webhookConfigurations are the webhook configurations that get the webhook's CA: the
-// config validation, and with the HAMiPods gate the HAMi pods' mutating one.
+// config validation, and with --hami-pods the HAMi pods' mutating one.
 func (o options) webhookConfigurations() []rotator.WebhookInfo {
 	out := []rotator.WebhookInfo{{Name: configwebhook.ConfigurationName, Type: rotator.Validating}}
-	if o.enabled(features.HAMiPods) {
+	if o.hamiPods {
 		out = append(out, rotator.WebhookInfo{Name: configwebhook.HAMiConfigurationName, Type: rotator.Mutating})
 	}
 	return out

@@ -31,7 +31,12 @@ func (o options) gateSet() featuregate.FeatureGate {
 // alone runs it (run), --admission-check-workers giving its workers.
 func (o options) checkFeatureGates() error {
 	if o.dashboardAddr != "" {
-		return features.Require(o.gateSet(), features.WebView, "--dashboard-bind-address")
+		if err := features.Require(o.gateSet(), features.WebView, "--dashboard-bind-address"); err != nil {
+			return err
+		}
+	}
+	if o.hamiPods {
+		return features.Require(o.gateSet(), features.HAMiPods, "--hami-pods")
 	}
 	return nil
 }

@@ -55,18 +55,30 @@ func TestControllerFeatureGatesFlag(t *testing.T) {
 	}
 }
 
-// The HAMi pods' webhook configuration gets the webhook's CA only with its gate on (off by
-// default), so that a controller without it never touches a MutatingWebhookConfiguration.
-func TestHAMiPodsWebhookFollowsItsGate(t *testing.T) {
+// The HAMi pods' webhook is served, and its configuration gets the webhook's CA, only with
+// --hami-pods, which needs its alpha gate: a controller without it never touches a
+// MutatingWebhookConfiguration, whatever its gates.
+func TestHAMiPodsWebhookFollowsItsFlagAndGate(t *testing.T) {
+	o := parse(t, "--hami-pods", "--webhook-port=9443")
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--hami-pods requires --feature-gates=HAMiPods=true (alpha)") {
+		t.Errorf("--hami-pods without its gate: %v", err)
+	}
+	o = parse(t, "--hami-pods", "--feature-gates=HAMiPods=true")
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--webhook-port") {
+		t.Errorf("--hami-pods without --webhook-port: %v", err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want bool
 	}{
 		{nil, false},
-		{[]string{"--feature-gates=HAMiPods=true"}, true},
-		{[]string{"--feature-gates=AllAlpha=true"}, true},
+		{[]string{"--feature-gates=AllAlpha=true"}, false},
+		{[]string{"--hami-pods", "--webhook-port=9443", "--feature-gates=HAMiPods=true"}, true},
 	} {
 		o := parse(t, tc.args...)
+		if err := o.validate(); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
 		var mutating bool
 		for _, w := range o.webhookConfigurations() {
 			mutating = mutating || w.Name == "gpudra-hami-pods" && w.Type == rotator.Mutating

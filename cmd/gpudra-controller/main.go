@@ -1,7 +1,7 @@
 // Command gpudra-controller is gpudra's cluster-side controller: the Kueue admission check
 // "gpudra.dev/topology" that places whole gangs on racks with the real DRA allocator, the
-// node topology labels, the webhook that validates gpu.gpudra.dev configs, and (feature
-// gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with claims.
+// node topology labels, the webhook that validates gpu.gpudra.dev configs, and (--hami-pods,
+// feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with claims.
 package main
 
 import (
@@ -84,7 +84,7 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = o.apiQPS, o.apiBurst
 	ctx := ctrl.SetupSignalHandler()
 	if o.webhookSelfSigned != "" {
-		if err := selfSignedWebhookCert(ctx, cfg, scheme, o.webhookCertDir, o.webhookSelfSigned, o.enabled(features.HAMiPods)); err != nil {
+		if err := selfSignedWebhookCert(ctx, cfg, scheme, o.webhookCertDir, o.webhookSelfSigned, o.hamiPods); err != nil {
 			return err
 		}
 	}

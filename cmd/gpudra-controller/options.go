@@ -46,6 +46,7 @@ type options struct {
 	webhookSelfSigned, webhookCertSecret      string
 	webhookCertDNSNames                       []string
 	dashboardAddr, dashboardCertDir           string
+	hamiPods                                  bool
 	logging                                   *logsapi.LoggingConfiguration
 	// gates are --feature-gates (features.New when nil).
 	gates featuregate.MutableVersionedFeatureGate
@@ -73,6 +74,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.webhookSelfSigned, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir at start and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (one replica: each start makes a new CA)")
 	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+"; --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
 	fs.StringSliceVar(&o.webhookCertDNSNames, "webhook-cert-dns-names", nil, "DNS names of the serving certificate kept in --webhook-cert-secret, comma-separated (the first is the one checked for renewal)")
+	fs.BoolVar(&o.hamiPods, "hami-pods", false, "serve the webhook that rewrites pods written for HAMi into pods with gpudra claims at "+configwebhook.HAMiPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+configwebhook.HAMiConfigurationName+"; needs --feature-gates=HAMiPods=true")
 	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
 	fs.StringVar(&o.dashboardCertDir, "dashboard-cert-dir", "", "directory with the dashboard's tls.crt and tls.key, for --dashboard-bind-address (empty: a self-signed certificate made at start)")
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
@@ -114,6 +116,9 @@ func (o options) validate() error {
 	}
 	if o.webhookSelfSigned != "" && o.webhookCertSecret != "" {
 		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret: set at most one (a certificate made at each start, or one kept and renewed in a Secret)")
+	}
+	if o.hamiPods && o.webhookPort <= 0 {
+		return fmt.Errorf("--hami-pods needs --webhook-port (the webhook is off)")
 	}
 	if o.webhookPort <= 0 && (o.webhookSelfSigned != "" || o.webhookCertSecret != "") {
 		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret need --webhook-port (the webhook is off)")

@@ -1,6 +1,8 @@
 package helm_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,8 +11,10 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/diff"
 )
 
 // The HAMi pods' webhook is off by default; turned on (with its alpha gate) it rewrites pod
@@ -111,7 +115,14 @@ func TestHAMiPodsWebhook(t *testing.T) {
 		t.Errorf("clientConfig %+v, want the HAMi URL and the CA", u)
 	}
 
-	role := m.get("ClusterRole", "gpudra-controller").(*rbacv1.ClusterRole)
+	if a := controllerArg(m, "--hami-pods"); a != "--hami-pods" {
+		t.Errorf("controller arg %q, want --hami-pods", a)
+	}
+	if a := controllerArg(render(t, "featureGates.HAMiPods=true"), "--hami-pods"); a != "" {
+		t.Errorf("the gate alone passes %q, want nothing", a)
+	}
+
+	role := m.get("ClusterRole", "gpudra-controller-hami-pods").(*rbacv1.ClusterRole)
 	may := func(resource, verb string) bool {
 		return slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
 			return slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb)
@@ -122,10 +133,40 @@ func TestHAMiPodsWebhook(t *testing.T) {
 			t.Errorf("the controller may not %s %s", rv[1], rv[0])
 		}
 	}
-	off := render(t).get("ClusterRole", "gpudra-controller").(*rbacv1.ClusterRole)
-	for _, r := range off.Rules {
+	off := render(t, "featureGates.HAMiPods=true")
+	if got := off.names("ClusterRole"); slices.Contains(got, "gpudra-controller-hami-pods") {
+		t.Errorf("without webhook.hamiPods the chart renders ClusterRole gpudra-controller-hami-pods")
+	}
+	for _, r := range off.get("ClusterRole", "gpudra-controller").(*rbacv1.ClusterRole).Rules {
 		if slices.Contains(r.Resources, "mutatingwebhookconfigurations") || slices.Contains(r.Resources, "resourceclaimtemplates") && slices.Contains(r.Verbs, "create") {
-			t.Errorf("without the gate the controller may %v %v", r.Verbs, r.Resources)
+			t.Errorf("without webhook.hamiPods the controller may %v %v", r.Verbs, r.Resources)
+		}
+	}
+}
+
+// deployments/hami/hami-pods.yaml is what the chart renders for the HAMi pods' webhook.
+func TestHAMiPodsPlainManifest(t *testing.T) {
+	rendered := render(t, "webhook.hamiPods.enabled=true", "featureGates.HAMiPods=true")
+	data, err := os.ReadFile(filepath.Join("..", "hami", "hami-pods.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := decodeManifest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.objs) != 3 {
+		t.Fatalf("%d objects, want the ClusterRole, its binding and the webhook configuration", len(plain.objs))
+	}
+	for _, p := range plain.objs {
+		got := rendered.getIn(p.kind, p.namespace, p.name)
+		if got == nil {
+			t.Errorf("%s %s is not in the chart", p.kind, p.name)
+			continue
+		}
+		got = withoutLabels(t, got)
+		if want := withoutLabels(t, p.obj); !apiequality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%s %s differs between deployments/hami (-) and the chart (+):\n%s", p.kind, p.name, diff.Diff(want, got))
 		}
 	}
 }
