@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -108,8 +108,24 @@ func (h HAMiPods) template(ctx context.Context, ns string, spec resourceapi.Reso
 	if err := h.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &have); err != nil {
 		return "", fmt.Errorf("ResourceClaimTemplate %s/%s: %w", ns, name, err)
 	}
-	if !apiequality.Semantic.DeepEqual(have.Spec.Spec, spec) {
+	if !sameJSON(have.Spec.Spec, spec) {
 		return "", fmt.Errorf("ResourceClaimTemplate %s/%s exists with another spec; delete it to let pods asking HAMi for these GPUs be created", ns, name)
 	}
 	return name, nil
+}
+
+// sameJSON reports whether two claim specs read the same as JSON, whatever the spacing and
+// key order the API server gave their opaque configs.
+func sameJSON(a, b resourceapi.ResourceClaimSpec) bool {
+	var va, vb any
+	for _, x := range []struct {
+		spec resourceapi.ResourceClaimSpec
+		into *any
+	}{{a, &va}, {b, &vb}} {
+		raw, err := json.Marshal(x.spec)
+		if err != nil || json.Unmarshal(raw, x.into) != nil {
+			return false
+		}
+	}
+	return reflect.DeepEqual(va, vb)
 }

@@ -231,6 +231,22 @@ func TestHAMiPodsAdmission(t *testing.T) {
 	}
 }
 
+// A template the API server wrote back with its config spaced and ordered its own way is
+// the same template: the next pod asking for the same devices reuses it.
+func TestHAMiPodReusesATemplateAsTheServerWroteIt(t *testing.T) {
+	ask := map[string]string{"nvidia.com/gpumem": "1024", "nvidia.com/priority": "1"}
+	req := podRequest(t, hamiPod("p", nil, ask))
+	c := fakeClient(t)
+	name := *patched(t, req, HAMiPods{Client: c}.Handle(context.Background(), req)).Spec.ResourceClaims[0].ResourceClaimTemplateName
+	stored := templates(t, c)[0]
+	stored.ResourceVersion = ""
+	stored.Spec.Spec.Devices.Config[0].Opaque.Parameters.Raw = []byte(`{"limits": {"priority": "Low"}, "kind": "GpuConfig", "apiVersion": "gpu.gpudra.dev/v1alpha1"}`)
+	resp := HAMiPods{Client: fakeClient(t, &stored)}.Handle(context.Background(), podRequest(t, hamiPod("q", nil, ask)))
+	if !resp.Allowed {
+		t.Fatalf("refused with template %s as the server wrote it: %v", name, resp.Result)
+	}
+}
+
 // A template of the hashed name with another spec is not used: the pod is not admitted
 // with devices it did not ask for.
 func TestHAMiPodRefusesAForeignTemplate(t *testing.T) {
