@@ -1,0 +1,274 @@
+package dependencies
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// Event reasons on a job that runs after others.
+const (
+	ReasonWaiting          = "WaitingForDependencies"
+	ReasonReleased         = "DependenciesFinished"
+	ReasonDependencyFailed = "DependencyFailed"
+	ReasonInvalid          = "InvalidDependencies"
+)
+
+// jobUIDLabel is the label Kueue puts on a job's Workload, holding the job's UID.
+const jobUIDLabel = "kueue.x-k8s.io/job-uid"
+
+// jobSetGVK is the JobSet kind, read unstructured (gpudra does not import its API).
+var jobSetGVK = schema.GroupVersionKind{Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet"}
+
+// jobSetRecheck is how often a job waiting on a JobSet looks again: JobSets are read,
+// not watched.
+const jobSetRecheck = 30 * time.Second
+
+// Reconciler releases a job's gpudra admission gate once its dependencies succeeded, or
+// deactivates its Workload when one failed and its policy is fail.
+type Reconciler struct {
+	// Client reads Jobs and Workloads (cached) and patches them.
+	Client client.Client
+	// APIReader reads JobSets (uncached: their API may not be installed).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+
+	mu sync.Mutex
+	// noted is the last Event note of each waiting job, so that a job gets one Event
+	// per change, not one per reconcile.
+	noted map[types.UID]string
+}
+
+// SetupWithManager reconciles gated Jobs, and the gated Jobs that run after a Job whenever
+// that Job changes.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	gated := predicate.NewPredicateFuncs(func(o client.Object) bool { return HasGate(o.GetAnnotations()) })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("job-dependencies").
+		For(&batchv1.Job{}, builder.WithPredicates(gated)).
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(r.dependents)).
+		Complete(r)
+}
+
+// dependents are the gated Jobs of obj's namespace that run after obj.
+func (r *Reconciler) dependents(ctx context.Context, obj client.Object) []reconcile.Request {
+	var jobs batchv1.JobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	self := Dependency{Kind: KindJob, Name: obj.GetName()}
+	var out []reconcile.Request
+	for _, j := range jobs.Items {
+		if !HasGate(j.Annotations) {
+			continue
+		}
+		if deps, err := ParseRunAfter(j.Annotations[RunAfterAnnotation]); err == nil && slices.Contains(deps, self) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&j)})
+		}
+	}
+	return out
+}
+
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var job batchv1.Job
+	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !HasGate(job.Annotations) {
+		r.forget(job.UID)
+		return reconcile.Result{}, nil
+	}
+	spec, ok, err := SpecOf(job.Annotations)
+	if !ok && err == nil {
+		err = fmt.Errorf("annotation %s is gone: the gate %s stays until the job is recreated", RunAfterAnnotation, Gate)
+	}
+	if err != nil {
+		r.note(&job, corev1.EventTypeWarning, ReasonInvalid, err.Error())
+		return reconcile.Result{}, nil
+	}
+	statuses, err := r.statuses(ctx, job.Namespace, spec.After)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	d := Decide(spec, statuses)
+	switch d.Action {
+	case Release:
+		patch := client.MergeFromWithOptions(job.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if rest := withoutGate(job.Annotations[AdmissionGatedBy]); rest != "" {
+			job.Annotations[AdmissionGatedBy] = rest
+		} else {
+			delete(job.Annotations, AdmissionGatedBy)
+		}
+		if err := r.Client.Patch(ctx, &job, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.forget(job.UID)
+		r.event(&job, corev1.EventTypeNormal, ReasonReleased, d.Note)
+		return reconcile.Result{}, nil
+	case Fail:
+		return r.fail(ctx, &job, d.Note)
+	}
+	r.note(&job, corev1.EventTypeNormal, ReasonWaiting, d.Note)
+	for _, s := range statuses {
+		if s.Kind == KindJobSet {
+			return reconcile.Result{RequeueAfter: jobSetRecheck}, nil
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// fail deactivates the Workload of a job whose dependency failed, once Kueue has made it.
+func (r *Reconciler) fail(ctx context.Context, job *batchv1.Job, note string) (reconcile.Result, error) {
+	var wls kueue.WorkloadList
+	if err := r.Client.List(ctx, &wls, client.InNamespace(job.Namespace), client.MatchingLabels{jobUIDLabel: string(job.UID)}); err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(wls.Items) == 0 {
+		// Kueue makes the Workload of a gated job too; look again shortly.
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	for k := range wls.Items {
+		wl := &wls.Items[k]
+		if wl.Spec.Active != nil && !*wl.Spec.Active {
+			continue
+		}
+		patch := client.MergeFrom(wl.DeepCopy())
+		inactive := false
+		wl.Spec.Active = &inactive
+		if err := r.Client.Patch(ctx, wl, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.forget(job.UID)
+		r.event(job, corev1.EventTypeWarning, ReasonDependencyFailed, fmt.Sprintf("%s; its Workload %s is deactivated", note, wl.Name))
+	}
+	return reconcile.Result{}, nil
+}
+
+// statuses are the phases of deps in namespace ns.
+func (r *Reconciler) statuses(ctx context.Context, ns string, deps []Dependency) ([]Status, error) {
+	out := make([]Status, 0, len(deps))
+	for _, d := range deps {
+		var phase Phase
+		var err error
+		switch d.Kind {
+		case KindJobSet:
+			phase, err = r.jobSetPhase(ctx, types.NamespacedName{Namespace: ns, Name: d.Name})
+		default:
+			phase, err = r.jobPhase(ctx, types.NamespacedName{Namespace: ns, Name: d.Name})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", d.Kind, d.Name, err)
+		}
+		out = append(out, Status{Dependency: d, Phase: phase})
+	}
+	return out, nil
+}
+
+func (r *Reconciler) jobPhase(ctx context.Context, key types.NamespacedName) (Phase, error) {
+	var job batchv1.Job
+	if err := r.Client.Get(ctx, key, &job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return PhaseNotCreated, nil
+		}
+		return "", err
+	}
+	return JobPhase(&job), nil
+}
+
+// JobPhase is where a batch Job stands: Complete or Failed by its conditions, else
+// Suspended or Running.
+func JobPhase(job *batchv1.Job) Phase {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return PhaseComplete
+		case batchv1.JobFailed:
+			return PhaseFailed
+		}
+	}
+	if job.Spec.Suspend != nil && *job.Spec.Suspend {
+		return PhaseSuspended
+	}
+	return PhaseRunning
+}
+
+func (r *Reconciler) jobSetPhase(ctx context.Context, key types.NamespacedName) (Phase, error) {
+	js := &unstructured.Unstructured{}
+	js.SetGroupVersionKind(jobSetGVK)
+	if err := r.APIReader.Get(ctx, key, js); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return PhaseNotCreated, nil
+		}
+		return "", err
+	}
+	return JobSetPhase(js), nil
+}
+
+// JobSetPhase is where a JobSet stands: Complete (its Completed condition) or Failed by
+// its conditions, else Suspended or Running.
+func JobSetPhase(js *unstructured.Unstructured) Phase {
+	conds, _, _ := unstructured.NestedSlice(js.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["status"] != string(corev1.ConditionTrue) {
+			continue
+		}
+		switch m["type"] {
+		case "Completed":
+			return PhaseComplete
+		case "Failed":
+			return PhaseFailed
+		}
+	}
+	if s, _, _ := unstructured.NestedBool(js.Object, "spec", "suspend"); s {
+		return PhaseSuspended
+	}
+	return PhaseRunning
+}
+
+// note records an Event on job unless its last one said the same.
+func (r *Reconciler) note(job *batchv1.Job, eventtype, reason, note string) {
+	r.mu.Lock()
+	if r.noted == nil {
+		r.noted = map[types.UID]string{}
+	}
+	same := r.noted[job.UID] == note
+	r.noted[job.UID] = note
+	r.mu.Unlock()
+	if !same {
+		r.event(job, eventtype, reason, note)
+	}
+}
+
+func (r *Reconciler) forget(uid types.UID) {
+	r.mu.Lock()
+	delete(r.noted, uid)
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) event(job *batchv1.Job, eventtype, reason, note string) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(job, nil, eventtype, reason, "RunAfter", "%s", note)
+	}
+}

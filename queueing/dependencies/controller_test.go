@@ -1,0 +1,219 @@
+package dependencies
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// eventLog records Events as "name type reason: note".
+type eventLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+var _ events.EventRecorder = (*eventLog)(nil)
+
+func (l *eventLog) Eventf(regarding, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	m, err := meta.Accessor(regarding)
+	if err != nil {
+		panic(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, fmt.Sprintf("%s %s %s: %s", m.GetName(), eventtype, reason, fmt.Sprintf(note, args...)))
+}
+
+func (l *eventLog) events() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.got)
+}
+
+// gatedJob is a job as the webhook admits it: run-after, and the gates.
+func gatedJob(name, after string, annotations ...string) *batchv1.Job {
+	j := queued(name, append([]string{RunAfterAnnotation, after, AdmissionGatedBy, Gate}, annotations...)...)
+	j.Spec.Suspend = new(true)
+	return j
+}
+
+// finished is a Job with condition cond (Complete or Failed) true; running without one.
+func finished(name string, cond batchv1.JobConditionType) *batchv1.Job {
+	j := queued(name)
+	if cond != "" {
+		j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue}}
+	}
+	return j
+}
+
+// workloadOf is the Workload Kueue makes for job.
+func workloadOf(job *batchv1.Job) *kueue.Workload {
+	return &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "job-" + job.Name + "-1a2b3",
+		Labels: map[string]string{jobUIDLabel: string(job.UID)}}}
+}
+
+func reconcileJob(t *testing.T, r *Reconciler, name string) {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getJob(t *testing.T, c client.Client, name string) *batchv1.Job {
+	t.Helper()
+	var j batchv1.Job
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
+		t.Fatal(err)
+	}
+	return &j
+}
+
+func TestGateRemovedOnceEveryDependencySucceeded(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		objs       []client.Object
+		wantGates  string // admission-gated-by of train after the reconcile ("" and gone: released)
+		wantEvents []string
+	}{
+		{name: "kept while a dependency runs",
+			objs:      []client.Object{gatedJob("train", "preprocess,fetch"), finished("preprocess", "")},
+			wantGates: Gate, wantEvents: []string{"train Normal WaitingForDependencies: waiting for preprocess (Running), fetch (not created yet)"}},
+		{name: "removed, and the annotation with it, once all are complete",
+			objs:      []client.Object{gatedJob("train", "preprocess,fetch"), finished("preprocess", batchv1.JobComplete), finished("fetch", batchv1.JobComplete)},
+			wantGates: "", wantEvents: []string{"train Normal DependenciesFinished: dependencies finished: preprocess (Complete), fetch (Complete); admission gate gpudra.dev/run-after removed"}},
+		{name: "other gates are kept",
+			objs: []client.Object{func() *batchv1.Job {
+				j := gatedJob("train", "preprocess")
+				j.Annotations[AdmissionGatedBy] = "example.com/quota-check," + Gate
+				return j
+			}(), finished("preprocess", batchv1.JobComplete)},
+			wantGates: "example.com/quota-check", wantEvents: []string{"train Normal DependenciesFinished: dependencies finished: preprocess (Complete); admission gate gpudra.dev/run-after removed"}},
+		{name: "policy run: released after a failed dependency",
+			objs:      []client.Object{gatedJob("train", "preprocess", FailurePolicyAnnotation, "run"), finished("preprocess", batchv1.JobFailed)},
+			wantGates: "", wantEvents: []string{"train Normal DependenciesFinished: dependencies finished: preprocess (Failed); admission gate gpudra.dev/run-after removed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, tc.objs...)
+			rec := &eventLog{}
+			r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+			reconcileJob(t, r, "train")
+			if got := getJob(t, c, "train").Annotations[AdmissionGatedBy]; got != tc.wantGates {
+				t.Errorf("%s = %q, want %q", AdmissionGatedBy, got, tc.wantGates)
+			}
+			if _, has := getJob(t, c, "train").Annotations[AdmissionGatedBy]; has != (tc.wantGates != "") {
+				t.Errorf("annotation %s present: %v, want %v", AdmissionGatedBy, has, tc.wantGates != "")
+			}
+			if got := rec.events(); !slices.Equal(got, tc.wantEvents) {
+				t.Errorf("events %q, want %q", got, tc.wantEvents)
+			}
+		})
+	}
+}
+
+// A waiting job gets one Event per change of what it waits for, not one per reconcile.
+func TestWaitingIsOneEventPerChange(t *testing.T) {
+	pre := finished("preprocess", "")
+	pre.Spec.Suspend = new(true)
+	c := newClient(t, gatedJob("train", "preprocess"), pre)
+	rec := &eventLog{}
+	r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+	reconcileJob(t, r, "train")
+	reconcileJob(t, r, "train")
+	pre.Spec.Suspend = new(false)
+	if err := c.Update(context.Background(), pre); err != nil {
+		t.Fatal(err)
+	}
+	reconcileJob(t, r, "train")
+	reconcileJob(t, r, "train")
+	want := []string{
+		"train Normal WaitingForDependencies: waiting for preprocess (Suspended)",
+		"train Normal WaitingForDependencies: waiting for preprocess (Running)",
+	}
+	if got := rec.events(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+func TestFailedDependencyDeactivatesTheWorkload(t *testing.T) {
+	train := gatedJob("train", "preprocess,fetch")
+	c := newClient(t, train, workloadOf(train), finished("preprocess", batchv1.JobFailed), finished("fetch", ""))
+	rec := &eventLog{}
+	r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+	reconcileJob(t, r, "train")
+	reconcileJob(t, r, "train")
+	var wl kueue.Workload
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(workloadOf(train)), &wl); err != nil {
+		t.Fatal(err)
+	}
+	if wl.Spec.Active == nil || *wl.Spec.Active {
+		t.Errorf("Workload spec.active = %v, want false", wl.Spec.Active)
+	}
+	if !HasGate(getJob(t, c, "train").Annotations) {
+		t.Error("the gate was removed: the job would run after its dependency failed")
+	}
+	want := []string{"train Warning DependencyFailed: dependency preprocess failed (gpudra.dev/run-after-failure: fail): this job will not run; its Workload job-train-1a2b3 is deactivated"}
+	if got := rec.events(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q (one, naming the failed dependency)", got, want)
+	}
+}
+
+// Until Kueue has made the Workload, the job waits for it: nothing is deactivated yet.
+func TestFailedDependencyWaitsForTheWorkload(t *testing.T) {
+	c := newClient(t, gatedJob("train", "preprocess"), finished("preprocess", batchv1.JobFailed))
+	r := &Reconciler{Client: c, APIReader: c, Recorder: &eventLog{}}
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "train"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter == 0 {
+		t.Error("not looked at again: the Workload Kueue makes later would stay active")
+	}
+}
+
+// Dependents are found from a dependency's change, gated ones only.
+func TestDependentsOfAJob(t *testing.T) {
+	c := newClient(t, gatedJob("train", "preprocess"), gatedJob("report", "fetch,job/preprocess"), queued("done", RunAfterAnnotation, "preprocess"), finished("preprocess", ""))
+	r := &Reconciler{Client: c}
+	var got []string
+	for _, req := range r.dependents(context.Background(), finished("preprocess", "")) {
+		got = append(got, req.Name)
+	}
+	slices.Sort(got)
+	if want := []string{"report", "train"}; !slices.Equal(got, want) {
+		t.Errorf("dependents %q, want %q", got, want)
+	}
+}
+
+func TestJobSetPhase(t *testing.T) {
+	for _, tc := range []struct {
+		obj  string
+		want Phase
+	}{
+		{`{"status":{"conditions":[{"type":"Completed","status":"True"}]}}`, PhaseComplete},
+		{`{"status":{"conditions":[{"type":"Failed","status":"True"}]}}`, PhaseFailed},
+		{`{"spec":{"suspend":true}}`, PhaseSuspended},
+		{`{"status":{"conditions":[{"type":"Completed","status":"False"}]}}`, PhaseRunning},
+	} {
+		var u map[string]any
+		if err := json.Unmarshal([]byte(tc.obj), &u); err != nil {
+			t.Fatal(err)
+		}
+		if got := JobSetPhase(&unstructured.Unstructured{Object: u}); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.obj, got, tc.want)
+		}
+	}
+}
