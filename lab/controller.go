@@ -121,7 +121,7 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 	if err := ap.Apply(ctx, ns, secret); err != nil {
 		return &ComponentError{Component: controllerComponent, Err: err}
 	}
-	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
+	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/controller-job-dependencies.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
 		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
 		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}
@@ -131,8 +131,9 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 		}
 	}
 	var hooks []*unstructured.Unstructured
-	// The config webhook, and the HAMi pods' webhook with its RBAC (--hami-pods below).
-	for _, f := range []string{"deployments/webhook/config-validation.yaml", "deployments/hami/hami-pods.yaml"} {
+	// The config webhook, the HAMi pods' webhook with its RBAC (--hami-pods below), and
+	// the job dependencies' webhook (the controllers run with every gate on).
+	for _, f := range []string{"deployments/webhook/config-validation.yaml", "deployments/hami/hami-pods.yaml", "deployments/webhook/job-dependencies.yaml"} {
 		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
 		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/gpudra/gpudra/internal/features"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
@@ -66,6 +68,9 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 	if o.hamiPods {
 		srv.Register(configwebhook.HAMiPath, &webhook.Admission{Handler: configwebhook.HAMiPods{Client: mgr.GetClient()}})
 	}
+	if o.enabled(features.JobDependencies) {
+		srv.Register(dependencies.WebhookPath, &webhook.Admission{Handler: dependencies.Webhook{Jobs: mgr.GetClient()}})
+	}
 	if err := mgr.Add(webhookAfterCerts{ready: ready, server: srv}); err != nil {
 		return err
 	}
@@ -80,11 +85,24 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 }
 
 // webhookConfigurations are the webhook configurations that get the webhook's CA: the
-// config validation, and with --hami-pods the HAMi pods' mutating one.
+// config validation, and the mutating ones this controller serves (mutatingWebhooks).
 func (o options) webhookConfigurations() []rotator.WebhookInfo {
 	out := []rotator.WebhookInfo{{Name: configwebhook.ConfigurationName, Type: rotator.Validating}}
+	for _, name := range o.mutatingWebhooks() {
+		out = append(out, rotator.WebhookInfo{Name: name, Type: rotator.Mutating})
+	}
+	return out
+}
+
+// mutatingWebhooks names the MutatingWebhookConfigurations of the webhooks this controller
+// serves: the HAMi pods' (--hami-pods) and the job dependencies' (gate JobDependencies).
+func (o options) mutatingWebhooks() []string {
+	var out []string
 	if o.hamiPods {
-		out = append(out, rotator.WebhookInfo{Name: configwebhook.HAMiConfigurationName, Type: rotator.Mutating})
+		out = append(out, configwebhook.HAMiConfigurationName)
+	}
+	if o.enabled(features.JobDependencies) {
+		out = append(out, dependencies.WebhookConfigurationName)
 	}
 	return out
 }
@@ -110,8 +128,9 @@ func (w webhookAfterCerts) Start(ctx context.Context) error {
 func (webhookAfterCerts) NeedLeaderElection() bool { return false }
 
 // selfSignedWebhookCert makes the webhook's certificate and publishes its CA in the
-// webhook configuration (--webhook-self-signed).
-func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, dir, names string, hamiPods bool) error {
+// webhook configuration (--webhook-self-signed), and in each MutatingWebhookConfiguration
+// named by mutating.
+func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, dir, names string, mutating []string) error {
 	var dns []string
 	var ips []net.IP
 	for _, n := range strings.Split(names, ",") {
@@ -135,8 +154,10 @@ func selfSignedWebhookCert(ctx context.Context, cfg *rest.Config, scheme *runtim
 	if err := configwebhook.InjectCABundle(ctx, c, configwebhook.ConfigurationName, ca); err != nil {
 		return err
 	}
-	if hamiPods {
-		return configwebhook.InjectMutatingCABundle(ctx, c, configwebhook.HAMiConfigurationName, ca)
+	for _, name := range mutating {
+		if err := configwebhook.InjectMutatingCABundle(ctx, c, name, ca); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -56,8 +56,8 @@ func TestControllerFeatureGatesFlag(t *testing.T) {
 }
 
 // The HAMi pods' webhook is served, and its configuration gets the webhook's CA, only with
-// --hami-pods, which needs its alpha gate: a controller without it never touches a
-// MutatingWebhookConfiguration, whatever its gates.
+// --hami-pods, which needs its alpha gate: a controller without it never touches the HAMi
+// pods' MutatingWebhookConfiguration, whatever its gates.
 func TestHAMiPodsWebhookFollowsItsFlagAndGate(t *testing.T) {
 	o := parse(t, "--hami-pods", "--webhook-port=9443")
 	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--hami-pods requires --feature-gates=HAMiPods=true (alpha)") {
@@ -85,6 +85,26 @@ func TestHAMiPodsWebhookFollowsItsFlagAndGate(t *testing.T) {
 		}
 		if mutating != tc.want {
 			t.Errorf("%v: CA injected into gpudra-hami-pods = %v, want %v", tc.args, mutating, tc.want)
+		}
+	}
+}
+
+// With JobDependencies on, the kept webhook CA also goes into the job dependencies'
+// MutatingWebhookConfiguration; off, only into the config validation.
+func TestJobDependenciesWebhookGetsTheCA(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"gpudra-config-validation"}},
+		{[]string{"--feature-gates=JobDependencies=true"}, []string{"gpudra-config-validation", "gpudra-job-dependencies"}},
+	} {
+		var got []string
+		for _, w := range parse(t, tc.args...).webhookConfigurations() {
+			got = append(got, w.Name)
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%v: CA injected into %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }

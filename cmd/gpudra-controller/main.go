@@ -1,7 +1,9 @@
 // Command gpudra-controller is gpudra's cluster-side controller: the Kueue admission check
 // "gpudra.dev/topology" that places whole gangs on racks with the real DRA allocator, the
-// node topology labels, the webhook that validates gpu.gpudra.dev configs, and (--hami-pods,
-// feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with claims.
+// node topology labels, the webhook that validates gpu.gpudra.dev configs, (--hami-pods,
+// feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with
+// claims, and (gate JobDependencies) the Jobs that wait at a Kueue admission gate for
+// others to succeed.
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +29,7 @@ import (
 	"github.com/gpudra/gpudra/internal/features"
 	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 )
@@ -67,7 +71,7 @@ func newCommand() *cobra.Command {
 func run(o options) error {
 	ctrl.SetLogger(klog.NewKlogr())
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, batchv1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
 		}
@@ -84,7 +88,7 @@ func run(o options) error {
 	cfg.QPS, cfg.Burst = o.apiQPS, o.apiBurst
 	ctx := ctrl.SetupSignalHandler()
 	if o.webhookSelfSigned != "" {
-		if err := selfSignedWebhookCert(ctx, cfg, scheme, o.webhookCertDir, o.webhookSelfSigned, o.hamiPods); err != nil {
+		if err := selfSignedWebhookCert(ctx, cfg, scheme, o.webhookCertDir, o.webhookSelfSigned, o.mutatingWebhooks()); err != nil {
 			return err
 		}
 	}
@@ -106,6 +110,12 @@ func run(o options) error {
 		}
 	} else {
 		klog.InfoS("The Kueue admission check is off: Workloads waiting for it stay pending", "admissionCheck", api.AdmissionCheckController, "featureGate", features.TopologyAdmissionCheck)
+	}
+	if o.enabled(features.JobDependencies) {
+		deps := &dependencies.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("gpudra-controller")}
+		if err := deps.SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	topologyConfigMap, _ := o.topologyConfigMapKey()
 	net := &network.Reconciler{Client: mgr.GetClient(), Labels: o.labels, FlavorNodeLabels: o.flavorNodeLabels, ConfigMap: topologyConfigMap}

@@ -45,6 +45,10 @@ const (
 	// TopologyAdmissionCheck: the Kueue admission check gpudra.dev/topology and the pod
 	// pinning that carries out its placements (gpudra-controller).
 	TopologyAdmissionCheck featuregate.Feature = "TopologyAdmissionCheck"
+	// JobDependencies: Jobs that run after others (annotation gpudra.dev/run-after),
+	// held at a Kueue admission gate until those succeed: the mutating webhook and its
+	// controller (gpudra-controller).
+	JobDependencies featuregate.Feature = "JobDependencies"
 	// WebView: --dashboard-bind-address, the read-only web view (gpudra-controller).
 	WebView featuregate.Feature = "WebView"
 	// HAMiPods: the mutating webhook that rewrites pods written for HAMi into pods with
@@ -66,6 +70,7 @@ var specs = map[featuregate.Feature]featuregate.VersionedSpecs{
 	TopologyAdmissionCheck: {beta("0.1")},
 	WebView:                {alpha("0.1")},
 	HAMiPods:               {alpha("0.1")},
+	JobDependencies:        {alpha("0.1")},
 }
 
 func alpha(since string) featuregate.FeatureSpec {

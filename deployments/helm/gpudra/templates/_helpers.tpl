@@ -123,6 +123,14 @@ gpudra-controller
 {{- fail "webhook.hamiPods.enabled=true needs webhook.hamiPods.namespaceSelector or objectSelector: it rewrites only the pods of opted-in namespaces" -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.controller.enabled (include "gpudra.gateOn" (dict "root" . "name" "JobDependencies")) -}}
+{{- if not .Values.webhook.enabled -}}
+{{- fail "featureGates.JobDependencies needs webhook.enabled=true: its mutating webhook gates the Jobs that run after others" -}}
+{{- end -}}
+{{- if and .Values.webhook.url (not (hasSuffix "/validate-gpudra-config" .Values.webhook.url)) -}}
+{{- fail (printf "webhook.url=%s: with featureGates.JobDependencies, want a URL ending in /validate-gpudra-config (the job dependencies' webhook is served beside it, at /mutate-gpudra-job-dependencies)" .Values.webhook.url) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
 {{- end -}}
@@ -151,6 +159,7 @@ ClaimUsage: beta
 DynamicMIG: alpha
 HAMiCoreEnforcement: alpha
 HAMiPods: alpha
+JobDependencies: alpha
 MIGLayouts: beta
 MPSDaemonPods: beta
 MemoryOversubscription: alpha
