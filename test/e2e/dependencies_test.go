@@ -174,16 +174,16 @@ func workloadOfJob(ctx context.Context, ns, job string) (*kueue.Workload, error)
 // eventOn: an Event on the object named job (a Job, or a Workload) with reason says note
 // (or starts with it).
 func eventOn(ctx context.Context, ns, job, reason, note string) error {
-	evs, err := client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + job})
+	evs, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + job})
 	if err != nil {
 		return err
 	}
 	var seen []string
 	for _, e := range evs.Items {
-		if e.Reason == reason && strings.HasPrefix(e.Note, note) {
+		if e.Reason == reason && strings.HasPrefix(e.Message, note) {
 			return nil
 		}
-		seen = append(seen, e.Reason+": "+e.Note)
+		seen = append(seen, e.Reason+": "+e.Message)
 	}
 	return fmt.Errorf("job %s: no %s Event %q yet (events %q)", job, reason, note, seen)
 }
