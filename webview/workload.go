@@ -3,6 +3,7 @@ package webview
 import (
 	"context"
 	"fmt"
+	batchv1 "k8s.io/api/batch/v1"
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +184,9 @@ func (r scopeReader) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 			}
 			*o, found = *t, o
 		}
+	case *batchv1.Job:
+		// The view does not read Jobs: a Workload's page shows no chain of dependencies.
+		return apierrors.NewNotFound(resourceOf(obj), key.Name)
 	default:
 		return fmt.Errorf("webview: reading a %T is not supported", obj)
 	}
@@ -252,6 +256,8 @@ func resourceOf(obj client.Object) schema.GroupResource {
 		return admissionChecksGVR.GroupResource()
 	case *kueue.ResourceFlavor:
 		return resourceFlavorsResource
+	case *batchv1.Job:
+		return batchv1.Resource("jobs")
 	default:
 		return templatesResource
 	}

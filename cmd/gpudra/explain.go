@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -424,7 +425,7 @@ func printReport(w io.Writer, rep *explain.Report, output string, show int) erro
 		return err
 	}
 	if rep.Workload != nil {
-		return printWorkload(w, rep.Workload)
+		return printWorkload(w, rep.Workload, rep.RunsAfter)
 	}
 	if p := rep.Pod; p != nil {
 		out := p.RuledOut()
@@ -490,12 +491,19 @@ func bounded(s string, n int) string {
 	return fmt.Sprintf("%s… (%d more bytes; -o json shows all)", s[:cut], len(s)-cut)
 }
 
-func printWorkload(w io.Writer, r *admission.Report) error {
+func printWorkload(w io.Writer, r *admission.Report, after []dependencies.Status) error {
 	quota := "quota not reserved"
 	if r.QuotaReserved {
 		quota = "quota reserved"
 	}
 	fmt.Fprintf(w, "workload %s/%s (%s)\n", r.Namespace, r.Name, quota)
+	if len(after) > 0 {
+		names := make([]string, len(after))
+		for k, s := range after {
+			names[k] = s.String()
+		}
+		fmt.Fprintf(w, "runs after: %s\n", strings.Join(names, ", "))
+	}
 	if q := r.Quota; q != nil {
 		fmt.Fprintf(w, "kueue: %s=%s %s", q.Type, q.Status, q.Reason)
 		if q.Message != "" {

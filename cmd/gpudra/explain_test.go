@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,6 +33,7 @@ import (
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -211,7 +213,7 @@ func TestExplainJSONReadsBack(t *testing.T) {
 func kueueLab(t *testing.T) client.Reader {
 	t.Helper()
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, batchv1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
@@ -547,7 +549,7 @@ func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
 			Domains: []admission.DomainReport{{Name: "b1", Nodes: []string{"r1-n1"}, Fits: 32, Fit: true}},
 			Planned: &admission.Planned{Domain: "b1", Nodes: []string{"r1-n1"}, Notes: []string{note}}}}}
 	var out bytes.Buffer
-	if err := printWorkload(&out, rep); err != nil {
+	if err := printWorkload(&out, rep, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -557,5 +559,39 @@ func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// A Workload whose Job runs after others shows the chain, each dependency with where it
+// stands, in the table and in JSON.
+func TestExplainWorkloadShowsWhatItsJobRunsAfter(t *testing.T) {
+	c := kueueLab(t).(client.Client)
+	ctx := context.Background()
+	train := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "train",
+		Annotations: map[string]string{dependencies.RunAfterAnnotation: "preprocess,fetch", dependencies.AdmissionGatedBy: dependencies.Gate}}}
+	preprocess := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "preprocess"},
+		Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
+	for _, j := range []*batchv1.Job{train, preprocess} {
+		if err := c.Create(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := buildReport(ctx, &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "job", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printReport(&out, rep, "", 5); err != nil {
+		t.Fatal(err)
+	}
+	if want := "workload team-a/job-train-1a2b3 (quota reserved)\nruns after: preprocess (Complete), fetch (not created yet)\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("output does not start with %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	if err := printReport(&out, rep, "json", 5); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"runsAfter": [`; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), `"phase": "not created yet"`) {
+		t.Errorf("JSON lacks the chain:\n%.400s", out.String())
 	}
 }

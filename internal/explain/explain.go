@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 )
 
 // Reader is where an explanation reads the cluster's objects: the API server for the
@@ -46,6 +47,9 @@ type Report struct {
 	Claims []ClaimReport `json:"claims,omitempty"`
 	// Workload is set for a Kueue Workload.
 	Workload *admission.Report `json:"workload,omitempty"`
+	// RunsAfter are the jobs the Workload's Job runs after (gpudra.dev/run-after) and where
+	// each stands, in the annotation's order.
+	RunsAfter []dependencies.Status `json:"runsAfter,omitempty"`
 }
 
 // PodReport lists every node with why kube-scheduler's filters before devices rule it out.

@@ -6,11 +6,13 @@ import (
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -56,7 +58,39 @@ func WorkloadOf(ctx context.Context, r WorkloadReader, labels topology.LabelKeys
 	if rep.Quota == nil && !rep.QuotaReserved {
 		rep.Quota = r.QuotaEvent(ctx, wl)
 	}
-	return &Report{Workload: rep}, nil
+	after, err := runsAfter(ctx, r, wl)
+	if err != nil {
+		return nil, err
+	}
+	return &Report{Workload: rep, RunsAfter: after}, nil
+}
+
+// runsAfter are the dependencies of the Workload's Job and where each stands; none when
+// its Job has no gpudra.dev/run-after, or is gone. The chain is an addition to the
+// Workload's explanation: a caller who may read Workloads but not Jobs still gets that.
+func runsAfter(ctx context.Context, r client.Reader, wl *kueue.Workload) ([]dependencies.Status, error) {
+	for _, o := range wl.OwnerReferences {
+		if o.Kind != "Job" || !strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
+			continue
+		}
+		var job batchv1.Job
+		if err := r.Get(ctx, types.NamespacedName{Namespace: wl.Namespace, Name: o.Name}, &job); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		spec, ok, err := dependencies.SpecOf(job.Annotations)
+		if !ok || err != nil {
+			return nil, nil
+		}
+		after, err := dependencies.Statuses(ctx, r, r, wl.Namespace, spec.After)
+		if apierrors.IsForbidden(err) {
+			return nil, nil
+		}
+		return after, err
+	}
+	return nil, nil
 }
 
 // FindJobWorkload is the newest Workload in namespace whose owner is the batch/v1 Job

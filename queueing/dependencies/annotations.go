@@ -36,8 +36,8 @@ const (
 
 // Dependency is one job a job runs after.
 type Dependency struct {
-	Kind Kind
-	Name string
+	Kind Kind   `json:"kind"`
+	Name string `json:"name"`
 }
 
 // String is the dependency as written in the annotation: the name alone for a Job.

@@ -164,15 +164,21 @@ func (r *Reconciler) fail(ctx context.Context, job *batchv1.Job, note string) (r
 
 // statuses are the phases of deps in namespace ns.
 func (r *Reconciler) statuses(ctx context.Context, ns string, deps []Dependency) ([]Status, error) {
+	return Statuses(ctx, r.Client, r.APIReader, ns, deps)
+}
+
+// Statuses are the phases of deps in namespace ns, Jobs read from jobs and JobSets from
+// jobSets (a reader that needs no informer: the JobSet API may not be installed).
+func Statuses(ctx context.Context, jobs, jobSets client.Reader, ns string, deps []Dependency) ([]Status, error) {
 	out := make([]Status, 0, len(deps))
 	for _, d := range deps {
 		var phase Phase
 		var err error
 		switch d.Kind {
 		case KindJobSet:
-			phase, err = r.jobSetPhase(ctx, types.NamespacedName{Namespace: ns, Name: d.Name})
+			phase, err = jobSetPhase(ctx, jobSets, types.NamespacedName{Namespace: ns, Name: d.Name})
 		default:
-			phase, err = r.jobPhase(ctx, types.NamespacedName{Namespace: ns, Name: d.Name})
+			phase, err = jobPhase(ctx, jobs, types.NamespacedName{Namespace: ns, Name: d.Name})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", d.Kind, d.Name, err)
@@ -182,9 +188,9 @@ func (r *Reconciler) statuses(ctx context.Context, ns string, deps []Dependency)
 	return out, nil
 }
 
-func (r *Reconciler) jobPhase(ctx context.Context, key types.NamespacedName) (Phase, error) {
+func jobPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, error) {
 	var job batchv1.Job
-	if err := r.Client.Get(ctx, key, &job); err != nil {
+	if err := c.Get(ctx, key, &job); err != nil {
 		if apierrors.IsNotFound(err) {
 			return PhaseNotCreated, nil
 		}
@@ -213,10 +219,10 @@ func JobPhase(job *batchv1.Job) Phase {
 	return PhaseRunning
 }
 
-func (r *Reconciler) jobSetPhase(ctx context.Context, key types.NamespacedName) (Phase, error) {
+func jobSetPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, error) {
 	js := &unstructured.Unstructured{}
 	js.SetGroupVersionKind(jobSetGVK)
-	if err := r.APIReader.Get(ctx, key, js); err != nil {
+	if err := c.Get(ctx, key, js); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 			return PhaseNotCreated, nil
 		}

@@ -19,7 +19,7 @@ const (
 // Status is a dependency and its phase.
 type Status struct {
 	Dependency
-	Phase Phase
+	Phase Phase `json:"phase"`
 }
 
 func (s Status) String() string { return fmt.Sprintf("%s (%s)", s.Dependency, s.Phase) }
