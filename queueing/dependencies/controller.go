@@ -54,7 +54,14 @@ type Reconciler struct {
 	mu sync.Mutex
 	// noted is the last Event note of each waiting job, so that a job gets one Event
 	// per change, not one per reconcile.
-	noted map[types.UID]string
+	noted map[types.NamespacedName]notedEvent
+}
+
+// notedEvent is the note of a job's last Event; uid tells a job from one recreated under
+// its name.
+type notedEvent struct {
+	uid  types.UID
+	note string
 }
 
 // SetupWithManager reconciles gated Jobs, and the gated Jobs that run after a Job whenever
@@ -90,10 +97,13 @@ func (r *Reconciler) dependents(ctx context.Context, obj client.Object) []reconc
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var job batchv1.Job
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !HasGate(job.Annotations) {
-		r.forget(job.UID)
+		r.forget(req.NamespacedName)
 		return reconcile.Result{}, nil
 	}
 	spec, ok, err := SpecOf(job.Annotations)
@@ -120,7 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.Client.Patch(ctx, &job, patch); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.forget(job.UID)
+		r.forget(req.NamespacedName)
 		r.event(&job, corev1.EventTypeNormal, ReasonReleased, d.Note)
 		return reconcile.Result{}, nil
 	case Fail:
@@ -156,7 +166,7 @@ func (r *Reconciler) fail(ctx context.Context, job *batchv1.Job, note string) (r
 		if err := r.Client.Patch(ctx, wl, patch); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.forget(job.UID)
+		r.forget(client.ObjectKeyFromObject(job))
 		r.event(job, corev1.EventTypeWarning, ReasonDependencyFailed, fmt.Sprintf("%s; its Workload %s is deactivated", note, wl.Name))
 	}
 	return reconcile.Result{}, nil
@@ -255,21 +265,23 @@ func JobSetPhase(js *unstructured.Unstructured) Phase {
 
 // note records an Event on job unless its last one said the same.
 func (r *Reconciler) note(job *batchv1.Job, eventtype, reason, note string) {
+	key := client.ObjectKeyFromObject(job)
 	r.mu.Lock()
 	if r.noted == nil {
-		r.noted = map[types.UID]string{}
+		r.noted = map[types.NamespacedName]notedEvent{}
 	}
-	same := r.noted[job.UID] == note
-	r.noted[job.UID] = note
+	last := r.noted[key]
+	same := last.uid == job.UID && last.note == note
+	r.noted[key] = notedEvent{uid: job.UID, note: note}
 	r.mu.Unlock()
 	if !same {
 		r.event(job, eventtype, reason, note)
 	}
 }
 
-func (r *Reconciler) forget(uid types.UID) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
-	delete(r.noted, uid)
+	delete(r.noted, key)
 	r.mu.Unlock()
 }
 
