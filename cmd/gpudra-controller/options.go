@@ -23,6 +23,7 @@ import (
 	"github.com/gpudra/gpudra/internal/bindaddr"
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/logoptions"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 	configwebhook "github.com/gpudra/gpudra/webhook"
@@ -68,11 +69,11 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "namespace of that Lease (default: the pod's own namespace; required outside a cluster)")
 	fs.StringToStringVar(&o.flavorNodeLabels, "topology-flavor-node-labels", nil, "node labels (key=value,...) of a topology-aware Kueue ResourceFlavor \""+network.FlavorName+"\" to keep in sync (empty: only the Topology)")
 	fs.StringVar(&o.topologyConfigMap, "topology-configmap", "", "namespace/name of a ConfigMap whose topology.yaml places nodes in blocks and racks (default: nodes are already labelled); only that ConfigMap is read")
-	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the admission webhook that validates gpu.gpudra.dev configs (0: off)")
+	fs.IntVar(&o.webhookPort, "webhook-port", 0, "port of the admission webhooks: gpu.gpudra.dev config validation, and with JobDependencies the job dependencies' (0: off)")
 	fs.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook listens on (empty: all; tests use 127.0.0.1)")
 	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/gpudra-webhook-certs", "directory with the webhook's tls.crt and tls.key")
-	fs.StringVar(&o.webhookSelfSigned, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir at start and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (one replica: each start makes a new CA)")
-	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+"; --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
+	fs.StringVar(&o.webhookSelfSigned, "webhook-self-signed", "", "comma-separated DNS names and IPs: generate a CA and serving certificate for them in --webhook-cert-dir at start and put the CA into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (and, with JobDependencies, MutatingWebhookConfiguration "+dependencies.WebhookConfigurationName+"; one replica: each start makes a new CA)")
+	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (and, with JobDependencies, MutatingWebhookConfiguration "+dependencies.WebhookConfigurationName+"); --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
 	fs.StringSliceVar(&o.webhookCertDNSNames, "webhook-cert-dns-names", nil, "DNS names of the serving certificate kept in --webhook-cert-secret, comma-separated (the first is the one checked for renewal)")
 	fs.BoolVar(&o.hamiPods, "hami-pods", false, "serve the webhook that rewrites pods written for HAMi into pods with gpudra claims at "+configwebhook.HAMiPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+configwebhook.HAMiConfigurationName+"; needs --feature-gates=HAMiPods=true")
 	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
