@@ -94,6 +94,8 @@ func (r *Reconciler) dependents(ctx context.Context, obj client.Object) []reconc
 	return out
 }
 
+// Reconcile decides about one gated Job: it releases it, fails it, or records what it
+// waits for.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var job batchv1.Job
 	if err := r.Client.Get(ctx, req.NamespacedName, &job); err != nil {

@@ -217,3 +217,39 @@ func TestJobSetPhase(t *testing.T) {
 		}
 	}
 }
+
+// A JobSet dependency is read unstructured: the job waits while it runs and is released
+// once it completed; a job waiting on one looks again by itself (JobSets are not watched).
+func TestJobSetDependency(t *testing.T) {
+	sweep := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+		"metadata": map[string]any{"namespace": ns, "name": "sweep"},
+	}}
+	c := newClient(t, gatedJob("train", "jobset/sweep"), sweep)
+	rec := &eventLog{}
+	r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "train"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter == 0 {
+		t.Error("waiting on a JobSet without looking again")
+	}
+	if err := unstructured.SetNestedSlice(sweep.Object, []any{map[string]any{"type": "Completed", "status": "True"}}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(context.Background(), sweep); err != nil {
+		t.Fatal(err)
+	}
+	reconcileJob(t, r, "train")
+	if HasGate(getJob(t, c, "train").Annotations) {
+		t.Error("gate kept after the JobSet completed")
+	}
+	want := []string{
+		"train Normal WaitingForDependencies: waiting for jobset/sweep (Running)",
+		"train Normal DependenciesFinished: dependencies finished: jobset/sweep (Complete); admission gate gpudra.dev/run-after removed",
+	}
+	if got := rec.events(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}

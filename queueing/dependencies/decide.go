@@ -8,6 +8,7 @@ import (
 // Phase is where a dependency stands.
 type Phase string
 
+// A dependency's phases, as its job's Events and gpudra explain write them.
 const (
 	PhaseNotCreated Phase = "not created yet"
 	PhaseSuspended  Phase = "Suspended"
