@@ -30,6 +30,7 @@ const (
 	ReasonReleased         = "DependenciesFinished"
 	ReasonDependencyFailed = "DependencyFailed"
 	ReasonInvalid          = "InvalidDependencies"
+	ReasonCycle            = "DependencyCycle"
 )
 
 // jobUIDLabel is the label Kueue puts on a job's Workload, holding the job's UID.
@@ -138,6 +139,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case Fail:
 		return r.fail(ctx, &job, d.Note)
 	}
+	// The webhook refuses cycles at creation, but two jobs created at once, or a
+	// run-after changed later, can still close one: say so instead of waiting quietly.
+	if path, err := r.cycle(ctx, &job, spec.After); err != nil {
+		return reconcile.Result{}, err
+	} else if path != "" {
+		r.note(&job, corev1.EventTypeWarning, ReasonCycle, fmt.Sprintf("job %s waits for itself: %s; none of them runs until one is deleted", job.Name, path))
+		return reconcile.Result{}, nil
+	}
 	r.note(&job, corev1.EventTypeNormal, ReasonWaiting, d.Note)
 	for _, s := range statuses {
 		if s.Kind == KindJobSet {
@@ -145,6 +154,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 	}
 	return reconcile.Result{}, nil
+}
+
+// cycle is the path by which job waits for itself through the run-after annotations of its
+// namespace's Jobs; empty when there is none.
+func (r *Reconciler) cycle(ctx context.Context, job *batchv1.Job, after []Dependency) (string, error) {
+	var jobs batchv1.JobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(job.Namespace)); err != nil {
+		return "", err
+	}
+	return Cycle(job.Name, after, edges(jobs.Items)), nil
 }
 
 // fail deactivates the Workload of a job whose dependency failed, once Kueue has made it.

@@ -253,3 +253,17 @@ func TestJobSetDependency(t *testing.T) {
 		t.Errorf("events %q, want %q", got, want)
 	}
 }
+
+// Two jobs that came to wait for each other (created at once, or a run-after changed
+// later) get a Warning with the cycle instead of waiting quietly.
+func TestCycleAmongWaitingJobsIsReported(t *testing.T) {
+	c := newClient(t, gatedJob("step-a", "step-b"), gatedJob("step-b", "step-a"))
+	rec := &eventLog{}
+	r := &Reconciler{Client: c, APIReader: c, Recorder: rec}
+	reconcileJob(t, r, "step-a")
+	reconcileJob(t, r, "step-a")
+	want := []string{"step-a Warning DependencyCycle: job step-a waits for itself: step-a → step-b → step-a; none of them runs until one is deleted"}
+	if got := rec.events(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
