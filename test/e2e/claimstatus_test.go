@@ -8,39 +8,31 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/kubeletplugin"
+	"github.com/gpudra/gpudra/lab"
 )
 
-// TestPreparedClaimShowsReadyInItsStatus: once a pod's claim is prepared, the plugin
-// writes a Ready condition on its device's status.devices entry, whether it samples the
-// claims' usage or not.
+// TestPreparedClaimShowsReadyInItsStatus: once a pod's claim is prepared on the real node
+// (the lab's one kubelet that prepares claims), the plugin writes a Ready condition on its
+// device's status.devices entry. That it does so with usage sampling off is the kubelet
+// plugin's unit test (TestReadyIsWrittenWithUsageOff).
 func TestPreparedClaimShowsReadyInItsStatus(t *testing.T) {
+	node := realNode(t)
 	ns := namespace(t, "e2e-claim-status")
-	apply(t, `
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: one-gpu, namespace: `+ns+`}
-spec:
-  devices:
-    requests:
-    - {name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: holder, namespace: `+ns+`}
-spec:
-  resourceClaims: [{name: gpu, resourceClaimName: one-gpu}]
-  containers:
-  - name: main
-    image: registry.k8s.io/pause:3.10
-    resources:
-      requests: {cpu: 10m}
-      claims: [{name: gpu}]
-`)
+	ctx := t.Context()
+	if _, err := client.ResourceV1().ResourceClaims(ns).Create(ctx, claimOf(ns, "one-gpu", "gpu.gpudra.dev", nil, ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := lab.RealNodePod(ns, "holder", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("one-gpu")}})
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 2*time.Minute, "the claim's pod runs", podRunning(ns, "holder"))
 	// The plugin writes the claims' status every 30 s.
 	eventually(t, 2*time.Minute, "the claim's device is Ready in its status", func(ctx context.Context) error {
