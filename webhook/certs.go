@@ -58,50 +58,54 @@ func WriteSelfSignedCert(dir string, dnsNames []string, ips []net.IP) ([]byte, e
 // InjectCABundle sets caBundle on every webhook of the named configuration: a get and an
 // update of that one object (the verbs its RBAC names), retried on a conflict.
 func InjectCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, &cfg); err != nil {
-			return err
-		}
-		changed := false
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	return injectCA(ctx, c, "ValidatingWebhookConfiguration", name, ca, &cfg, false, func() []*[]byte {
+		out := make([]*[]byte, len(cfg.Webhooks))
 		for k := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[k].ClientConfig.CABundle, ca) {
-				cfg.Webhooks[k].ClientConfig.CABundle, changed = ca, true
-			}
+			out[k] = &cfg.Webhooks[k].ClientConfig.CABundle
 		}
-		if !changed {
-			return nil
-		}
-		return c.Update(ctx, &cfg)
+		return out
 	})
-	if err != nil {
-		return fmt.Errorf("caBundle of ValidatingWebhookConfiguration %s: %w", name, err)
-	}
-	return nil
 }
 
 // InjectMutatingCABundle sets caBundle on every webhook of the named
 // MutatingWebhookConfiguration, as InjectCABundle does for the validating one. A
-// configuration that does not exist (the HAMi pods' webhook not installed) is left alone.
+// configuration that does not exist (an optional mutating webhook not installed) is left
+// alone.
 func InjectMutatingCABundle(ctx context.Context, c client.Client, name string, ca []byte) error {
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	return injectCA(ctx, c, "MutatingWebhookConfiguration", name, ca, &cfg, true, func() []*[]byte {
+		out := make([]*[]byte, len(cfg.Webhooks))
+		for k := range cfg.Webhooks {
+			out[k] = &cfg.Webhooks[k].ClientConfig.CABundle
+		}
+		return out
+	})
+}
+
+// injectCA reads the configuration cfg (of kind) named name, sets every bundle that bundles returns
+// (read after each get) to ca, and updates it when one changed; retried on a conflict.
+func injectCA(ctx context.Context, c client.Client, kind, name string, ca []byte, cfg client.Object, missingOK bool, bundles func() []*[]byte) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var cfg admissionregistrationv1.MutatingWebhookConfiguration
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, &cfg); err != nil {
-			return client.IgnoreNotFound(err)
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, cfg); err != nil {
+			if missingOK {
+				return client.IgnoreNotFound(err)
+			}
+			return err
 		}
 		changed := false
-		for k := range cfg.Webhooks {
-			if !bytes.Equal(cfg.Webhooks[k].ClientConfig.CABundle, ca) {
-				cfg.Webhooks[k].ClientConfig.CABundle, changed = ca, true
+		for _, b := range bundles() {
+			if !bytes.Equal(*b, ca) {
+				*b, changed = ca, true
 			}
 		}
 		if !changed {
 			return nil
 		}
-		return c.Update(ctx, &cfg)
+		return c.Update(ctx, cfg)
 	})
 	if err != nil {
-		return fmt.Errorf("caBundle of MutatingWebhookConfiguration %s: %w", name, err)
+		return fmt.Errorf("caBundle of %s %s: %w", kind, name, err)
 	}
 	return nil
 }
