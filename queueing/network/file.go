@@ -133,6 +133,18 @@ func ParseFile(data []byte) (*File, error) {
 			bad(path, "%q is not a node label value: %s", v, strings.Join(msgs, "; "))
 		}
 	}
+	// named checks the name at path+".name" of the entry at index k: given, a label value,
+	// and not already in seen (dup formats the name and the earlier index).
+	named := func(path, name string, k int, seen map[string]int, dup string) {
+		if name == "" {
+			bad(path+".name", "required")
+		} else if prev, ok := seen[name]; ok {
+			bad(path+".name", dup, name, prev)
+		} else {
+			seen[name] = k
+			labelValue(path+".name", name)
+		}
+	}
 	ratio := func(path string, r Ratio) {
 		if _, err := r.value(); err != nil {
 			bad(path, "%v", err)
@@ -140,26 +152,12 @@ func ParseFile(data []byte) (*File, error) {
 	}
 	for i, b := range f.Blocks {
 		path := fmt.Sprintf("blocks[%d]", i)
-		if b.Name == "" {
-			bad(path+".name", "required")
-		} else if prev, dup := blocks[b.Name]; dup {
-			bad(path+".name", "block %s is already blocks[%d]; list each block once", b.Name, prev)
-		} else {
-			blocks[b.Name] = i
-			labelValue(path+".name", b.Name)
-		}
+		named(path, b.Name, i, blocks, "block %s is already blocks[%d]; list each block once")
 		ratio(path+".oversubscription", b.Oversubscription)
 		racks := map[string]int{}
 		for j, r := range b.Racks {
 			path := fmt.Sprintf("blocks[%d].racks[%d]", i, j)
-			if r.Name == "" {
-				bad(path+".name", "required")
-			} else if prev, dup := racks[r.Name]; dup {
-				bad(path+".name", "rack %s is already blocks[%d].racks[%d]; list each rack of a block once", r.Name, i, prev)
-			} else {
-				racks[r.Name] = j
-				labelValue(path+".name", r.Name)
-			}
+			named(path, r.Name, j, racks, "rack %s is already blocks["+strconv.Itoa(i)+"].racks[%d]; list each rack of a block once")
 			if r.ToR != "" {
 				labelValue(path+".tor", r.ToR)
 			}
@@ -184,14 +182,7 @@ func ParseFile(data []byte) (*File, error) {
 			tors := map[string]int{}
 			for k, tor := range r.ToRs {
 				path := fmt.Sprintf("%s.tors[%d]", path, k)
-				if tor.Name == "" {
-					bad(path+".name", "required")
-				} else if prev, dup := tors[tor.Name]; dup {
-					bad(path+".name", "ToR %s is already tors[%d]; list each ToR of a rack once", tor.Name, prev)
-				} else {
-					tors[tor.Name] = k
-					labelValue(path+".name", tor.Name)
-				}
+				named(path, tor.Name, k, tors, "ToR %s is already tors[%d]; list each ToR of a rack once")
 				ratio(path+".oversubscription", tor.Oversubscription)
 				nodes(path, tor.Nodes)
 			}
