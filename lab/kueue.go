@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,10 +160,12 @@ func copyKueueCerts(ctx context.Context, u *upper, certDir string) error {
 // merged over it, as the file tells users to do, and the lab's own serving addresses and
 // certificates.
 func (u *upper) kueueConfig(certDir string) ([]byte, error) {
-	return kueueLabConfig(u.tc.KueueConfig, certDir, func(name string) int { return u.port(name) })
+	return kueueLabConfig(u.tc.KueueConfig, certDir, u.file.Kueue.podsReadyTimeout(), func(name string) int { return u.port(name) })
 }
 
-func kueueLabConfig(configDir, certDir string, port func(string) int) ([]byte, error) {
+// kueueLabConfig is that Configuration; podsReadyTimeout, unless 0, replaces gpudra's
+// waitForPodsReady timeout (the lab file's kueue.podsReadyTimeout).
+func kueueLabConfig(configDir, certDir string, podsReadyTimeout time.Duration, port func(string) int) ([]byte, error) {
 	shipped := filepath.Join(configDir, "manager", "controller_manager_config.yaml")
 	data, err := os.ReadFile(shipped)
 	if err != nil {
@@ -186,6 +189,13 @@ func kueueLabConfig(configDir, certDir string, port func(string) int) ([]byte, e
 	}
 	for k, v := range ours {
 		cfg[k] = v
+	}
+	if podsReadyTimeout != 0 {
+		wait, _ := cfg["waitForPodsReady"].(map[string]any)
+		if wait == nil {
+			return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml has no waitForPodsReady for the lab file's kueue.podsReadyTimeout to change")
+		}
+		wait["timeout"] = podsReadyTimeout.String()
 	}
 	cfg["namespace"] = kueueNamespace
 	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(port("kueue-health"))}

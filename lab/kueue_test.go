@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -103,7 +104,7 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 // The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 300)
 // with gpudra's fields merged over it and the lab's addresses.
 func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
-	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", func(name string) int {
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", 0, func(name string) int {
 		return map[string]int{"kueue-health": 1, "kueue-metrics": 2, "kueue-webhook": 3}[name]
 	})
 	if err != nil {
@@ -143,5 +144,41 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	}
 	if !cfg.FeatureGates["KueueDRAIntegrationConsumableCapacity"] || cfg.FeatureGates["VisibilityOnDemand"] {
 		t.Errorf("featureGates = %v", cfg.FeatureGates)
+	}
+}
+
+// The lab file's kueue.podsReadyTimeout replaces only the timeout of gpudra's
+// waitForPodsReady: eviction stays on, with the shipped back-off.
+func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
+	f, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: {enabled: true, podsReadyTimeout: 45s}\n" +
+		"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", f.Kueue.podsReadyTimeout(), func(string) int { return 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		WaitForPodsReady struct {
+			Timeout           string `json:"timeout"`
+			BlockAdmission    *bool  `json:"blockAdmission"`
+			RequeuingStrategy struct {
+				Timestamp          string `json:"timestamp"`
+				BackoffBaseSeconds int    `json:"backoffBaseSeconds"`
+				BackoffLimitCount  int    `json:"backoffLimitCount"`
+			} `json:"requeuingStrategy"`
+		} `json:"waitForPodsReady"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.WaitForPodsReady
+	if d, err := time.ParseDuration(w.Timeout); err != nil || d != 45*time.Second {
+		t.Errorf("waitForPodsReady.timeout = %q, want the lab file's 45s", w.Timeout)
+	}
+	if w.BlockAdmission == nil || *w.BlockAdmission || w.RequeuingStrategy.Timestamp != "Eviction" ||
+		w.RequeuingStrategy.BackoffBaseSeconds != 30 || w.RequeuingStrategy.BackoffLimitCount != 5 {
+		t.Errorf("waitForPodsReady = %+v, want the rest of gpudra's values (no blocking, requeued from eviction, back-off 30s, 5 times)", w)
 	}
 }

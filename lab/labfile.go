@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -73,9 +74,44 @@ const (
 	GpudraScheduler = "gpudra-scheduler"
 )
 
-// KueueSpec says whether the lab runs Kueue.
+// KueueSpec says whether the lab runs Kueue, and how.
 type KueueSpec struct {
 	Enabled bool `json:"enabled"`
+	// PodsReadyTimeout replaces the waitForPodsReady timeout of
+	// deployments/kueue/config/kueue-config.yaml (5m) in the lab's Kueue: a Go duration
+	// from MinPodsReadyTimeout to MaxPodsReadyTimeout, so that a test sees an admitted gang
+	// that cannot start evicted in about a minute. Empty keeps the shipped value.
+	PodsReadyTimeout string `json:"podsReadyTimeout,omitempty"`
+}
+
+// The waitForPodsReady timeouts a lab file may give Kueue: long enough for a gang of the
+// lab to be scheduled and started on a loaded machine, at most the shipped value's order.
+const (
+	MinPodsReadyTimeout = 30 * time.Second
+	MaxPodsReadyTimeout = time.Hour
+)
+
+// podsReadyTimeout is the lab's waitForPodsReady timeout, 0 for the shipped one; validate
+// has checked it.
+func (k KueueSpec) podsReadyTimeout() time.Duration {
+	d, _ := time.ParseDuration(k.PodsReadyTimeout)
+	return d
+}
+
+func (k KueueSpec) validate(p *field.Path) field.ErrorList {
+	if k.PodsReadyTimeout == "" {
+		return nil
+	}
+	fp := p.Child("podsReadyTimeout")
+	if !k.Enabled {
+		return field.ErrorList{field.Invalid(fp, k.PodsReadyTimeout, "needs kueue.enabled: true")}
+	}
+	want := fmt.Sprintf("a Go duration from %s to %s (e.g. \"1m\")", MinPodsReadyTimeout, MaxPodsReadyTimeout)
+	d, err := time.ParseDuration(k.PodsReadyTimeout)
+	if err != nil || d < MinPodsReadyTimeout || d > MaxPodsReadyTimeout {
+		return field.ErrorList{field.Invalid(fp, k.PodsReadyTimeout, "must be "+want)}
+	}
+	return nil
 }
 
 // NodeResources is what a node reports as capacity and allocatable.
@@ -240,6 +276,7 @@ func (f *File) validate() field.ErrorList {
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), f.Kind, []string{fileKind}))
 	}
 	errs = append(errs, f.NodeDefaults.validate(field.NewPath("nodeDefaults"))...)
+	errs = append(errs, f.Kueue.validate(field.NewPath("kueue"))...)
 	switch f.Scheduler {
 	case "", KubeScheduler, GpudraScheduler:
 	default:

@@ -72,6 +72,14 @@ func TestParseFileRejects(t *testing.T) {
 		{"too many controller replicas", head + "kueue: {enabled: true}\ncontroller: {replicas: 4}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: 4: must be 1 to 3"},
 		{"negative controller replicas", head + "kueue: {enabled: true}\ncontroller: {replicas: -1}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: -1: must be 1 to 3"},
 		{"controller replicas without Kueue", head + "controller: {replicas: 2}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", "controller.replicas: Invalid value: 2: needs kueue.enabled: true"},
+		{"pods-ready timeout not a duration", head + "kueue: {enabled: true, podsReadyTimeout: \"45\"}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.podsReadyTimeout: Invalid value: "45": must be a Go duration from 30s to 1h0m0s`},
+		{"pods-ready timeout too short", head + "kueue: {enabled: true, podsReadyTimeout: 5s}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.podsReadyTimeout: Invalid value: "5s": must be a Go duration from 30s to 1h0m0s`},
+		{"pods-ready timeout too long", head + "kueue: {enabled: true, podsReadyTimeout: 2h}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.podsReadyTimeout: Invalid value: "2h": must be a Go duration from 30s to 1h0m0s`},
+		{"pods-ready timeout without Kueue", head + "kueue: {podsReadyTimeout: 1m}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.podsReadyTimeout: Invalid value: "1m": needs kueue.enabled: true`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,6 +53,9 @@ type State struct {
 	RealNodesLeftOut string `json:"realNodesLeftOut,omitempty"`
 	// ControllerReplicas is how many gpudra-controller replicas run (0: none, without Kueue).
 	ControllerReplicas int `json:"controllerReplicas,omitempty"`
+	// KueuePodsReadyTimeout is the waitForPodsReady timeout the lab gave Kueue (the lab
+	// file's kueue.podsReadyTimeout, e.g. "1m0s"); empty when Kueue runs with the shipped one.
+	KueuePodsReadyTimeout string `json:"kueuePodsReadyTimeout,omitempty"`
 	// PluginImage is the kubelet plugin's image the lab built for its real nodes and names in
 	// its chart values (ghcr.io/gpudra/gpudra-kubelet-plugin:<the tree's version>).
 	PluginImage string `json:"pluginImage,omitempty"`

@@ -129,6 +129,9 @@ func Up(ctx context.Context, opts Options) (*State, error) {
 	u := &upper{opts: opts, layout: Layout{dir}, file: file, out: opts.Progress,
 		state: &State{Dir: dir, StartedAt: time.Now(), Nodes: file.Nodes(), Kueue: file.Kueue.Enabled, Scheduler: file.scheduler(), Install: file.install(),
 			ControllerReplicas: file.controllerReplicas()}}
+	if d := file.Kueue.podsReadyTimeout(); d != 0 && file.Kueue.Enabled {
+		u.state.KueuePodsReadyTimeout = d.String()
+	}
 	if len(u.state.RealNodes()) > 0 {
 		if err := CheckRealNodeHost(); err != nil {
 			// The rest of the lab still works; tests of real nodes skip and say why.
