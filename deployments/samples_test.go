@@ -3,9 +3,11 @@ package deployments_test
 import (
 	"bufio"
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,7 +87,7 @@ func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewRe
 
 // TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
 // Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
-// and turns on waitForPodsReady (all-or-nothing start, with requeue).
+// turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing.
 func TestKueueConfiguration(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
@@ -120,6 +122,78 @@ func TestKueueConfiguration(t *testing.T) {
 	}
 	if w.BlockAdmission != nil && *w.BlockAdmission {
 		t.Error("waitForPodsReady.blockAdmission would admit one gang at a time")
+	}
+	checkFairSharing(t, &cfg)
+}
+
+// checkFairSharing: fair sharing between a cohort's ClusterQueues is on with a list of
+// preemption strategies Kueue v0.19 accepts (its config validation takes exactly these
+// three), and admission fair sharing, where a ClusterQueue opts in, counts GPUs only.
+func checkFairSharing(t *testing.T, cfg *kueueconfig.Configuration) {
+	t.Helper()
+	fs := cfg.FairSharing
+	if fs == nil {
+		t.Fatal("fairSharing is not set: the ClusterQueues of a cohort would not share by weight")
+	}
+	accepted := [][]kueueconfig.PreemptionStrategy{
+		{kueueconfig.LessThanOrEqualToFinalShare},
+		{kueueconfig.LessThanInitialShare},
+		{kueueconfig.LessThanOrEqualToFinalShare, kueueconfig.LessThanInitialShare},
+	}
+	if !slices.ContainsFunc(accepted, func(a []kueueconfig.PreemptionStrategy) bool { return slices.Equal(a, fs.PreemptionStrategies) }) {
+		t.Errorf("fairSharing.preemptionStrategies = %v, Kueue accepts only %v", fs.PreemptionStrategies, accepted)
+	}
+	afs := cfg.AdmissionFairSharing
+	if afs == nil {
+		t.Fatal("admissionFairSharing is not set")
+	}
+	if afs.UsageHalfLifeTime.Duration < 0 || afs.UsageSamplingInterval.Duration <= 0 {
+		t.Errorf("admissionFairSharing: usageHalfLifeTime %s, usageSamplingInterval %s: Kueue wants a half-life of at least 0 and an interval above 0",
+			afs.UsageHalfLifeTime.Duration, afs.UsageSamplingInterval.Duration)
+	}
+	// Kueue weighs every resource not named 1, and memory counts in bytes: anything but GPU
+	// percent left at 1 would drown the GPUs a LocalQueue used.
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if w, ok := afs.ResourceWeights[res]; !ok || w != 0 {
+			t.Errorf("admissionFairSharing.resourceWeights[%s] = %v (set %v), want 0: only %s should count", res, w, ok, api.QuotaGPUPercent)
+		}
+	}
+	if w := afs.ResourceWeights[corev1.ResourceName(api.QuotaGPUPercent)]; w <= 0 {
+		t.Errorf("admissionFairSharing.resourceWeights[%s] = %v, want above 0", api.QuotaGPUPercent, w)
+	}
+}
+
+// TestSampleTeamsShareByWeight: the sample ClusterQueues of one cohort carry fair-sharing
+// weights, team-a 2 to team-b's 1, so what they borrow is split 2:1.
+func TestSampleTeamsShareByWeight(t *testing.T) {
+	data, err := os.ReadFile("kueue/10-queues.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := map[string]string{}
+	cohorts := map[string]bool{}
+	r := yaml.NewYAMLReader(bufioReader(data))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			break
+		}
+		var cq kueue.ClusterQueue
+		if err := sigsyaml.Unmarshal(doc, &cq); err != nil || cq.Kind != "ClusterQueue" {
+			continue
+		}
+		cohorts[string(cq.Spec.CohortName)] = true
+		if cq.Spec.FairSharing == nil || cq.Spec.FairSharing.Weight == nil {
+			t.Errorf("ClusterQueue %s has no fairSharing.weight", cq.Name)
+			continue
+		}
+		weights[cq.Name] = cq.Spec.FairSharing.Weight.String()
+	}
+	if want := map[string]string{"team-a": "2", "team-b": "1"}; !maps.Equal(weights, want) {
+		t.Errorf("fair-sharing weights %v, want %v", weights, want)
+	}
+	if len(cohorts) != 1 || cohorts[""] {
+		t.Errorf("the sample ClusterQueues are in cohorts %v, want one", cohorts)
 	}
 }
 

@@ -119,7 +119,10 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 			DeviceClassMappings []struct{ Name string } `json:"deviceClassMappings"`
 		} `json:"resources"`
 		WaitForPodsReady struct{ Timeout string } `json:"waitForPodsReady"`
-		Webhook          struct {
+		FairSharing      struct {
+			PreemptionStrategies []string `json:"preemptionStrategies"`
+		} `json:"fairSharing"`
+		Webhook struct {
 			Host string
 			Port int
 		} `json:"webhook"`
@@ -138,6 +141,9 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	}
 	if len(cfg.Resources.DeviceClassMappings) == 0 || cfg.WaitForPodsReady.Timeout != "5m" {
 		t.Errorf("gpudra's fields missing: resources %+v, waitForPodsReady %+v", cfg.Resources, cfg.WaitForPodsReady)
+	}
+	if len(cfg.FairSharing.PreemptionStrategies) == 0 {
+		t.Error("the lab's Kueue runs without fair sharing between a cohort's ClusterQueues")
 	}
 	if cfg.Webhook.Host != "127.0.0.1" || cfg.Webhook.Port != 3 {
 		t.Errorf("webhook = %+v, want the lab's 127.0.0.1:3", cfg.Webhook)
