@@ -9,7 +9,9 @@ import (
 
 // TestBorrowedGPUsAreReclaimed: two teams share a cohort with 16 GPUs each. Team A's gang of
 // 32 GPUs runs by borrowing team B's idle quota; when team B submits a 16-GPU gang, Kueue
-// reclaims B's nominal quota by preempting A's gang as a whole, and B's gang runs.
+// reclaims B's nominal quota by preempting A's gang as a whole, and B's gang runs. Kueue runs
+// with fair sharing on: a queue within its nominal quota reclaims it whatever the two queues'
+// shares (B, with nothing borrowed, has share 0 either way), so the weights do not matter here.
 func TestBorrowedGPUsAreReclaimed(t *testing.T) {
 	requireTrainingBlock(t)
 	objs := decode(t, clusterQueue("e2e-team-a", true, 64, 16)+"---\n"+clusterQueue("e2e-team-b", true, 64, 16))
