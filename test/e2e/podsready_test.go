@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
@@ -70,7 +69,7 @@ spec: {clusterQueue: `+queue+`}
 	claims := map[string]string{} // UID → name
 	var admittedAt time.Time
 	eventually(t, 3*time.Minute, "the gang is admitted, both pods hold a prepared GPU of "+node+" and wait for their image", func(ctx context.Context) error {
-		wl, err := workloadOf(ctx, ns, job)
+		wl, err := workloadOfJob(ctx, ns, job)
 		if err != nil {
 			return err
 		}
@@ -121,7 +120,7 @@ spec: {clusterQueue: `+queue+`}
 
 	var evictedAt time.Time
 	eventually(t, timeout+time.Minute, "Kueue evicts the gang after its PodsReady timeout", func(ctx context.Context) error {
-		wl, err := workloadOf(ctx, ns, job)
+		wl, err := workloadOfJob(ctx, ns, job)
 		if err != nil {
 			return err
 		}
@@ -143,7 +142,7 @@ spec: {clusterQueue: `+queue+`}
 	// Freed while it waits out its back-off (30 s the first time): no quota, no pod, no
 	// claim, nothing prepared on the node.
 	eventually(t, time.Minute, "the whole gang is gone, its quota and GPUs free, the Job suspended and requeued with back-off", func(ctx context.Context) error {
-		wl, err := workloadOf(ctx, ns, job)
+		wl, err := workloadOfJob(ctx, ns, job)
 		if err != nil {
 			return err
 		}
@@ -193,25 +192,6 @@ spec: {clusterQueue: `+queue+`}
 	})
 }
 
-// workloadOf is the Kueue Workload of a Job.
-func workloadOf(ctx context.Context, ns, job string) (*kueue.Workload, error) {
-	wls, err := dyn().Resource(workloadsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	for _, u := range wls.Items {
-		for _, o := range u.GetOwnerReferences() {
-			if o.Kind == "Job" && o.Name == job {
-				var wl kueue.Workload
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &wl); err != nil {
-					return nil, err
-				}
-				return &wl, nil
-			}
-		}
-	}
-	return nil, fmt.Errorf("no workload for job %s yet", job)
-}
 
 // jobPods are the pods of a Job, those being deleted included.
 func jobPods(ctx context.Context, ns, job string) ([]corev1.Pod, error) {
