@@ -192,7 +192,6 @@ spec: {clusterQueue: `+queue+`}
 	})
 }
 
-
 // jobPods are the pods of a Job, those being deleted included.
 func jobPods(ctx context.Context, ns, job string) ([]corev1.Pod, error) {
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job})
