@@ -7,6 +7,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,7 +31,8 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 	const podUID = types.UID("5a7b3c1d-9e8f-4a2b-8c6d-1e2f3a4b5c6d")
 	u.runPod(t, share, "trainer", podUID)
 
-	// Another driver's device in the same claim, with the status its driver wrote.
+	// Another driver's device in the same claim, with the status its driver wrote, its data
+	// spelled as that driver spelled it.
 	ctx := context.Background()
 	claims := u.client.ResourceV1().ResourceClaims(share.Namespace)
 	c, err := claims.Get(ctx, share.Name, metav1.GetOptions{})
@@ -38,7 +40,7 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := resourceapi.AllocatedDeviceStatus{Driver: "nic.example.com", Pool: nodeName, Device: "eth1",
-		Data: &runtime.RawExtension{Raw: []byte(`{"link":"up"}`)}}
+		Data: &runtime.RawExtension{Raw: []byte(`{"link": "up", "ip": "10.0.0.1"}`)}}
 	c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
 		resourceapi.DeviceRequestAllocationResult{Request: "nic", Driver: other.Driver, Pool: other.Pool, Device: other.Device})
 	c.Status.Devices = []resourceapi.AllocatedDeviceStatus{other}
@@ -77,7 +79,7 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 			theirs = &c.Status.Devices[k]
 		}
 	}
-	if theirs == nil || theirs.Data == nil || string(theirs.Data.Raw) != `{"link":"up"}` {
+	if theirs == nil || theirs.Data == nil || string(theirs.Data.Raw) != string(other.Data.Raw) {
 		t.Errorf("the other driver's entry became %+v, want it kept as written", theirs)
 	}
 	if mine == nil {
@@ -90,6 +92,45 @@ func TestClaimStatusIsWrittenWithAReadyCondition(t *testing.T) {
 	var du plugin.DeviceUsage
 	if mine.Data == nil || json.Unmarshal(mine.Data.Raw, &du) != nil || du.Usage.MemoryLimitBytes != 4<<30 {
 		t.Errorf("the share's entry data = %v, want its usage", mine.Data)
+	}
+}
+
+// The plugin's status write leaves the claim's allocation as the scheduler wrote it, its
+// opaque parameters spelled as their author spelled them (spaces, key order): the API
+// server refuses a status write that changes the allocation, byte for byte, from a writer
+// without resourceclaims/binding.
+func TestClaimStatusWriteLeavesTheAllocationAsWritten(t *testing.T) {
+	u := newUsageNode(t)
+	d := u.newDriver(nil)
+	share := u.allocate(shareClaim("4Gi", "30", shareConfig("limits: {policy: Guaranteed, computeLimit: 60}")))
+	// As a client that writes its own JSON sends it, not in the canonical form (compact,
+	// keys sorted) that a server-side apply turns every embedded object into.
+	const spelled = `{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig", "limits": {"policy": "Guaranteed", "computeLimit": 60}}`
+	configs := share.Status.Allocation.Devices.Config
+	if len(configs) != 1 || configs[0].Opaque == nil || len(share.Spec.Devices.Config) != 1 {
+		t.Fatalf("allocation config %+v, want the claim's one opaque config", configs)
+	}
+	configs[0].Opaque.Parameters = runtime.RawExtension{Raw: []byte(spelled)}
+	share.Spec.Devices.Config[0].Opaque.Parameters = runtime.RawExtension{Raw: []byte(spelled)}
+	mustPrepare(t, d, share)
+	u.runPod(t, share, "trainer", types.UID("0c5d6e7f-1a2b-4c3d-8e9f-a0b1c2d3e4f5"))
+
+	ctx := context.Background()
+	plugin.WriteClaimStatus(ctx, d)
+
+	got, err := u.client.ResourceV1().ResourceClaims(share.Namespace).Get(ctx, share.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Devices) != 1 {
+		t.Fatalf("status.devices = %+v, want the share's entry", got.Status.Devices)
+	}
+	if !apiequality.Semantic.DeepEqual(got.Status.Allocation, share.Status.Allocation) {
+		var params string
+		if c := got.Status.Allocation.Devices.Config; len(c) == 1 && c[0].Opaque != nil {
+			params = string(c[0].Opaque.Parameters.Raw)
+		}
+		t.Errorf("the plugin's status write changed the claim's allocation (parameters now %s, were %s)", params, spelled)
 	}
 }
 
