@@ -146,9 +146,17 @@ func deviceReadiness(pd prepared.Device, taints map[int][]resourceapi.DeviceTain
 // usage in data, where sampled, and the Ready condition) as the plugin's field manager, keeping the
 // entries of other drivers as they are.
 //
-// It updates rather than applies: Kubernetes 1.37.2 refused the plugin's server-side
-// apply of status.devices as a change of status.allocation ("requires
-// resourceclaims/binding"), so the plugin writes back the whole status it read.
+// It updates rather than applies. A server-side apply carries the live claim through
+// unstructured data and back (structuredMergeManager.Apply, k8s.io/apimachinery
+// managedfields), so every embedded JSON object in its status comes back compact with its
+// keys sorted: the opaque parameters the allocation copied from the claim or its class, and
+// other drivers' data. The API server compares the old and new status exactly
+// (resourceclaimStatusStrategy.ValidateUpdate, k8s.io/kubernetes
+// pkg/registry/resource/resourceclaim/strategy.go): a respelled allocation needs
+// resourceclaims/binding (AuthorizedForBinding) and is refused as immutable anyway; a
+// respelled entry of another driver needs that driver's resourceclaims/driver
+// (AuthorizedForDeviceStatus). So whether an apply succeeds depends on how the claim's
+// author spelled its parameters; an update writes back the bytes it read.
 func (d *Driver) writeStatus(ctx context.Context, pc *prepared.Claim, st deviceStatuses, now time.Time) error {
 	claims := d.cfg.BackgroundClient.ResourceV1().ResourceClaims(pc.Namespace)
 	c, err := claims.Get(ctx, pc.Name, metav1.GetOptions{})
