@@ -111,9 +111,12 @@ func shareCards(st *allocation.State, pools map[string]bool) map[deviceKey]share
 // shareRequest is one request of a claim, as a share's charge is judged.
 type shareRequest struct {
 	// path names the request in its claim: devices.requests[0] (gpu).
-	path     string
-	class    string
-	capacity *resourceapi.CapacityRequirements
+	path string
+	// capacityPath is the field path of its capacity requests in the claim's spec:
+	// spec.devices.requests[0].exactly.capacity.requests (request gpu).
+	capacityPath string
+	class        string
+	capacity     *resourceapi.CapacityRequirements
 }
 
 // claimRequests indexes a claim's requests and subrequests by the name allocation results
@@ -127,11 +130,13 @@ func claimRequests(spec *resourceapi.ResourceClaimSpec, extended bool) map[strin
 			if extended {
 				path = "the request for DeviceClass " + r.Exactly.DeviceClassName
 			}
-			out[r.Name] = shareRequest{path: path, class: r.Exactly.DeviceClassName, capacity: r.Exactly.Capacity}
+			out[r.Name] = shareRequest{path: path, capacityPath: fmt.Sprintf("spec.devices.requests[%d].exactly.capacity.requests (request %s)", i, r.Name),
+				class: r.Exactly.DeviceClassName, capacity: r.Exactly.Capacity}
 		}
 		for j, sub := range r.FirstAvailable {
 			out[r.Name+"/"+sub.Name] = shareRequest{path: fmt.Sprintf("devices.requests[%d].firstAvailable[%d] (%s/%s)", i, j, r.Name, sub.Name),
-				class: sub.DeviceClassName, capacity: sub.Capacity}
+				capacityPath: fmt.Sprintf("spec.devices.requests[%d].firstAvailable[%d].capacity.requests (request %s/%s)", i, j, r.Name, sub.Name),
+				class:        sub.DeviceClassName, capacity: sub.Capacity}
 		}
 	}
 	return out
@@ -185,17 +190,7 @@ func checkShares(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State, p
 	if p == nil {
 		return checkShareRequests(wl, sets, st)
 	}
-	pools := map[string]bool{}
-	for _, pods := range p.Allocations {
-		for _, pod := range pods {
-			for _, a := range pod {
-				for _, d := range a.Devices.Results {
-					pools[d.Pool] = true
-				}
-			}
-		}
-	}
-	cards := shareCards(st, pools)
+	cards := shareCards(st, placedPools(p))
 	if len(cards) == 0 {
 		return nil
 	}

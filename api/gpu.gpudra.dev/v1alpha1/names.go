@@ -1,6 +1,9 @@
 package v1alpha1
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // DriverName is the DRA driver name, the domain of every attribute and capacity a gpudra
 // device publishes, and the API group of the opaque configuration kinds.
@@ -21,6 +24,19 @@ const (
 // DeviceClassNVLinkGroupOf is the DeviceClass of NVLink groups of n GPUs
 // ("nvlink-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
 func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.Itoa(n) + ".gpudra.dev" }
+
+// WholeDeviceClass says whether class is one gpudra ships whose devices are allocated whole
+// (gpu, mig, nvlink-group, and the sized group and MIG-profile classes): every class but
+// the share class. The allocator gives such a device whole whatever a request's
+// capacity.requests ask, so a capacity request means nothing there.
+func WholeDeviceClass(class string) bool {
+	switch class {
+	case DeviceClassGPU, DeviceClassMIG, DeviceClassNVLinkGroup:
+		return true
+	}
+	name, ok := strings.CutSuffix(class, ".gpudra.dev")
+	return ok && (strings.HasPrefix(name, "nvlink-group-") || strings.HasPrefix(name, "mig-"))
+}
 
 // QuotaGPUPercent is the resource Kueue quotas count GPUs in, in percent of one GPU (a
 // queue with 4 GPUs has 400): Kueue charges every gpudra device its compute capacity (a
