@@ -218,7 +218,7 @@ type exactRequest struct {
 // exactRequests lists a claim's requests and first-available subrequests ("req/sub"),
 // with the compute capacity each share asks for (0 when it asks for none: the share's
 // default). A share's compute request out of range is an error naming its path, and its
-// compute -1.
+// compute -1; so is a capacity request of one of gpudra's whole-device classes.
 func exactRequests(spec resourceapi.ResourceClaimSpec, path *field.Path) ([]exactRequest, field.ErrorList) {
 	var errs field.ErrorList
 	compute := func(class string, c *resourceapi.CapacityRequirements, at *field.Path) int {
@@ -237,13 +237,26 @@ func exactRequests(spec resourceapi.ResourceClaimSpec, path *field.Path) ([]exac
 		}
 		return 0
 	}
+	// A device of a whole-device class is allocated whole whatever capacity a request
+	// asks, while Kueue charges a queue the compute asked: refused, so that a whole GPU is
+	// never charged 1 %.
+	whole := func(class string, c *resourceapi.CapacityRequirements, at *field.Path) {
+		if c == nil || len(c.Requests) == 0 || !api.WholeDeviceClass(class) {
+			return
+		}
+		errs = append(errs, field.Forbidden(at.Child("capacity", "requests"), fmt.Sprintf(
+			"DeviceClass %s selects devices that are allocated whole whatever capacity a request asks, and a queue charges a whole device by its size: "+
+				"drop capacity.requests, or ask for DeviceClass %s for a part of a GPU", class, api.DeviceClassShare)))
+	}
 	var out []exactRequest
 	requests := path.Child("devices", "requests")
 	for i, r := range spec.Devices.Requests {
 		if e := r.Exactly; e != nil {
+			whole(e.DeviceClassName, e.Capacity, requests.Index(i).Child("exactly"))
 			out = append(out, exactRequest{name: r.Name, class: e.DeviceClassName, compute: compute(e.DeviceClassName, e.Capacity, requests.Index(i).Child("exactly"))})
 		}
 		for j, sub := range r.FirstAvailable {
+			whole(sub.DeviceClassName, sub.Capacity, requests.Index(i).Child("firstAvailable").Index(j))
 			out = append(out, exactRequest{name: r.Name + "/" + sub.Name, parent: r.Name, class: sub.DeviceClassName,
 				compute: compute(sub.DeviceClassName, sub.Capacity, requests.Index(i).Child("firstAvailable").Index(j))})
 		}

@@ -172,6 +172,14 @@ func TestHandlerChecksDeviceClassTiers(t *testing.T) {
 	}
 }
 
+// wholeClaimTemplate asks for one device of class with compute "1".
+func wholeClaimTemplate(class string) *resourceapi.ResourceClaimTemplate {
+	t := &resourceapi.ResourceClaimTemplate{}
+	t.Spec.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class,
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"compute": resource.MustParse("1")}}}}}
+	return t
+}
+
 func TestHandler(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -193,6 +201,15 @@ func TestHandler(t *testing.T) {
 		{"a template is checked at spec.spec", "ResourceClaimTemplate",
 			&resourceapi.ResourceClaimTemplate{Spec: resourceapi.ResourceClaimTemplateSpec{Spec: claimWith("gpu.gpudra.dev", `{"apiVersion":"gpu.gpudra.dev/v1alpha2","kind":"GpuConfig"}`).Spec}}, false,
 			[]string{"spec.spec.devices.config[0].opaque.parameters.apiVersion", "gpu.gpudra.dev/v1alpha1"}},
+		{"a whole GPU asking for compute is refused, naming the field", "ResourceClaimTemplate",
+			wholeClaimTemplate("gpu.gpudra.dev"), false,
+			[]string{"spec.spec.devices.requests[0].exactly.capacity.requests", "allocated whole", "drop capacity.requests"}},
+		{"a MIG-profile class asking for capacity is refused", "ResourceClaimTemplate",
+			wholeClaimTemplate("mig-1g.10gb.gpudra.dev"), false, []string{"spec.spec.devices.requests[0].exactly.capacity.requests"}},
+		{"a sized NVLink group asking for capacity is refused", "ResourceClaimTemplate",
+			wholeClaimTemplate("nvlink-group-4.gpudra.dev"), false, []string{"DeviceClass nvlink-group-4.gpudra.dev selects devices that are allocated whole"}},
+		{"a share asking for compute is admitted", "ResourceClaimTemplate", wholeClaimTemplate("gpu-share.gpudra.dev"), true, nil},
+		{"another driver's class asking for capacity is not ours to judge", "ResourceClaimTemplate", wholeClaimTemplate("gpu.nvidia.com"), true, nil},
 		{"a device class config is checked", "DeviceClass",
 			&resourceapi.DeviceClass{Spec: resourceapi.DeviceClassSpec{Config: []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
 				Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpu.gpudra.dev", Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.gpudra.dev/v1alpha1","kind":"Gpu"}`)}}}}}}}, false,
