@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -122,7 +123,8 @@ func waitsOnQuota(ns, job string) func(context.Context) error {
 // runs 4 whole GPUs, and its next claim, a share, waits with Kueue's message naming the
 // quota; eight shares of 50 % compute fit in the same 4 GPUs and the ninth waits; a share
 // asking for more of its card's memory than of its compute is refused by the gpudra check; a
-// template with a matchAttribute constraint is admitted and charged its GPUs; MIG
+// whole GPU asking for compute 1 (which the allocator would give whole) is refused, naming
+// the field; a template with a matchAttribute constraint is admitted and charged its GPUs; MIG
 // devices are charged by the part of a GPU they take, not one unit each; and a template
 // with firstAvailable is refused with a message naming the field, which `gpudra explain
 // workload` shows.
@@ -198,6 +200,24 @@ spec: {clusterQueue: `+queue+`}
 		deleteJobNow(t, ns, "heavy")
 	})
 
+	t.Run("a whole GPU asking for compute 1 is refused, naming the field", func(t *testing.T) {
+		// The allocator would give the whole GPU, and Kueue charge the 1 asked for.
+		objs := decode(t, quotaTemplate(ns, "cheap-whole", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev, capacity: {requests: {compute: "1"}}}}`))
+		var tmpl resourcev1.ResourceClaimTemplate
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, &tmpl); err != nil {
+			t.Fatal(err)
+		}
+		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(t.Context(), &tmpl, metav1.CreateOptions{})
+		if err == nil {
+			t.Fatal("the template of a whole GPU asking for compute 1 was accepted")
+		}
+		for _, want := range []string{"spec.spec.devices.requests[0].exactly.capacity.requests", "allocated whole", "drop capacity.requests"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refused with %q, want it to say %q", err, want)
+			}
+		}
+	})
+
 	t.Run("MIG devices are charged by size", func(t *testing.T) {
 		eventually(t, time.Minute, "the queue is empty", clusterQueueUses(queue, api.QuotaGPUPercent, 0))
 		// What the cluster's H100 MIG devices of each profile take of their GPU.
@@ -247,8 +267,9 @@ spec: {clusterQueue: `+queue+`}
 
 // TestQueuedShareSelectedByCELRunsWithItsLimits: a queued Job whose claim template selects
 // the real node's GPU model by CEL and asks for a Guaranteed share (gpudra's opaque config)
-// is charged the share's compute, admitted by the gpudra check, pinned to the real node and
-// prepared there: its container gets the tier and limits the claim asks for.
+// is charged the share's compute, admitted by the gpudra check, which plans it on the real
+// node (its placement on the Workload and the pod), and prepared there: its container gets
+// the tier and limits the claim asks for.
 func TestQueuedShareSelectedByCELRunsWithItsLimits(t *testing.T) {
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
@@ -323,6 +344,7 @@ spec:
 	if got := charged(t, ns, "cel-share"); got != 30 {
 		t.Errorf("a 30 %% share charged %d %s, want 30", got, api.QuotaGPUPercent)
 	}
+	checkPlacedBy(t, ns, "cel-share", name, node)
 	report := probeOutput(t, ns, name)
 	for k, want := range map[string]string{
 		"GPUDRA_SHARE_POLICY_0": "Guaranteed", "GPUDRA_COMPUTE_PERCENT_0": "30", "GPUDRA_COMPUTE_LIMIT_0": "100",
@@ -331,5 +353,39 @@ spec:
 		if got := report.env[k]; got != want {
 			t.Errorf("the container has %s=%q, want %q:\n%s", k, got, want, report.raw)
 		}
+	}
+}
+
+// checkPlacedBy: the gpudra check admitted the Job's Workload and planned its pod on node:
+// the check is Ready with the node in its placement, and the pod carries that placement and
+// the Workload's UID, as Kueue copies them from the check's pod set update. A pod the
+// scheduler placed without the check carries neither.
+func checkPlacedBy(t *testing.T, ns, job, pod, node string) {
+	t.Helper()
+	wl := jobWorkload(t, ns, job)
+	var placement []string
+	for _, c := range wl.Status.AdmissionChecks {
+		if c.Name != topologyCheck {
+			continue
+		}
+		if c.State != kueue.CheckStateReady {
+			t.Errorf("workload %s: check %s is %s (%s), want Ready", wl.Name, c.Name, c.State, c.Message)
+		}
+		for _, u := range c.PodSetUpdates {
+			placement = append(placement, u.Annotations[api.AnnotationPlacement])
+		}
+	}
+	if len(placement) != 1 || placement[0] != node {
+		t.Errorf("workload %s: the check's placement %q, want [%s]", wl.Name, placement, node)
+	}
+	p, err := client.CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Annotations[api.AnnotationPlacement]; got != node {
+		t.Errorf("pod %s: annotation %s=%q, want %q", pod, api.AnnotationPlacement, got, node)
+	}
+	if got := p.Labels[api.LabelWorkload]; got != string(wl.UID) {
+		t.Errorf("pod %s: label %s=%q, want the Workload's UID %s", pod, api.LabelWorkload, got, wl.UID)
 	}
 }
