@@ -10,15 +10,11 @@ import (
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/queueing/admission"
@@ -311,36 +307,7 @@ spec:
           driver: gpu.gpudra.dev
           parameters: {apiVersion: gpu.gpudra.dev/v1alpha1, kind: GpuConfig, limits: {policy: Guaranteed, computeLimit: 100, priority: High}}
 `)
-	pod := lab.RealNodePod(ns, "", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("guaranteed")}})
-	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	pod.Spec.NodeSelector = nil // the gpudra check places it
-	job := &batchv1.Job{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{Name: "cel-share", Namespace: ns, Labels: map[string]string{"kueue.x-k8s.io/queue-name": "team"}},
-		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](1), Completions: ptr.To[int32](1), BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{Spec: pod.Spec}},
-	}
-	manifest, err := yaml.Marshal(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apply(t, string(manifest))
-
-	var name string
-	eventually(t, 3*time.Minute, "cel-share's pod is pinned to the real node", func(ctx context.Context) error {
-		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=cel-share"})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName == node {
-				name = p.Name
-				return nil
-			}
-			return fmt.Errorf("pod %s is on %q: %s", p.Name, p.Spec.NodeName, schedulingMessage(&p))
-		}
-		return fmt.Errorf("no pod yet")
-	})
+	name := queuedRealNodeJob(t, ns, "cel-share", "guaranteed", node, false)
 	if got := charged(t, ns, "cel-share"); got != 30 {
 		t.Errorf("a 30 %% share charged %d %s, want 30", got, api.QuotaGPUPercent)
 	}
