@@ -300,7 +300,7 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	}
 	// A share that no card lets pass, or a request for capacity of a class of whole
 	// devices, is refused at once, not after waiting for room.
-	if err := firstErr(checkWholeRequests(wl, sets), checkShares(wl, sets, st, nil)); err != nil {
+	if err := refusedBeforePlanning(wl, sets, st); err != nil {
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
 	}
 	t1 := time.Now()
@@ -312,7 +312,7 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	case err != nil:
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
 	}
-	if err := firstErr(checkWholePlaced(wl, sets, st, placement), checkShares(wl, sets, st, placement)); err != nil {
+	if err := refusedAsPlaced(wl, sets, st, placement); err != nil {
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
 	}
 	ready := &kueue.AdmissionCheckState{State: kueue.CheckStateReady}

@@ -177,13 +177,13 @@ func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl
 		}
 		rep.PodSets = append(rep.PodSets, ps)
 	}
-	if err := checkShares(wl, sets, st, nil); err != nil {
+	if err := refusedBeforePlanning(wl, sets, st); err != nil {
 		rep.Now = CheckState{State: string(kueue.CheckStateRejected), Message: err.Error()}
 		return rep, nil
 	}
 	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
 	if err == nil {
-		err = checkShares(wl, sets, st, placement)
+		err = refusedAsPlaced(wl, sets, st, placement)
 	}
 	switch {
 	case gang.IsUnplaceable(err):

@@ -136,12 +136,20 @@ func placedPools(p *gang.Placement) map[string]bool {
 	return pools
 }
 
-// firstErr is the first of errs that is not nil.
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
+// refusedBeforePlanning is what the check refuses before planning: a share that no card
+// lets pass, a capacity request of a whole-device class.
+func refusedBeforePlanning(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State) error {
+	if err := checkWholeRequests(wl, sets); err != nil {
+		return err
 	}
-	return nil
+	return checkShares(wl, sets, st, nil)
+}
+
+// refusedAsPlaced is what the check refuses of a placement: a capacity request on a device
+// allocated whole, a share whose card does not let it pass.
+func refusedAsPlaced(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State, p *gang.Placement) error {
+	if err := checkWholePlaced(wl, sets, st, p); err != nil {
+		return err
+	}
+	return checkShares(wl, sets, st, p)
 }

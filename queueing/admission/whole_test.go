@@ -80,7 +80,13 @@ func TestWholeDeviceAskingForCapacity(t *testing.T) {
 			[]client.Object{ownClass("shares.example.com", api.TypeShare)}, nil},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
-			got := reconcile(t, newReconciler(lab(t, wholeJob(t, tc.spec, tc.extra...)...)), "cheap")
+			c := lab(t, wholeJob(t, tc.spec, tc.extra...)...)
+			// gpudra explain says what the check will answer.
+			if now := explainOf(t, c, "cheap").Now; (tc.want == nil) != (now.State == string(kueue.CheckStateReady)) ||
+				(tc.want != nil && !strings.Contains(now.Message, tc.want[0])) {
+				t.Errorf("explain: now %s %q", now.State, now.Message)
+			}
+			got := reconcile(t, newReconciler(c), "cheap")
 			if tc.want == nil {
 				if got.State != kueue.CheckStateReady {
 					t.Fatalf("%s %q, want Ready", got.State, got.Message)
