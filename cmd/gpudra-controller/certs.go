@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/features"
 	"github.com/gpudra/gpudra/queueing/dependencies"
+	"github.com/gpudra/gpudra/queueing/largefirst"
 	configwebhook "github.com/gpudra/gpudra/webhook"
 )
 
@@ -68,6 +69,9 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 	if o.hamiPods {
 		srv.Register(configwebhook.HAMiPath, &webhook.Admission{Handler: configwebhook.HAMiPods{Client: mgr.GetClient()}})
 	}
+	if bands := o.largeJobsFirst(); bands != nil {
+		srv.Register(largefirst.WebhookPath, &webhook.Admission{Handler: largefirst.Webhook{Templates: mgr.GetClient(), Bands: bands}})
+	}
 	if o.enabled(features.JobDependencies) {
 		srv.Register(dependencies.WebhookPath, &webhook.Admission{Handler: dependencies.Webhook{Jobs: mgr.GetClient()}})
 	}
@@ -95,7 +99,8 @@ func (o options) webhookConfigurations() []rotator.WebhookInfo {
 }
 
 // mutatingWebhooks names the MutatingWebhookConfigurations of the webhooks this controller
-// serves: the HAMi pods' (--hami-pods) and the job dependencies' (gate JobDependencies).
+// serves: the HAMi pods' (--hami-pods), the job dependencies' (gate JobDependencies) and
+// the large jobs first policy's (gate LargeJobsFirst).
 func (o options) mutatingWebhooks() []string {
 	var out []string
 	if o.hamiPods {
@@ -103,6 +108,9 @@ func (o options) mutatingWebhooks() []string {
 	}
 	if o.enabled(features.JobDependencies) {
 		out = append(out, dependencies.WebhookConfigurationName)
+	}
+	if o.enabled(features.LargeJobsFirst) {
+		out = append(out, largefirst.WebhookConfigurationName)
 	}
 	return out
 }

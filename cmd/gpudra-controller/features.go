@@ -35,6 +35,11 @@ func (o options) checkFeatureGates() error {
 			return err
 		}
 	}
+	if o.largeJobsFirstBands != "" {
+		if err := features.Require(o.gateSet(), features.LargeJobsFirst, "--large-jobs-first-bands"); err != nil {
+			return err
+		}
+	}
 	if o.hamiPods {
 		return features.Require(o.gateSet(), features.HAMiPods, "--hami-pods")
 	}

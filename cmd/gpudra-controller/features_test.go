@@ -108,3 +108,35 @@ func TestJobDependenciesWebhookGetsTheCA(t *testing.T) {
 		}
 	}
 }
+
+// LargeJobsFirst needs its bands and the webhook; bad bands, bands without the gate and
+// too short a wait are refused naming the flag. On, its webhook configuration gets the CA.
+func TestLargeJobsFirstFlags(t *testing.T) {
+	const on = "--feature-gates=LargeJobsFirst=true"
+	for _, tc := range []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large,64:gpudra-huge"}},
+		{args: []string{"--large-jobs-first-bands=16:gpudra-large"}, want: "--large-jobs-first-bands requires --feature-gates=LargeJobsFirst=true (alpha)"},
+		{args: []string{on, "--webhook-port=9443"}, want: "needs --large-jobs-first-bands"},
+		{args: []string{on, "--large-jobs-first-bands=16:gpudra-large"}, want: "needs --webhook-port"},
+		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=64:gpudra-huge,16:gpudra-large"}, want: "--large-jobs-first-bands: band 1 (16:gpudra-large): minGPUs must be above the band before's 64"},
+		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large", "--large-jobs-first-max-wait=10s"}, want: "--large-jobs-first-max-wait=10s: want at least 1m0s"},
+	} {
+		err := parse(t, tc.args...).validate()
+		if tc.want == "" && err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: err %v, want one saying %q", tc.args, err, tc.want)
+		}
+	}
+	var got []string
+	for _, w := range parse(t, on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large").webhookConfigurations() {
+		got = append(got, w.Name)
+	}
+	if want := "gpudra-config-validation,gpudra-large-jobs-first"; strings.Join(got, ",") != want {
+		t.Errorf("CA injected into %v, want %s", got, want)
+	}
+}

@@ -2,8 +2,8 @@
 // "gpudra.dev/topology" that places whole gangs on racks with the real DRA allocator, the
 // node topology labels, the webhook that validates gpu.gpudra.dev configs, (--hami-pods,
 // feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with
-// claims, and (gate JobDependencies) the Jobs that wait at a Kueue admission gate for
-// others to succeed.
+// claims, (gate JobDependencies) the Jobs that wait at a Kueue admission gate for
+// others to succeed, and (gate LargeJobsFirst) the bands that order large jobs first.
 package main
 
 import (
@@ -30,6 +30,7 @@ import (
 	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/dependencies"
+	"github.com/gpudra/gpudra/queueing/largefirst"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 )
@@ -114,6 +115,12 @@ func run(o options) error {
 	if o.enabled(features.JobDependencies) {
 		deps := &dependencies.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("gpudra-controller")}
 		if err := deps.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	if bands := o.largeJobsFirst(); bands != nil {
+		ageing := &largefirst.Ageing{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller"), Bands: bands, MaxWait: o.largeJobsFirstMaxWait}
+		if err := ageing.SetupWithManager(mgr); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -22,8 +23,10 @@ import (
 
 	"github.com/gpudra/gpudra/internal/bindaddr"
 	"github.com/gpudra/gpudra/internal/buildinfo"
+	"github.com/gpudra/gpudra/internal/features"
 	"github.com/gpudra/gpudra/internal/logoptions"
 	"github.com/gpudra/gpudra/queueing/dependencies"
+	"github.com/gpudra/gpudra/queueing/largefirst"
 	"github.com/gpudra/gpudra/queueing/network"
 	"github.com/gpudra/gpudra/topology"
 	configwebhook "github.com/gpudra/gpudra/webhook"
@@ -48,6 +51,8 @@ type options struct {
 	webhookCertDNSNames                       []string
 	dashboardAddr, dashboardCertDir           string
 	hamiPods                                  bool
+	largeJobsFirstBands                       string
+	largeJobsFirstMaxWait                     time.Duration
 	logging                                   *logsapi.LoggingConfiguration
 	// gates are --feature-gates (features.New when nil).
 	gates featuregate.MutableVersionedFeatureGate
@@ -76,6 +81,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.webhookCertSecret, "webhook-cert-secret", "", "namespace/name of a Secret (it must exist) in which the webhook's CA and serving certificate are kept and renewed before they expire, the CA put into ValidatingWebhookConfiguration "+configwebhook.ConfigurationName+" (and, with JobDependencies, MutatingWebhookConfiguration "+dependencies.WebhookConfigurationName+"); --webhook-cert-dir is where the Secret is mounted, and the webhook serves once its files are there")
 	fs.StringSliceVar(&o.webhookCertDNSNames, "webhook-cert-dns-names", nil, "DNS names of the serving certificate kept in --webhook-cert-secret, comma-separated (the first is the one checked for renewal)")
 	fs.BoolVar(&o.hamiPods, "hami-pods", false, "serve the webhook that rewrites pods written for HAMi into pods with gpudra claims at "+configwebhook.HAMiPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+configwebhook.HAMiConfigurationName+"; needs --feature-gates=HAMiPods=true")
+	fs.StringVar(&o.largeJobsFirstBands, "large-jobs-first-bands", "", "bands of GPU demand, minGPUs:priorityClass comma-separated by ascending minGPUs (16:gpudra-large,64:gpudra-huge): a new queued Job without a priority of its own gets the WorkloadPriorityClass of the last band it reaches, at "+largefirst.WebhookPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+largefirst.WebhookConfigurationName+"; needs --feature-gates=LargeJobsFirst=true")
+	fs.DurationVar(&o.largeJobsFirstMaxWait, "large-jobs-first-max-wait", time.Hour, "how long a queued Job that --large-jobs-first-bands looked at may wait before it is lifted to the top band, so that large jobs cannot keep it waiting for ever (at least 1m)")
 	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
 	fs.StringVar(&o.dashboardCertDir, "dashboard-cert-dir", "", "directory with the dashboard's tls.crt and tls.key, for --dashboard-bind-address (empty: a self-signed certificate made at start)")
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
@@ -121,6 +128,9 @@ func (o options) validate() error {
 	if o.hamiPods && o.webhookPort <= 0 {
 		return fmt.Errorf("--hami-pods needs --webhook-port (the webhook is off)")
 	}
+	if err := o.validateLargeJobsFirst(); err != nil {
+		return err
+	}
 	if o.webhookPort <= 0 && (o.webhookSelfSigned != "" || o.webhookCertSecret != "") {
 		return fmt.Errorf("--webhook-self-signed and --webhook-cert-secret need --webhook-port (the webhook is off)")
 	}
@@ -141,6 +151,41 @@ func (o options) validate() error {
 		}
 	}
 	return nil
+}
+
+// minLargeJobsFirstMaxWait is the shortest --large-jobs-first-max-wait: below it, every
+// job would be lifted before Kueue had ordered it, and the bands would order nothing.
+const minLargeJobsFirstMaxWait = time.Minute
+
+// validateLargeJobsFirst refuses large-jobs-first flags the controller cannot run with:
+// bands without the gate or the gate without bands, bad bands, too short a wait.
+func (o options) validateLargeJobsFirst() error {
+	if !o.enabled(features.LargeJobsFirst) {
+		return nil
+	}
+	if o.largeJobsFirstBands == "" {
+		return fmt.Errorf("--feature-gates=LargeJobsFirst=true needs --large-jobs-first-bands (e.g. 16:gpudra-large,64:gpudra-huge)")
+	}
+	if o.webhookPort <= 0 {
+		return fmt.Errorf("--feature-gates=LargeJobsFirst=true needs --webhook-port (the webhook is off)")
+	}
+	if _, err := largefirst.ParseBands("--large-jobs-first-bands", o.largeJobsFirstBands); err != nil {
+		return err
+	}
+	if o.largeJobsFirstMaxWait < minLargeJobsFirstMaxWait {
+		return fmt.Errorf("--large-jobs-first-max-wait=%s: want at least %s", o.largeJobsFirstMaxWait, minLargeJobsFirstMaxWait)
+	}
+	return nil
+}
+
+// largeJobsFirst is the large-jobs-first policy's bands, nil when its gate is off
+// (validate has checked them).
+func (o options) largeJobsFirst() largefirst.Bands {
+	if !o.enabled(features.LargeJobsFirst) {
+		return nil
+	}
+	bands, _ := largefirst.ParseBands("--large-jobs-first-bands", o.largeJobsFirstBands)
+	return bands
 }
 
 // maxAdmissionCheckWorkers bounds --admission-check-workers: each worker is a goroutine

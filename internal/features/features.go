@@ -49,6 +49,11 @@ const (
 	// held at a Kueue admission gate until those succeed: the mutating webhook and its
 	// controller (gpudra-controller).
 	JobDependencies featuregate.Feature = "JobDependencies"
+	// LargeJobsFirst: --large-jobs-first-bands, queued Jobs without a priority of their
+	// own given the WorkloadPriorityClass of their GPU demand's band by a mutating
+	// webhook, and lifted to the top band once they waited --large-jobs-first-max-wait
+	// (gpudra-controller).
+	LargeJobsFirst featuregate.Feature = "LargeJobsFirst"
 	// WebView: --dashboard-bind-address, the read-only web view (gpudra-controller).
 	WebView featuregate.Feature = "WebView"
 	// HAMiPods: the mutating webhook that rewrites pods written for HAMi into pods with
@@ -71,6 +76,7 @@ var specs = map[featuregate.Feature]featuregate.VersionedSpecs{
 	WebView:                {alpha("0.1")},
 	HAMiPods:               {alpha("0.1")},
 	JobDependencies:        {alpha("0.1")},
+	LargeJobsFirst:         {alpha("0.1")},
 }
 
 func alpha(since string) featuregate.FeatureSpec {

@@ -63,7 +63,7 @@ func TestFeatureGatesFlag(t *testing.T) {
 		{name: "a beta gate turned off", value: "MPSDaemonPods=false,WebView=true", want: map[featuregate.Feature]bool{MPSDaemonPods: false, WebView: true}},
 		{name: "every alpha gate", value: "AllAlpha=true", want: map[featuregate.Feature]bool{DynamicMIG: true, MemoryOversubscription: true, ClaimUsage: true}},
 		{name: "an unknown gate names the known ones", value: "DynamicMig=true",
-			wantErr: []string{"DynamicMig", "known gates: ", "DynamicMIG, HAMiCoreEnforcement, HAMiPods, JobDependencies, MIGLayouts"}},
+			wantErr: []string{"DynamicMig", "known gates: ", "DynamicMIG, HAMiCoreEnforcement, HAMiPods, JobDependencies, LargeJobsFirst, MIGLayouts"}},
 		{name: "a value that is no bool", value: "DynamicMIG=yes", wantErr: []string{"DynamicMIG", "yes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -160,6 +160,7 @@ DynamicMIG: alpha
 HAMiCoreEnforcement: alpha
 HAMiPods: alpha
 JobDependencies: alpha
+LargeJobsFirst: alpha
 MIGLayouts: beta
 MPSDaemonPods: beta
 MemoryOversubscription: alpha
