@@ -131,6 +131,7 @@ gpudra-controller
 {{- fail (printf "webhook.url=%s: with featureGates.JobDependencies, want a URL ending in /validate-gpudra-config (the job dependencies' webhook is served beside it, at /mutate-gpudra-job-dependencies)" .Values.webhook.url) -}}
 {{- end -}}
 {{- end -}}
+{{- $_ := include "gpudra.largeJobsFirstBands" . -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
 {{- end -}}
@@ -207,5 +208,60 @@ WebView: alpha
 {{- $stage := get (include "gpudra.featureGateStages" .root | fromYaml) .name -}}
 {{- if not (include "gpudra.gateOn" .) -}}
 {{- fail (printf "%s requires featureGates.%s=true (%s%s)" .what .name $stage (ternary ", on by default" "" (eq $stage "beta"))) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* --large-jobs-first-bands (minGPUs:priorityClass,...) when the controller runs the
+       large jobs first policy (featureGates.LargeJobsFirst), else empty; fails naming the
+       value for bands the controller would refuse or whose priorities would outrank the
+       ones teams set themselves. */}}
+{{- define "gpudra.largeJobsFirstBands" -}}
+{{- if and .Values.controller.enabled (include "gpudra.gateOn" (dict "root" . "name" "LargeJobsFirst")) -}}
+{{- if not .Values.webhook.enabled -}}
+{{- fail "featureGates.LargeJobsFirst needs webhook.enabled=true: its mutating webhook gives new Jobs their band" -}}
+{{- end -}}
+{{- if and .Values.webhook.url (not (hasSuffix "/validate-gpudra-config" .Values.webhook.url)) -}}
+{{- fail (printf "webhook.url=%s: with featureGates.LargeJobsFirst, want a URL ending in /validate-gpudra-config (the large jobs first webhook is served beside it, at /mutate-gpudra-large-jobs-first)" .Values.webhook.url) -}}
+{{- end -}}
+{{- $l := .Values.queueing.largeJobsFirst -}}
+{{- if not $l.bands -}}
+{{- fail "queueing.largeJobsFirst.bands is empty: with featureGates.LargeJobsFirst, give at least one band {minGPUs, priorityClass, value}" -}}
+{{- end -}}
+{{- if not (regexMatch "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$" (toString $l.maxWait)) | or (eq (toString $l.maxWait) "") -}}
+{{- fail (printf "queueing.largeJobsFirst.maxWait=%v: want a duration of at least 1m such as 1h or 30m" $l.maxWait) -}}
+{{- end -}}
+{{- $teams := list -}}
+{{- if .Values.kueue.samples }}{{ range .Values.kueue.priorities }}{{ $teams = append $teams (int .value) }}{{ end }}{{ end -}}
+{{- $pairs := list -}}
+{{- $lastGPUs := 0 -}}
+{{- $lastValue := 0 -}}
+{{- range $k, $b := $l.bands -}}
+{{- range $key, $_ := $b -}}
+{{- if not (has $key (list "minGPUs" "priorityClass" "value")) -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].%s: not a band field; a band has minGPUs, priorityClass and value" $k $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (and (regexMatch "^[0-9]+$" (toString $b.minGPUs)) (ge (int $b.minGPUs) 1)) -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].minGPUs=%v: want a whole number of at least 1" $k $b.minGPUs) -}}
+{{- end -}}
+{{- if le (int $b.minGPUs) $lastGPUs -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].minGPUs=%v: want bands by ascending minGPUs, above the band before's %d" $k $b.minGPUs $lastGPUs) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" (toString $b.priorityClass)) -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].priorityClass=%q: want a WorkloadPriorityClass name (lower-case letters, digits, '-' and '.')" $k (toString $b.priorityClass)) -}}
+{{- end -}}
+{{- if not (and (regexMatch "^[0-9]+$" (toString $b.value)) (gt (int $b.value) $lastValue)) -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].value=%v: want a whole number above 0 and above the band before's value (%d): larger jobs get higher priorities" $k $b.value $lastValue) -}}
+{{- end -}}
+{{- range $teams -}}
+{{- if ge (int $b.value) . -}}
+{{- fail (printf "queueing.largeJobsFirst.bands[%d].value=%v: want it below every kueue.priorities value (%d): a priority a team sets itself goes before a band" $k $b.value .) -}}
+{{- end -}}
+{{- end -}}
+{{- $lastGPUs = int $b.minGPUs -}}
+{{- $lastValue = int $b.value -}}
+{{- $pairs = append $pairs (printf "%d:%s" (int $b.minGPUs) $b.priorityClass) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}
 {{- end -}}
