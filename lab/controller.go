@@ -49,6 +49,10 @@ const (
 	WebhookPath = "/validate-gpudra-config"
 	// HAMiWebhookPath is the HAMi pods' webhook's path (as in package webhook).
 	HAMiWebhookPath = "/mutate-hami-pods"
+	// LargeJobsFirstBands are the controllers' --large-jobs-first-bands: the chart's
+	// defaults, whose classes deployments/webhook/large-jobs-first.yaml installs. A queued
+	// Job without a priority of its own of 16 GPUs or more is ordered first.
+	LargeJobsFirstBands = "16:gpudra-large,64:gpudra-huge"
 	// ControllerLease is the Lease the replicas elect their leader with, in controllerNamespace.
 	ControllerLease = "gpudra-controller"
 	// WebhookCertSecret is the Secret, in controllerNamespace, that the replicas keep the
@@ -121,7 +125,7 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 	if err := ap.Apply(ctx, ns, secret); err != nil {
 		return &ComponentError{Component: controllerComponent, Err: err}
 	}
-	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/controller-job-dependencies.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
+	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/controller-job-dependencies.yaml", "deployments/rbac/controller-large-jobs-first.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
 		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
 		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}
@@ -131,9 +135,10 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 		}
 	}
 	var hooks []*unstructured.Unstructured
-	// The config webhook, the HAMi pods' webhook with its RBAC (--hami-pods below), and
-	// the job dependencies' webhook (the controllers run with every gate on).
-	for _, f := range []string{"deployments/webhook/config-validation.yaml", "deployments/hami/hami-pods.yaml", "deployments/webhook/job-dependencies.yaml"} {
+	// The config webhook, the HAMi pods' webhook with its RBAC (--hami-pods below), the
+	// job dependencies' webhook, and large jobs first's with its bands' classes (the
+	// controllers run with every gate on).
+	for _, f := range []string{"deployments/webhook/config-validation.yaml", "deployments/hami/hami-pods.yaml", "deployments/webhook/job-dependencies.yaml", "deployments/webhook/large-jobs-first.yaml"} {
 		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
 		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}
@@ -176,6 +181,8 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 				"--webhook-cert-secret=" + controllerNamespace + "/" + WebhookCertSecret,
 				"--webhook-cert-dns-names=" + strings.Join(webhookCertNames, ","),
 				"--hami-pods",
+				// The chart's default bands (gate LargeJobsFirst is on, as every gate).
+				"--large-jobs-first-bands=" + LargeJobsFirstBands,
 				// A lab is for developers: Go's profiles beside the metrics (on 127.0.0.1).
 				"--profiling",
 				gpudraFeatureGatesFlag(),
