@@ -70,7 +70,7 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 		srv.Register(configwebhook.HAMiPath, &webhook.Admission{Handler: configwebhook.HAMiPods{Client: mgr.GetClient()}})
 	}
 	if bands := o.largeJobsFirst(); bands != nil {
-		srv.Register(largefirst.WebhookPath, &webhook.Admission{Handler: largefirst.Webhook{Templates: mgr.GetClient(), Bands: bands}})
+		srv.Register(largefirst.WebhookPath, &webhook.Admission{Handler: largefirst.Webhook{Templates: mgr.GetAPIReader(), Bands: bands}})
 	}
 	if o.enabled(features.JobDependencies) {
 		srv.Register(dependencies.WebhookPath, &webhook.Admission{Handler: dependencies.Webhook{Jobs: mgr.GetClient()}})

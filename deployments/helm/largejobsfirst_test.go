@@ -71,8 +71,11 @@ func TestLargeJobsFirstFollowsItsGate(t *testing.T) {
 	if !ok {
 		t.Fatal("no ClusterRole gpudra-controller-large-jobs-first")
 	}
-	if verbs := verbsByResource(role)["batch/jobs"]; !slices.Equal(verbs, []string{"list", "patch", "watch"}) {
-		t.Errorf("batch/jobs: verbs %v, want list, patch, watch", verbs)
+	verbs := verbsByResource(role)
+	for res, want := range map[string][]string{"batch/jobs": {"list", "patch", "watch"}, "resource.k8s.io/resourceclaimtemplates": {"get"}} {
+		if !slices.Equal(verbs[res], want) {
+			t.Errorf("%s: verbs %v, want %v", res, verbs[res], want)
+		}
 	}
 }
 

@@ -35,7 +35,8 @@ const WebhookConfigurationName = "gpudra-large-jobs-first"
 // Webhook gives a new queued Job without a priority of its own the WorkloadPriorityClass
 // of its band.
 type Webhook struct {
-	// Templates reads the ResourceClaimTemplates a job's pods name (the manager's cache).
+	// Templates reads the ResourceClaimTemplates a job's pods name: from the API server,
+	// not a cache, as a template is often created just before its job.
 	Templates client.Reader
 	Bands     Bands
 }
