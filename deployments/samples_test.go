@@ -47,6 +47,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"ClusterRoleBinding":               func() any { return &rbacv1.ClusterRoleBinding{} },
 		"ValidatingAdmissionPolicy":        func() any { return &admissionv1.ValidatingAdmissionPolicy{} },
 		"ValidatingWebhookConfiguration":   func() any { return &admissionv1.ValidatingWebhookConfiguration{} },
+		"MutatingWebhookConfiguration":     func() any { return &admissionv1.MutatingWebhookConfiguration{} },
 		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")
