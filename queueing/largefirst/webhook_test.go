@@ -3,12 +3,14 @@ package largefirst
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -97,5 +99,22 @@ func TestWebhookLeavesUpdatesAlone(t *testing.T) {
 	resp, labels, _ := admit(t, w, admissionv1.Update, job("gang", 8, "four-gpus"))
 	if !resp.Allowed || len(resp.Patches) > 0 || labels[PriorityClassLabel] != "" {
 		t.Errorf("an update was changed: allowed %v, patches %v", resp.Allowed, resp.Patches)
+	}
+}
+
+// brokenReader fails every read, as an API server that cannot be reached.
+type brokenReader struct{ client.Reader }
+
+func (brokenReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("connection refused")
+}
+
+func TestWebhookAdmitsUnchangedWhatItCannotCount(t *testing.T) {
+	resp, labels, annotations := admit(t, Webhook{Templates: brokenReader{}, Bands: bands}, admissionv1.Create, job("gang", 8, "four-gpus"))
+	if !resp.Allowed {
+		t.Fatalf("refused: %v", resp.Result)
+	}
+	if labels[PriorityClassLabel] != "" || annotations[DemandAnnotation] != "" {
+		t.Errorf("changed without its demand: class %q, demand %q", labels[PriorityClassLabel], annotations[DemandAnnotation])
 	}
 }
