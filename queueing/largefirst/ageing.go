@@ -7,7 +7,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -94,9 +93,7 @@ func (a *Ageing) Reconcile(ctx context.Context, req reconcile.Request) (reconcil
 	}
 	job.Labels[PriorityClassLabel] = top
 	if err := a.Client.Patch(ctx, &job, patch); err != nil {
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
-		}
+		// A conflict too: the job changed since it was read, and is looked at again.
 		return reconcile.Result{}, fmt.Errorf("lifting job %s to priority class %s: %w", req, top, err)
 	}
 	if from == "" {
