@@ -100,7 +100,7 @@ func (o options) webhookConfigurations() []rotator.WebhookInfo {
 
 // mutatingWebhooks names the MutatingWebhookConfigurations of the webhooks this controller
 // serves: the HAMi pods' (--hami-pods), the job dependencies' (gate JobDependencies) and
-// the large jobs first policy's (gate LargeJobsFirst).
+// the large jobs first policy's (--large-jobs-first-bands, gate LargeJobsFirst).
 func (o options) mutatingWebhooks() []string {
 	var out []string
 	if o.hamiPods {
@@ -109,7 +109,7 @@ func (o options) mutatingWebhooks() []string {
 	if o.enabled(features.JobDependencies) {
 		out = append(out, dependencies.WebhookConfigurationName)
 	}
-	if o.enabled(features.LargeJobsFirst) {
+	if o.largeJobsFirst() != nil {
 		out = append(out, largefirst.WebhookConfigurationName)
 	}
 	return out

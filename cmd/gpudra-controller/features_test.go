@@ -109,8 +109,9 @@ func TestJobDependenciesWebhookGetsTheCA(t *testing.T) {
 	}
 }
 
-// LargeJobsFirst needs its bands and the webhook; bad bands, bands without the gate and
-// too short a wait are refused naming the flag. On, its webhook configuration gets the CA.
+// LargeJobsFirst runs with its bands and the webhook; bad bands, bands without the gate or
+// the webhook, and too short a wait are refused naming the flag. Running, its webhook
+// configuration gets the CA; the gate alone (AllAlpha) runs nothing.
 func TestLargeJobsFirstFlags(t *testing.T) {
 	const on = "--feature-gates=LargeJobsFirst=true"
 	for _, tc := range []struct {
@@ -119,8 +120,9 @@ func TestLargeJobsFirstFlags(t *testing.T) {
 	}{
 		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large,64:gpudra-huge"}},
 		{args: []string{"--large-jobs-first-bands=16:gpudra-large"}, want: "--large-jobs-first-bands requires --feature-gates=LargeJobsFirst=true (alpha)"},
-		{args: []string{on, "--webhook-port=9443"}, want: "needs --large-jobs-first-bands"},
-		{args: []string{on, "--large-jobs-first-bands=16:gpudra-large"}, want: "needs --webhook-port"},
+		{args: []string{on, "--webhook-port=9443"}},
+		{args: []string{"--feature-gates=AllAlpha=true"}},
+		{args: []string{on, "--large-jobs-first-bands=16:gpudra-large"}, want: "--large-jobs-first-bands needs --webhook-port"},
 		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=64:gpudra-huge,16:gpudra-large"}, want: "--large-jobs-first-bands: band 1 (16:gpudra-large): minGPUs must be above the band before's 64"},
 		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large", "--large-jobs-first-max-wait=10s"}, want: "--large-jobs-first-max-wait=10s: want at least 1m0s"},
 	} {
@@ -132,11 +134,23 @@ func TestLargeJobsFirstFlags(t *testing.T) {
 			t.Errorf("%v: err %v, want one saying %q", tc.args, err, tc.want)
 		}
 	}
-	var got []string
-	for _, w := range parse(t, on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large").webhookConfigurations() {
-		got = append(got, w.Name)
-	}
-	if want := "gpudra-config-validation,gpudra-large-jobs-first"; strings.Join(got, ",") != want {
-		t.Errorf("CA injected into %v, want %s", got, want)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{args: []string{on, "--webhook-port=9443", "--large-jobs-first-bands=16:gpudra-large"}, want: "gpudra-config-validation,gpudra-large-jobs-first"},
+		{args: []string{on, "--webhook-port=9443"}, want: "gpudra-config-validation"},
+	} {
+		o := parse(t, tc.args...)
+		var got []string
+		for _, w := range o.webhookConfigurations() {
+			got = append(got, w.Name)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("%v: CA injected into %v, want %s", tc.args, got, tc.want)
+		}
+		if runs := o.largeJobsFirst() != nil; runs != strings.Contains(tc.want, "large") {
+			t.Errorf("%v: the policy runs = %v", tc.args, runs)
+		}
 	}
 }

@@ -158,19 +158,17 @@ func (o options) validate() error {
 const minLargeJobsFirstMaxWait = time.Minute
 
 // validateLargeJobsFirst refuses large-jobs-first flags the controller cannot run with:
-// bands without the gate or the gate without bands, bad bands, too short a wait.
+// bad bands, bands without the webhook, too short a wait. (Bands without the gate are
+// refused by checkFeatureGates; the gate without bands runs nothing, as with AllAlpha.)
 func (o options) validateLargeJobsFirst() error {
-	if !o.enabled(features.LargeJobsFirst) {
-		return nil
-	}
 	if o.largeJobsFirstBands == "" {
-		return fmt.Errorf("--feature-gates=LargeJobsFirst=true needs --large-jobs-first-bands (e.g. 16:gpudra-large,64:gpudra-huge)")
-	}
-	if o.webhookPort <= 0 {
-		return fmt.Errorf("--feature-gates=LargeJobsFirst=true needs --webhook-port (the webhook is off)")
+		return nil
 	}
 	if _, err := largefirst.ParseBands("--large-jobs-first-bands", o.largeJobsFirstBands); err != nil {
 		return err
+	}
+	if o.webhookPort <= 0 {
+		return fmt.Errorf("--large-jobs-first-bands needs --webhook-port (the webhook is off)")
 	}
 	if o.largeJobsFirstMaxWait < minLargeJobsFirstMaxWait {
 		return fmt.Errorf("--large-jobs-first-max-wait=%s: want at least %s", o.largeJobsFirstMaxWait, minLargeJobsFirstMaxWait)
@@ -178,10 +176,10 @@ func (o options) validateLargeJobsFirst() error {
 	return nil
 }
 
-// largeJobsFirst is the large-jobs-first policy's bands, nil when its gate is off
-// (validate has checked them).
+// largeJobsFirst is the large-jobs-first policy's bands, nil when it does not run: its
+// gate off or no --large-jobs-first-bands (validate has checked them).
 func (o options) largeJobsFirst() largefirst.Bands {
-	if !o.enabled(features.LargeJobsFirst) {
+	if !o.enabled(features.LargeJobsFirst) || o.largeJobsFirstBands == "" {
 		return nil
 	}
 	bands, _ := largefirst.ParseBands("--large-jobs-first-bands", o.largeJobsFirstBands)
