@@ -425,7 +425,7 @@ func printReport(w io.Writer, rep *explain.Report, output string, show int) erro
 		return err
 	}
 	if rep.Workload != nil {
-		return printWorkload(w, rep.Workload, rep.RunsAfter)
+		return printWorkload(w, rep.Workload, rep.Priority, rep.RunsAfter)
 	}
 	if p := rep.Pod; p != nil {
 		out := p.RuledOut()
@@ -491,12 +491,15 @@ func bounded(s string, n int) string {
 	return fmt.Sprintf("%s… (%d more bytes; -o json shows all)", s[:cut], len(s)-cut)
 }
 
-func printWorkload(w io.Writer, r *admission.Report, after []dependencies.Status) error {
+func printWorkload(w io.Writer, r *admission.Report, prio *explain.Priority, after []dependencies.Status) error {
 	quota := "quota not reserved"
 	if r.QuotaReserved {
 		quota = "quota reserved"
 	}
 	fmt.Fprintf(w, "workload %s/%s (%s)\n", r.Namespace, r.Name, quota)
+	if prio != nil {
+		fmt.Fprintf(w, "priority: %s\n", prio)
+	}
 	if len(after) > 0 {
 		names := make([]string, len(after))
 		for k, s := range after {

@@ -549,7 +549,7 @@ func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
 			Domains: []admission.DomainReport{{Name: "b1", Nodes: []string{"r1-n1"}, Fits: 32, Fit: true}},
 			Planned: &admission.Planned{Domain: "b1", Nodes: []string{"r1-n1"}, Notes: []string{note}}}}}
 	var out bytes.Buffer
-	if err := printWorkload(&out, rep, nil); err != nil {
+	if err := printWorkload(&out, rep, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -584,7 +584,7 @@ func TestExplainWorkloadShowsWhatItsJobRunsAfter(t *testing.T) {
 	if err := printReport(&out, rep, "", 5); err != nil {
 		t.Fatal(err)
 	}
-	if want := "workload team-a/job-train-1a2b3 (quota reserved)\nruns after: preprocess (Complete), fetch (not created yet)\n"; !strings.HasPrefix(out.String(), want) {
+	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 0 (no priority class)\nruns after: preprocess (Complete), fetch (not created yet)\n"; !strings.HasPrefix(out.String(), want) {
 		t.Errorf("output does not start with %q:\n%s", want, out.String())
 	}
 	out.Reset()
@@ -593,5 +593,42 @@ func TestExplainWorkloadShowsWhatItsJobRunsAfter(t *testing.T) {
 	}
 	if want := `"runsAfter": [`; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), `"phase": "not created yet"`) {
 		t.Errorf("JSON lacks the chain:\n%.400s", out.String())
+	}
+}
+
+// A Workload whose priority Kueue took from its pods' PriorityClass says so, in the table
+// and in JSON.
+func TestExplainWorkloadShowsItsPriorityAndClass(t *testing.T) {
+	c := kueueLab(t).(client.Client)
+	ctx := context.Background()
+	var wl kueue.Workload
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "job-train-1a2b3"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	wl.Spec.Priority, wl.Spec.PriorityClassRef = ptr.To[int32](1000), kueue.NewPodPriorityClassRef("high")
+	if err := c.Update(ctx, &wl); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := buildReport(ctx, &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "job", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := printReport(&out, rep, "", 5); err != nil {
+		t.Fatal(err)
+	}
+	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 1000 (PriorityClass high)\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("output does not start with %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	if err := printReport(&out, rep, "json", 5); err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Priority explain.Priority }
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := (explain.Priority{Value: 1000, Kind: "PriorityClass", Class: "high"}); got.Priority != want {
+		t.Errorf("JSON priority %+v, want %+v", got.Priority, want)
 	}
 }

@@ -47,6 +47,8 @@ type Report struct {
 	Claims []ClaimReport `json:"claims,omitempty"`
 	// Workload is set for a Kueue Workload.
 	Workload *admission.Report `json:"workload,omitempty"`
+	// Priority is the Workload's priority and the class it came from.
+	Priority *Priority `json:"priority,omitempty"`
 	// RunsAfter are the jobs the Workload's Job runs after (gpudra.dev/run-after) and where
 	// each stands, in the annotation's order.
 	RunsAfter []dependencies.Status `json:"runsAfter,omitempty"`

@@ -62,7 +62,41 @@ func WorkloadOf(ctx context.Context, r WorkloadReader, labels topology.LabelKeys
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Workload: rep, RunsAfter: after}, nil
+	return &Report{Workload: rep, Priority: PriorityOf(wl), RunsAfter: after}, nil
+}
+
+// Priority is what Kueue orders a Workload by within its ClusterQueue and what preemption
+// compares: the value of a WorkloadPriorityClass named by the job's
+// kueue.x-k8s.io/priority-class label, else of its pods' PriorityClass (priorityClassName,
+// or the cluster's globalDefault class), else 0.
+type Priority struct {
+	Value int32 `json:"value"`
+	// Kind is where the value came from: WorkloadPriorityClass or PriorityClass; empty
+	// when no class gave it.
+	Kind string `json:"kind,omitempty"`
+	// Class is the name of that class.
+	Class string `json:"class,omitempty"`
+}
+
+// String is "1000 (PriorityClass high)", or "0 (no priority class)".
+func (p Priority) String() string {
+	if p.Kind == "" {
+		return fmt.Sprintf("%d (no priority class)", p.Value)
+	}
+	return fmt.Sprintf("%d (%s %s)", p.Value, p.Kind, p.Class)
+}
+
+// PriorityOf is the priority Kueue gave the Workload when it made it (spec.priority and
+// spec.priorityClassRef).
+func PriorityOf(wl *kueue.Workload) *Priority {
+	p := &Priority{}
+	if wl.Spec.Priority != nil {
+		p.Value = *wl.Spec.Priority
+	}
+	if ref := wl.Spec.PriorityClassRef; ref != nil {
+		p.Kind, p.Class = string(ref.Kind), ref.Name
+	}
+	return p
 }
 
 // runsAfter are the dependencies of the Workload's Job and where each stands; none when
