@@ -27,6 +27,8 @@ var (
 	// The workload page also reads these, one object at a time.
 	templatesResource       = schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceclaimtemplates"}
 	resourceFlavorsResource = resourceFlavorsGVR.GroupResource()
+	// jobsResource: the Workload's Job and the jobs it runs after (gpudra.dev/run-after).
+	jobsResource = schema.GroupResource{Group: "batch", Resource: "jobs"}
 )
 
 type accessKey struct {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +73,9 @@ func (s *listSource) claimTemplate(_ context.Context, _, name string) (*resource
 }
 func (s *listSource) resourceFlavor(_ context.Context, name string) (*kueue.ResourceFlavor, error) {
 	return nil, apierrors.NewNotFound(resourceFlavorsResource, name)
+}
+func (s *listSource) job(_ context.Context, _, name string) (*batchv1.Job, error) {
+	return nil, apierrors.NewNotFound(jobsResource, name)
 }
 
 // benchCluster is benchNodes DGX H100 nodes whose slices the driver renders, GPUs 0-3 of

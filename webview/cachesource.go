@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,14 +58,20 @@ func typedKueue(gvr schema.GroupVersionResource) toolscache.TransformFunc {
 
 // cacheSource reads a controller-runtime cache that its owner starts.
 type cacheSource struct {
-	c        Cache
+	c Cache
+	// jobs: the cache holds batch/v1 Jobs (Options.CacheHasJobs).
+	jobs     bool
 	kueueInf map[schema.GroupVersionResource]crcache.Informer
 }
 
 func (s *cacheSource) start(ctx context.Context, changed func()) error {
 	logger := klog.FromContext(ctx)
 	handler := eventHandler(changed)
-	for _, obj := range []client.Object{&corev1.Node{}, &corev1.Pod{}, &resourceapi.ResourceSlice{}, &resourceapi.ResourceClaim{}, &resourceapi.DeviceClass{}} {
+	watched := []client.Object{&corev1.Node{}, &corev1.Pod{}, &resourceapi.ResourceSlice{}, &resourceapi.ResourceClaim{}, &resourceapi.DeviceClass{}}
+	if s.jobs {
+		watched = append(watched, &batchv1.Job{})
+	}
+	for _, obj := range watched {
 		inf, err := s.c.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("webview: watching %T: %w", obj, err)
@@ -161,4 +169,17 @@ func (s *cacheSource) resourceFlavor(ctx context.Context, name string) (*kueue.R
 		return nil, err
 	}
 	return &rf, nil
+}
+
+// job reads the Job from the cache, when it holds Jobs: reading one it does not would
+// start an informer the owner's RBAC may not allow.
+func (s *cacheSource) job(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
+	if !s.jobs {
+		return nil, apierrors.NewNotFound(jobsResource, name)
+	}
+	var j batchv1.Job
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
 }

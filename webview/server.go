@@ -52,6 +52,10 @@ type Options struct {
 	// (a manager's): the Server reads through it and keeps no objects of its own. Kueue's
 	// kinds must be in its scheme.
 	Cache Cache
+	// CacheHasJobs says that Cache holds batch/v1 Jobs (gpudra-controller's does with
+	// JobDependencies): a Workload's page then shows what its Job runs after. With Kube,
+	// the page gets those Jobs from the API server.
+	CacheHasJobs bool
 	// Access, when set, says for each request what its caller may read; nil shows
 	// everything the Server reads.
 	Access func(*http.Request) Access
@@ -95,7 +99,7 @@ func New(o Options) (*Server, error) {
 	case o.Cache != nil && (o.Kube != nil || o.Dynamic != nil):
 		return nil, fmt.Errorf("webview: both a cache and clients to read with; give one")
 	case o.Cache != nil:
-		src = &cacheSource{c: o.Cache}
+		src = &cacheSource{c: o.Cache, jobs: o.CacheHasJobs}
 	case o.Kube != nil:
 		src = &informerSource{kubeClient: o.Kube, dynClient: o.Dynamic}
 	default:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,10 +44,13 @@ type source interface {
 	// kueueList lists one Kueue resource, typed or unstructured; nothing while it is not
 	// read.
 	kueueList(ctx context.Context, gvr schema.GroupVersionResource) []runtime.Object
-	// claimTemplate and resourceFlavor get the objects only a Workload's page reads, one
-	// at a time: they are not watched.
+	// claimTemplate, resourceFlavor and job get the objects only a Workload's page reads,
+	// one at a time.
 	claimTemplate(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaimTemplate, error)
 	resourceFlavor(ctx context.Context, name string) (*kueue.ResourceFlavor, error)
+	// job gets a batch/v1 Job; NotFound where Jobs are not read (a cache that does not
+	// hold them).
+	job(ctx context.Context, namespace, name string) (*batchv1.Job, error)
 }
 
 // informerSource runs client-go informers over a clientset and a dynamic client.
@@ -196,6 +200,12 @@ func (s *informerSource) resourceFlavor(ctx context.Context, name string) (*kueu
 		return nil, fmt.Errorf("webview: reading resourceflavor %s: %w", name, err)
 	}
 	return &rf, nil
+}
+
+// job reads the Job from the API server: they are not watched, and the page reads only a
+// Workload's Job and the few it runs after.
+func (s *informerSource) job(ctx context.Context, namespace, name string) (*batchv1.Job, error) {
+	return s.kubeClient.BatchV1().Jobs(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
 // KueueSyncTimeout is how long Start waits for Kueue's objects before it serves without

@@ -452,6 +452,7 @@ func TestWorkloadPage(t *testing.T) {
 	page := get(t, f.http.URL+path, http.StatusOK)
 	contains(t, page, "Workload team-a/job-big-train-1a2b3", "default → team-a", "job/big-train", "quota reserved",
 		"Waits: admission check gpudra-topology is Pending: pod set main: 16 pods need one rack; the best rack fits 7 now",
+		`<p id="priority">Priority 100 (no priority class)</p>`,
 		`<tr data-podset="main">`, "<td>main</td><td>2</td><td>one-gpu</td>", "2 of 2",
 		`would answer <span class="badge check Ready">Ready</span>`)
 
@@ -461,6 +462,7 @@ func TestWorkloadPage(t *testing.T) {
 	}
 	e := wl.Data.Explanation
 	if wl.Data.Queue != "default" || wl.Data.ClusterQueue != "team-a" || len(wl.Data.Checks) != 1 || wl.Data.Checks[0].State != "Pending" ||
+		wl.Data.Priority == nil || wl.Data.Priority.Value != 100 || wl.Data.Priority.Kind != "" ||
 		e == nil || !e.QuotaReserved || len(e.PodSets) != 1 || e.PodSets[0].Count != 2 || e.PodSets[0].Domains[0].Fits != 2 || e.Now.State != "Ready" {
 		t.Errorf("workload as JSON: %+v (explanation %+v)", wl.Data, e)
 	}

@@ -3,19 +3,21 @@ package webview
 import (
 	"context"
 	"fmt"
-	batchv1 "k8s.io/api/batch/v1"
 	"net/http"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/queueing/admission"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 )
 
 // WorkloadPage is the page of one Kueue Workload: its queue, whether Kueue reserved quota
@@ -28,8 +30,14 @@ type WorkloadPage struct {
 	Queue        string `json:"queue,omitempty"`
 	ClusterQueue string `json:"clusterQueue,omitempty"`
 	// Job is the batch/v1 Job that owns the Workload, if one does.
-	Job      string `json:"job,omitempty"`
-	Admitted bool   `json:"admitted"`
+	Job string `json:"job,omitempty"`
+	// Priority is the Workload's priority and the class it came from.
+	Priority *explain.Priority `json:"priority,omitempty"`
+	// RunsAfter are the jobs the Job runs after (gpudra.dev/run-after) and where each
+	// stands, in the annotation's order; shown to a caller who may list Jobs in the
+	// namespace.
+	RunsAfter []RunsAfter `json:"runsAfter,omitempty"`
+	Admitted  bool        `json:"admitted"`
 	// Waiting says why the Workload is not admitted yet ("" once it is).
 	Waiting string `json:"waiting,omitempty"`
 	// Checks are the Workload's admission checks, each with its state and message.
@@ -47,6 +55,13 @@ func (s *Server) workloadPage(r *http.Request, sc *scope) (string, string, any, 
 		status = http.StatusNotFound
 	}
 	return "Workload " + ns + "/" + name, "queues", p, status
+}
+
+// RunsAfter is one job a Workload's Job runs after, where it stands, and the Workload Kueue
+// made for it, when there is one the caller may read.
+type RunsAfter struct {
+	dependencies.Status
+	Workload string `json:"workload,omitempty"`
 }
 
 // explainWorkload explains a Workload; found is false when the caller may not read it,
@@ -81,7 +96,16 @@ func (s *Server) explainWorkload(sc *scope, ns, name string) (WorkloadPage, bool
 	if err != nil {
 		p.Error = err.Error()
 	} else {
-		p.Explanation = rep.Workload
+		p.Explanation, p.Priority = rep.Workload, rep.Priority
+		for _, st := range rep.RunsAfter {
+			ra := RunsAfter{Status: st}
+			if st.Kind == dependencies.KindJob {
+				if dep, err := explain.FindJobWorkload(sc.ctx, scopeReader{s, sc}, ns, st.Name); err == nil {
+					ra.Workload = dep.Name
+				}
+			}
+			p.RunsAfter = append(p.RunsAfter, ra)
+		}
 	}
 	p.Waiting = waiting(wl, p)
 	return p, true
@@ -185,8 +209,23 @@ func (r scopeReader) Get(_ context.Context, key client.ObjectKey, obj client.Obj
 			*o, found = *t, o
 		}
 	case *batchv1.Job:
-		// The view does not read Jobs: a Workload's page shows no chain of dependencies.
-		return apierrors.NewNotFound(resourceOf(obj), key.Name)
+		// A caller who may not list Jobs gets the page without the chain.
+		if !sc.can(jobsResource, key.Namespace) {
+			if err := r.failed(nil); err != nil {
+				return err
+			}
+			return apierrors.NewForbidden(jobsResource, key.Name, fmt.Errorf("the caller may not list jobs in namespace %s", key.Namespace))
+		}
+		j, err := s.src.job(sc.ctx, key.Namespace, key.Name)
+		if err != nil {
+			return err
+		}
+		*o, found = *j, o
+	case *unstructured.Unstructured:
+		// A JobSet a Job runs after: the view does not read JobSets, and shows the chain
+		// only where it can tell where each of its jobs stands.
+		return apierrors.NewForbidden(schema.GroupResource{Group: o.GroupVersionKind().Group, Resource: o.GetKind()}, key.Name,
+			fmt.Errorf("the web view does not read %s", o.GetKind()))
 	default:
 		return fmt.Errorf("webview: reading a %T is not supported", obj)
 	}

@@ -34,6 +34,9 @@ type dashboard struct {
 	cache         webview.Cache
 	// labels are the node labels of blocks, racks and switches (--block-label and the rest).
 	labels topology.LabelKeys
+	// jobs: the cache holds batch/v1 Jobs (JobDependencies watches them), so a Workload's
+	// page shows what its Job runs after.
+	jobs bool
 }
 
 // NeedLeaderElection is false: every replica serves the dashboard.
@@ -44,7 +47,7 @@ func (d dashboard) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	view, err := webview.New(webview.Options{Cache: d.cache, Base: dashboardPath, Access: auth.access, Labels: d.labels})
+	view, err := webview.New(webview.Options{Cache: d.cache, Base: dashboardPath, Access: auth.access, Labels: d.labels, CacheHasJobs: d.jobs})
 	if err != nil {
 		return err
 	}

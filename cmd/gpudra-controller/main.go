@@ -130,7 +130,8 @@ func run(o options) error {
 		return err
 	}
 	if o.dashboardAddr != "" {
-		if err := mgr.Add(dashboard{addr: o.dashboardAddr, certDir: o.dashboardCertDir, cfg: cfg, httpClient: mgr.GetHTTPClient(), cache: mgr.GetCache(), labels: o.labels}); err != nil {
+		if err := mgr.Add(dashboard{addr: o.dashboardAddr, certDir: o.dashboardCertDir, cfg: cfg, httpClient: mgr.GetHTTPClient(), cache: mgr.GetCache(), labels: o.labels,
+			jobs: o.enabled(features.JobDependencies)}); err != nil {
 			return err
 		}
 	}

@@ -26,7 +26,7 @@ func TestViewerRole(t *testing.T) {
 		"kueue.x-k8s.io/cohorts":                 read,
 		"kueue.x-k8s.io/admissionchecks":         read,
 		"kueue.x-k8s.io/resourceflavors":         read,
-		"batch/jobs":                             {"get"},
+		"batch/jobs":                             read,
 		"jobset.x-k8s.io/jobsets":                {"get"},
 	}
 	role, ok := render(t).get("ClusterRole", "gpudra-viewer").(*rbacv1.ClusterRole)
