@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -36,6 +37,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"ClusterQueue":                     func() any { return &kueue.ClusterQueue{} },
 		"LocalQueue":                       func() any { return &kueue.LocalQueue{} },
 		"WorkloadPriorityClass":            func() any { return &kueue.WorkloadPriorityClass{} },
+		"PriorityClass":                    func() any { return &schedulingv1.PriorityClass{} },
 		"Namespace":                        func() any { return &corev1.Namespace{} },
 		"ResourceClaimTemplate":            func() any { return &resourceapi.ResourceClaimTemplate{} },
 		"ResourceClaim":                    func() any { return &resourceapi.ResourceClaim{} },
