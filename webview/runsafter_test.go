@@ -77,6 +77,20 @@ func TestWorkloadPageShowsWhatItsJobRunsAfter(t *testing.T) {
 	}
 	// A Job without dependencies: no chain.
 	lacks(t, get(t, f.http.URL+"/workloads/team-a/job-step-1-4d5e6", http.StatusOK), "Runs after")
+
+	// A chain with a JobSet, which the view does not read: the page without the chain,
+	// and without an error.
+	job, err := f.kube.BatchV1().Jobs(testNS).Get(context.Background(), "big-train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Annotations[dependencies.RunAfterAnnotation] = "step-1,jobset/sweep"
+	if _, err := f.kube.BatchV1().Jobs(testNS).Update(context.Background(), job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	html := get(t, f.http.URL+bigTrainPath, http.StatusOK)
+	contains(t, html, `<tr data-podset="main">`)
+	lacks(t, html, "Runs after", `class="error"`)
 }
 
 // only is an Access that lets the caller list the named resources in every namespace.

@@ -20,10 +20,10 @@ import (
 	"github.com/gpudra/gpudra/queueing/dependencies"
 )
 
-// WorkloadPage is the page of one Kueue Workload: its queue, whether Kueue reserved quota
-// and admitted it, every admission check with its message, and what gpudra explain
-// workload says (pod sets, their counts and domains, what the topology check would answer
-// now).
+// WorkloadPage is the page of one Kueue Workload: its queue, its priority, what its Job
+// runs after, whether Kueue reserved quota and admitted it, every admission check with its
+// message, and what gpudra explain workload says (pod sets, their counts and domains, what
+// the topology check would answer now).
 type WorkloadPage struct {
 	Namespace    string `json:"namespace"`
 	Name         string `json:"name"`
