@@ -187,3 +187,11 @@ func TestCacheShowsTheChainWhereItHoldsJobs(t *testing.T) {
 		})
 	}
 }
+
+// The Workload's priority is its own: a caller who may not read what the rest of the page
+// needs (the claim templates) still sees it, beside the error.
+func TestWorkloadPageShowsPriorityWhenTheRestCannotBeExplained(t *testing.T) {
+	f := newFixture(t)
+	page := get(t, serveAs(t, f, only{"workloads"})+bigTrainPath, http.StatusOK)
+	contains(t, page, `<p id="priority">Priority 100 (no priority class)</p>`, `class="error"`)
+}

@@ -92,11 +92,13 @@ func (s *Server) explainWorkload(sc *scope, ns, name string) (WorkloadPage, bool
 		p.Checks = append(p.Checks, admission.CheckState{Name: string(c.Name), State: string(c.State), Message: c.Message,
 			RequeueAfterSeconds: c.RequeueAfterSeconds, RetryCount: c.RetryCount})
 	}
+	// The priority is the Workload's own, shown even when the rest cannot be explained.
+	p.Priority = explain.PriorityOf(wl)
 	rep, err := explain.WorkloadOf(sc.ctx, scopeReader{s, sc}, s.labels, wl)
 	if err != nil {
 		p.Error = err.Error()
 	} else {
-		p.Explanation, p.Priority = rep.Workload, rep.Priority
+		p.Explanation = rep.Workload
 		for _, st := range rep.RunsAfter {
 			ra := RunsAfter{Status: st}
 			if st.Kind == dependencies.KindJob {
