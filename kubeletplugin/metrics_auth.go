@@ -4,17 +4,13 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/apis/apiserver"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/callerauth"
 )
 
 // MetricsAccess is who may read the plugin's metrics, which name every claim of the node
@@ -35,58 +31,17 @@ type MetricsAccess struct {
 // secure reports whether metrics are served over HTTPS to authorized callers.
 func (a MetricsAccess) secure() bool { return a.Reviewer != nil }
 
-// metricsReviewBackoff is how the reviews are retried when the API server fails them
-// (k8s.io/apiserver's default for authentication and authorization webhooks).
-var metricsReviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
-
 // authorized wraps h so that only callers the API server authenticates and authorizes
 // for get on the request's path reach it: 401 without a valid bearer token (missing,
-// unknown or expired, as the API server answers it), 403 without the permission, 500
-// when the review itself fails.
+// unknown or expired, as the API server answers it), 403 without the permission, 503
+// when the API server cannot review the token or the access. A scraper asks every few
+// seconds: its access decision is reused for minutes, a denial for half a minute.
 func (a MetricsAccess) authorized(h http.Handler, logger klog.Logger) (http.Handler, error) {
-	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
-		Anonymous:                &apiserver.AnonymousAuthConfig{Enabled: false},
-		TokenAccessReviewClient:  a.Reviewer.AuthenticationV1(),
-		TokenAccessReviewTimeout: 10 * time.Second,
-		WebhookRetryBackoff:      &metricsReviewBackoff,
-		CacheTTL:                 time.Minute,
-	}.New()
+	auth, err := callerauth.New(a.Reviewer, callerauth.Options{Realm: "gpudra-kubelet-plugin", AllowTTL: 5 * time.Minute, DenyTTL: 30 * time.Second})
 	if err != nil {
-		return nil, fmt.Errorf("metrics authentication: %w", err)
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-		SubjectAccessReviewClient: a.Reviewer.AuthorizationV1(),
-		AllowCacheTTL:             5 * time.Minute,
-		DenyCacheTTL:              30 * time.Second,
-		WebhookRetryBackoff:       &metricsReviewBackoff,
-	}.New()
-	if err != nil {
-		return nil, fmt.Errorf("metrics authorization: %w", err)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		res, ok, err := authn.AuthenticateRequest(r)
-		if err != nil || !ok {
-			// A token the TokenReview rejects comes back as an error: either way the
-			// caller is not authenticated.
-			logger.V(4).Info("Metrics request not authenticated", "remote", r.RemoteAddr, "err", err)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="gpudra-kubelet-plugin"`)
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
-		}
-		attrs := authorizer.AttributesRecord{User: res.User, Verb: strings.ToLower(r.Method), Path: r.URL.Path}
-		decision, reason, err := authz.Authorize(r.Context(), attrs)
-		if err != nil {
-			logger.Error(err, "Authorizing a metrics request", "user", res.User.GetName())
-			http.Error(w, "Authorization failed", http.StatusInternalServerError)
-			return
-		}
-		if decision != authorizer.DecisionAllow {
-			logger.V(4).Info("Metrics request denied", "user", res.User.GetName(), "reason", reason)
-			http.Error(w, fmt.Sprintf("Forbidden: user %q may not %s %s", res.User.GetName(), attrs.Verb, r.URL.Path), http.StatusForbidden)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}), nil
+	return auth.Wrap(h, logger), nil
 }
 
 // tlsConfig is the HTTPS server's configuration: TLS, or a self-signed certificate.

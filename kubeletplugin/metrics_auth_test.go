@@ -12,6 +12,8 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -19,8 +21,9 @@ import (
 )
 
 // reviewingAPIServer is an API server that answers TokenReviews (token
-// "prometheus-token" is prometheus, "tenant-token" is tenant, any other is rejected) and
-// SubjectAccessReviews (prometheus may get /metrics; no one may do anything else).
+// "prometheus-token" is prometheus, "tenant-token" is tenant, a review of "outage-token"
+// fails, any other is rejected) and SubjectAccessReviews (prometheus may get /metrics; no
+// one may do anything else).
 func reviewingAPIServer(t *testing.T) kubernetes.Interface {
 	users := map[string]string{"prometheus-token": "prometheus", "tenant-token": "tenant"}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,6 +33,11 @@ func reviewingAPIServer(t *testing.T) kubernetes.Interface {
 			var tr authnv1.TokenReview
 			if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
 				t.Error(err)
+			}
+			if tr.Spec.Token == "outage-token" {
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcdserver: request timed out"})
+				return
 			}
 			user, ok := users[tr.Spec.Token]
 			tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: user}}
@@ -47,7 +55,8 @@ func reviewingAPIServer(t *testing.T) kubernetes.Interface {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	// JSON, which the server above reads (clientsets default to protobuf).
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +85,7 @@ func TestMetricsOnlyForAuthorizedCallers(t *testing.T) {
 	}{
 		{name: "no token is unauthorized", path: "/metrics", want: http.StatusUnauthorized},
 		{name: "a token the API server rejects is unauthorized", path: "/metrics", token: "stolen-token", want: http.StatusUnauthorized},
+		{name: "a token the API server fails to review is a server error, not a refusal", path: "/metrics", token: "outage-token", want: http.StatusServiceUnavailable},
 		{name: "an authenticated caller without get on /metrics is forbidden", path: "/metrics", token: "tenant-token", want: http.StatusForbidden},
 		{name: "a caller allowed get on /metrics reads them", path: "/metrics", token: "prometheus-token", want: http.StatusOK, body: "gpudra_plugin_published_devices"},
 		{name: "the liveness probe needs no token", path: "/livez", want: http.StatusOK, body: "ok"},

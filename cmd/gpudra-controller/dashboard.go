@@ -43,7 +43,7 @@ type dashboard struct {
 func (dashboard) NeedLeaderElection() bool { return false }
 
 func (d dashboard) Start(ctx context.Context) error {
-	auth, err := newCallerAuth(d.cfg, d.httpClient)
+	auth, err := newDashboardAuth(d.cfg, d.httpClient)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (d dashboard) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--dashboard-bind-address=%s: %w", d.addr, err)
 	}
-	srv := &http.Server{Handler: auth.wrap(dashboardMux(view)), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := &http.Server{Handler: auth.wrap(dashboardMux(view), klog.FromContext(ctx).WithName("dashboard")), ReadHeaderTimeout: 30 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	go func() {
 		if err := view.Start(ctx); err != nil && ctx.Err() == nil {
 			klog.FromContext(ctx).Error(err, "Dashboard caches")

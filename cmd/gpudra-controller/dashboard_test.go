@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
@@ -26,9 +27,10 @@ import (
 	"github.com/gpudra/gpudra/webview"
 )
 
-// reviewer is an API server that answers TokenReviews ("alice-token" is alice, and a
-// review of "outage-token" fails) and SubjectAccessReviews: alice may get /dashboard and
-// /dashboard/*, and list in namespace team-b only.
+// reviewer is an API server that answers TokenReviews ("alice-token" is alice,
+// "prometheus-token" is prometheus, and a review of "outage-token" fails) and
+// SubjectAccessReviews: alice may get /dashboard and /dashboard/*, and list in namespace
+// team-b only; prometheus may get /metrics.
 func reviewer(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -43,7 +45,8 @@ func reviewer(t *testing.T) *httptest.Server {
 				_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd is down"})
 				return
 			}
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: tr.Spec.Token == "alice-token", User: authnv1.UserInfo{Username: "alice"}}
+			name, ok := map[string]string{"alice-token": "alice", "prometheus-token": "prometheus"}[tr.Spec.Token]
+			tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
 			_ = json.NewEncoder(w).Encode(&tr)
 		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
 			var sar authzv1.SubjectAccessReview
@@ -53,7 +56,8 @@ func reviewer(t *testing.T) *httptest.Server {
 			nr, ra := sar.Spec.NonResourceAttributes, sar.Spec.ResourceAttributes
 			sar.Status.Allowed = sar.Spec.User == "alice" && (nr != nil && nr.Verb == "get" &&
 				(nr.Path == dashboardPath || strings.HasPrefix(nr.Path, dashboardPath+"/")) ||
-				ra != nil && ra.Verb == "list" && ra.Namespace == "team-b")
+				ra != nil && ra.Verb == "list" && ra.Namespace == "team-b") ||
+				sar.Spec.User == "prometheus" && nr != nil && nr.Verb == "get" && nr.Path == "/metrics"
 			_ = json.NewEncoder(w).Encode(&sar)
 		default:
 			http.NotFound(w, r)
@@ -70,12 +74,12 @@ func jsonConfig(host string) *rest.Config {
 
 func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 	api := reviewer(t)
-	auth, err := newCallerAuth(jsonConfig(api.URL), api.Client())
+	auth, err := newDashboardAuth(jsonConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "view of "+r.URL.Path) })
-	srv := httptest.NewServer(auth.wrap(inner))
+	srv := httptest.NewServer(auth.wrap(inner, klog.Background()))
 	defer srv.Close()
 	for _, c := range []struct {
 		name, token, path string
@@ -139,7 +143,7 @@ func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
 		informers: &informertest.FakeInformers{Scheme: scheme}}
 
 	api := reviewer(t)
-	auth, err := newCallerAuth(jsonConfig(api.URL), api.Client())
+	auth, err := newDashboardAuth(jsonConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +154,7 @@ func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
 	if err := view.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(auth.wrap(dashboardMux(view)))
+	srv := httptest.NewServer(auth.wrap(dashboardMux(view), klog.Background()))
 	defer srv.Close()
 	for _, c := range []struct {
 		name, path       string

@@ -18,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpudra/gpudra/internal/bindaddr"
@@ -260,7 +259,7 @@ func (o options) managerOptions(scheme *runtime.Scheme) ctrl.Options {
 	metrics := metricsserver.Options{BindAddress: o.metricsAddr, ExtraHandlers: profilingHandlers(o.profiling)}
 	if o.metricsSecure {
 		metrics.SecureServing = true
-		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.FilterProvider = secureMetrics
 		metrics.CertDir = o.metricsCertDir
 	}
 	opts := ctrl.Options{
