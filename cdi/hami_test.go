@@ -78,8 +78,9 @@ func TestHAMiLimitsCoverEveryGPUOfTheContainer(t *testing.T) {
 	}
 }
 
-// A process that clears its environment is still limited: HAMi-core comes from the
-// loader's /etc/ld.so.preload, a read-only mount of the claim's preload file.
+// A process that clears its environment still loads HAMi-core: it comes from the
+// loader's /etc/ld.so.preload, a read-only mount of the claim's preload file, not from
+// LD_PRELOAD. (Its caps still come from the environment.)
 func TestHAMiIsPreloadedByAReadOnlyFileNotTheEnvironment(t *testing.T) {
 	d := hamiShare(gpu0, 2048, 20)
 	d.CacheDir = t.TempDir()
