@@ -82,7 +82,8 @@ func (d *Driver) handleHealthEvent(ctx context.Context, ev health.Event) {
 	d.health.Notify()
 }
 
-// republish renders the pool with the current taints and publishes it.
+// republish renders the pool with the current taints, without the devices of GPUs a MIG
+// layout withdrew, and publishes it.
 func (d *Driver) republish(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -92,6 +93,8 @@ func (d *Driver) republish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	_, withdrawn := d.state.repartitioning.withdrawn()
+	pool = withoutGPUs(pool, withdrawn)
 	d.pool = pool
 	d.metrics.published(pool)
 	unhealthy := 0

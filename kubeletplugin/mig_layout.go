@@ -143,7 +143,11 @@ func (l *migLayouts) reconcile(ctx context.Context) {
 	case len(res.pending) > 0:
 		var waits []string
 		for _, gpu := range slices.Sorted(maps.Keys(res.pending)) {
-			waits = append(waits, fmt.Sprintf("GPU %d (claims %s)", gpu, strings.Join(res.pending[gpu], ", ")))
+			if claims := res.pending[gpu]; len(claims) > 0 {
+				waits = append(waits, fmt.Sprintf("GPU %d (claims %s)", gpu, strings.Join(claims, ", ")))
+			} else {
+				waits = append(waits, fmt.Sprintf("GPU %d (its claims went; the next pass repartitions it)", gpu))
+			}
 		}
 		l.report(ctx, node, api.MIGConfigPending, ReasonMIGLayoutPending,
 			fmt.Sprintf("MIG layout %q waits for allocated or prepared claims to go from %s; the node's other GPUs have it", name, strings.Join(waits, ", ")))

@@ -2,6 +2,7 @@ package kubeletplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,26 +31,81 @@ type layoutChange struct {
 // applyMIGLayout partitions each GPU the layout selects as it says, except the GPUs that
 // claims use (pending): claims prepared on the node, and claims allocated on the node's
 // devices but not prepared yet, read from the API server when a GPU is to change (the
-// layout is not applied when they cannot be read). A layout that names GPUs the node
-// lacks, or that some GPU cannot hold, is refused whole, nothing changed. When
-// repartitioning a GPU fails, the GPUs changed before it are restored to their previous
-// layout, and the error says which GPUs have which layout.
+// layout is not applied when they cannot be read). The GPUs to change are withdrawn from
+// the node's ResourceSlices and the claims read again before any is repartitioned
+// (withdrawForLayout). A layout that names GPUs the node lacks, or that some GPU cannot
+// hold, is refused whole, nothing changed. When repartitioning a GPU fails, the GPUs
+// changed before it are restored to their previous layout, and the error says which GPUs
+// have which layout.
 func (d *Driver) applyMIGLayout(ctx context.Context, name string, entries []miglayout.Entry) (migLayoutResult, error) {
-	var allocated map[int][]string // nil until read
-	for {
-		res, changes, unlock, err := d.planMIGLayout(ctx, name, entries)
-		if err != nil {
-			return res, err
+	res, changes, unlock, err := d.planMIGLayout(ctx, name, entries)
+	if err != nil {
+		return res, err
+	}
+	if len(changes) == 0 {
+		return d.realizeMIGLayout(ctx, name, res, nil, nil, unlock)
+	}
+	// Read outside the node lock: a List may take as long as the API server does.
+	unlock()
+	allocated, err := d.allocatedGPUs(ctx)
+	if err != nil {
+		return res, fmt.Errorf("MIG layout %q is not applied: reading the ResourceClaims allocated on the node's devices: %w", name, err)
+	}
+	if res, changes, unlock, err = d.planMIGLayout(ctx, name, entries); err != nil {
+		return res, err
+	}
+	users := d.state.layoutUsers(allocated)
+	idle := map[int]bool{}
+	for _, c := range changes {
+		if g := c.plan.gpu.Index; len(users[g]) == 0 {
+			idle[g] = true
 		}
-		if len(changes) > 0 && allocated == nil {
-			// Read outside the node lock: a List may take as long as the API server does.
-			unlock()
-			if allocated, err = d.allocatedGPUs(ctx); err != nil {
-				return res, fmt.Errorf("MIG layout %q is not applied: reading the ResourceClaims allocated on the node's devices: %w", name, err)
+	}
+	if len(idle) == 0 {
+		return d.realizeMIGLayout(ctx, name, res, changes, users, unlock)
+	}
+	// Withdrawn under the lock: from here on prepare refuses the GPUs' devices.
+	d.state.repartitioning.start(name, idle)
+	unlock()
+	late, err := d.withdrawForLayout(ctx, name, idle)
+	if err != nil {
+		return res, err
+	}
+	if res, changes, unlock, err = d.planMIGLayout(ctx, name, entries); err != nil {
+		d.giveBackWithdrawn(ctx)
+		return res, err
+	}
+	// The GPUs that had claims stay pending with them; the withdrawn ones have none
+	// (withdrawForLayout gave up otherwise, and prepare refuses their devices).
+	users = d.state.layoutUsers(allocated)
+	mergeClaims(users, late)
+	for _, c := range changes {
+		if g := c.plan.gpu.Index; !idle[g] && len(users[g]) == 0 {
+			// Its claims went since it was looked at: it is not withdrawn, so it waits
+			// for the next pass (pending with no claims).
+			users[g] = []string{}
+		}
+	}
+	return d.realizeMIGLayout(ctx, name, res, changes, users, unlock)
+}
+
+// layoutUsers are the GPUs that prepared claims, or the allocated claims read from the
+// API server, use, with the claims; s is locked.
+func (s *state) layoutUsers(allocated map[int][]string) map[int][]string {
+	users := s.gpuUsers()
+	mergeClaims(users, allocated)
+	return users
+}
+
+// mergeClaims adds the claims of more to users, each GPU's once and sorted.
+func mergeClaims(users, more map[int][]string) {
+	for gpu, claims := range more {
+		for _, c := range claims {
+			if !slices.Contains(users[gpu], c) {
+				users[gpu] = append(users[gpu], c)
 			}
-			continue
 		}
-		return d.realizeMIGLayout(ctx, name, res, changes, allocated, unlock)
+		slices.Sort(users[gpu])
 	}
 }
 
@@ -123,25 +179,20 @@ func (d *Driver) planMIGLayout(ctx context.Context, name string, entries []migla
 	return res, changes, unlock, nil
 }
 
-// realizeMIGLayout makes the changes whose GPUs no claim uses and republishes the node's
-// devices; the state is locked, and realizeMIGLayout unlocks it.
-func (d *Driver) realizeMIGLayout(ctx context.Context, name string, res migLayoutResult, changes []layoutChange, allocated map[int][]string, unlock func()) (migLayoutResult, error) {
+// realizeMIGLayout makes the changes whose GPUs no claim uses (users, as layoutUsers
+// reads them), gives the withdrawn GPUs back and republishes the node's devices; the
+// state is locked, and realizeMIGLayout unlocks it.
+func (d *Driver) realizeMIGLayout(ctx context.Context, name string, res migLayoutResult, changes []layoutChange, users map[int][]string, unlock func()) (migLayoutResult, error) {
 	logger := klog.FromContext(ctx)
 	s := d.state
-	users := s.gpuUsers()
-	for gpu, claims := range allocated {
-		for _, c := range claims {
-			if !slices.Contains(users[gpu], c) {
-				users[gpu] = append(users[gpu], c)
-			}
-		}
-		slices.Sort(users[gpu])
+	if users == nil {
+		users = s.gpuUsers()
 	}
 	var done []layoutChange
 	var applyErr error
 	for _, c := range changes {
 		g := c.plan.gpu
-		if claims := users[g.Index]; len(claims) > 0 {
+		if claims, ok := users[g.Index]; ok {
 			res.pending[g.Index] = claims
 			continue
 		}
@@ -159,8 +210,14 @@ func (d *Driver) realizeMIGLayout(ctx context.Context, name string, res migLayou
 		}
 		res.views[g.Index] = now
 	}
+	withdrawn := s.repartitioning.end()
 	if len(res.views) == 0 {
 		unlock()
+		if withdrawn {
+			if err := d.republish(ctx); err != nil {
+				return res, errors.Join(applyErr, fmt.Errorf("publishing the devices MIG layout %q withdrew: %w", name, err))
+			}
+		}
 		return res, applyErr
 	}
 	if err := d.publishMIGViews(ctx, unlock, res.views); err != nil {

@@ -80,18 +80,23 @@ func (d *Driver) allocatedGPUs(ctx context.Context) (map[int][]string, error) {
 	return out, nil
 }
 
-// deviceGPUs are the GPU indices an allocated device uses, read from its name (a whole
-// GPU, a share, a MIG device: gpu-<index>...; an NVLink group: nvlink-<i>-<j>...), so
-// that a device published before a change of layout still counts.
+// deviceGPUs are the GPU indices an allocated device uses, read from its name
+// (nameGPUs), so that a device published before a change of layout still counts.
 func deviceGPUs(r resourceapi.DeviceRequestAllocationResult) []int {
-	if rest, ok := strings.CutPrefix(r.Device, "gpu-"); ok {
+	return nameGPUs(r.Device)
+}
+
+// nameGPUs are the GPU indices a device of this driver named name uses: a whole GPU, a
+// share, a MIG device: gpu-<index>...; an NVLink group: nvlink-<i>-<j>....
+func nameGPUs(name string) []int {
+	if rest, ok := strings.CutPrefix(name, "gpu-"); ok {
 		num, _, _ := strings.Cut(rest, "-")
 		if i, err := strconv.Atoi(num); err == nil {
 			return []int{i}
 		}
 		return nil
 	}
-	rest, ok := strings.CutPrefix(r.Device, "nvlink-")
+	rest, ok := strings.CutPrefix(name, "nvlink-")
 	if !ok {
 		return nil
 	}

@@ -98,6 +98,8 @@ type state struct {
 	logger     klog.Logger
 	// Corruptions counts corrupt checkpoints set aside.
 	corruptions int
+	// repartitioning are the GPUs a MIG layout withdrew, whose devices prepare refuses.
+	repartitioning repartitioning
 }
 
 // removeSpareMPSDirs removes the spare MPS directory trees when the plugin stops.
@@ -267,6 +269,9 @@ func (s *state) prepare(claim *resourceapi.ResourceClaim, batch []*resourceapi.R
 		return nil, "", nil, err
 	}
 	if err := s.numberHAMi(claim, planned, reads, batch); err != nil {
+		return nil, "", nil, err
+	}
+	if err := s.repartitioning.refuse(planned); err != nil {
 		return nil, "", nil, err
 	}
 	if err := s.checkExclusive(uid, planned); err != nil {
