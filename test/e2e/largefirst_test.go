@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -41,7 +42,7 @@ func TestLargeJobsFirstAdmitsTheGangFirst(t *testing.T) {
 		}
 		return jobLabelled(ctx, ns, "small-0", "", "1")
 	})
-	release(t, cq)
+	release(t, cq, largeFirstSmallJobs+1)
 	eventually(t, 2*time.Minute, "the gang is admitted", quotaReserved(ns, "gang", true))
 	admitted, err := admittedSmallJobs(t.Context(), ns)
 	if err != nil {
@@ -68,7 +69,7 @@ value: 0
 	eventually(t, time.Minute, "the webhook left the jobs with their own priority alone", func(ctx context.Context) error {
 		return jobLabelled(ctx, ns, "gang", largeFirstEqual, "")
 	})
-	release(t, cq)
+	release(t, cq, largeFirstSmallJobs+1)
 	eventually(t, 2*time.Minute, "the 12 one-GPU jobs are admitted", func(ctx context.Context) error {
 		admitted, err := admittedSmallJobs(ctx, ns)
 		if err != nil {
@@ -173,9 +174,31 @@ func jobLabelled(ctx context.Context, ns, name, class, demand string) error {
 	return nil
 }
 
-// release sets the ClusterQueue's stopPolicy to None: Kueue then orders what waits.
-func release(t *testing.T, cq string) {
+// queuedIn: Kueue's ClusterQueue cq counts n pending Workloads. A Workload exists before
+// Kueue has read its claim templates and put it in the queue; a queue released before
+// then would order only the Workloads already in it.
+func queuedIn(cq string, n int32) func(context.Context) error {
+	return func(ctx context.Context) error {
+		u, err := dyn().Resource(clusterQueuesGVR).Get(ctx, cq, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var q kueue.ClusterQueue
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &q); err != nil {
+			return err
+		}
+		if q.Status.PendingWorkloads != n {
+			return fmt.Errorf("ClusterQueue %s has %d pending Workloads, want %d", cq, q.Status.PendingWorkloads, n)
+		}
+		return nil
+	}
+}
+
+// release sets the ClusterQueue's stopPolicy to None once Kueue has queued every one of its
+// n Workloads: Kueue then orders what waits.
+func release(t *testing.T, cq string, n int32) {
 	t.Helper()
+	eventually(t, time.Minute, "Kueue has queued every Workload", queuedIn(cq, n))
 	patch := []byte(`{"spec":{"stopPolicy":"None"}}`)
 	if _, err := dyn().Resource(clusterQueuesGVR).Patch(t.Context(), cq, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("release ClusterQueue %s: %v", cq, err)

@@ -12,7 +12,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/lab"
@@ -181,10 +180,7 @@ func TestPodPriorityOrdersTheQueue(t *testing.T) {
 		t.Errorf("explain output lacks %q:\n%s", want, out)
 	}
 
-	patch := []byte(`{"spec":{"stopPolicy":"None"}}`)
-	if _, err := dyn().Resource(clusterQueuesGVR).Patch(t.Context(), "e2e-pod-prio-order", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("release the ClusterQueue: %v", err)
-	}
+	release(t, "e2e-pod-prio-order", 2)
 	eventually(t, 2*time.Minute, "the high Job, submitted second, is admitted", workloadHas(ns, "high-second", kueue.WorkloadAdmitted, ""))
 	eventually(t, 2*time.Minute, "the high Job runs", jobRuns(ns, "high-second", 2))
 	neverAdmitted(t, ns, "low-first")
