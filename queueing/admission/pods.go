@@ -28,6 +28,17 @@ const (
 	annotationCompletionIndex = "batch.kubernetes.io/job-completion-index"
 )
 
+// What the JobSet controller (jobset.x-k8s.io) puts on the Jobs of a replicated job and
+// their pods, as labels and annotations. Kueue makes one pod set of each replicated job,
+// replicas × parallelism pods, so a pod's slot in its pod set's plan is its job index times
+// the pods of one Job, plus its completion index.
+const (
+	labelJobSetUID         = "jobset.sigs.k8s.io/jobset-uid"
+	labelReplicatedJob     = "jobset.sigs.k8s.io/replicatedjob-name"
+	labelReplicatedJobSize = "jobset.sigs.k8s.io/replicatedjob-replicas"
+	labelJobIndex          = "jobset.sigs.k8s.io/job-index"
+)
+
 // PodPinner lifts the gpudra scheduling gate of pods whose gang was placed: it sets the
 // pod's node selector to its planned node (allowed while a pod is gated) and removes the gate.
 type PodPinner struct {
@@ -47,7 +58,7 @@ type PodPinner struct {
 }
 
 type pinnedSlot struct {
-	owner types.UID
+	owner string
 	plan  string
 	slot  int
 	at    time.Time
@@ -103,11 +114,13 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.Client.Update(ctx, &pod); err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, indexed := pod.Annotations[annotationCompletionIndex]; !indexed && len(pod.OwnerReferences) > 0 {
-		if p.pinned == nil {
-			p.pinned = map[types.UID]pinnedSlot{}
+	if _, indexed := pod.Annotations[annotationCompletionIndex]; !indexed {
+		if owner := gangOwner(&pod); owner != "" {
+			if p.pinned == nil {
+				p.pinned = map[types.UID]pinnedSlot{}
+			}
+			p.pinned[pod.UID] = pinnedSlot{owner: owner, plan: plan, slot: slot, at: p.now()}
 		}
-		p.pinned[pod.UID] = pinnedSlot{owner: pod.OwnerReferences[0].UID, plan: plan, slot: slot, at: p.now()}
 	}
 	podsPinned.Inc()
 	if p.Recorder != nil {
@@ -124,16 +137,23 @@ func (p *PodPinner) now() time.Time {
 	return p.Now()
 }
 
-// slot is the pod's place in the plan: its Job completion index, or else the first slot
-// no sibling pod (same owner and plan) holds, in the cache or as this pinner gave it.
-// Called with p.mu held.
+// slot is the pod's place in the plan: its Job completion index (offset by its Job's index
+// in a JobSet's replicated job), or else the first slot no sibling pod (same owner and
+// plan) holds, in the cache or as this pinner gave it. Called with p.mu held.
 func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, error) {
 	if v, ok := pod.Annotations[annotationCompletionIndex]; ok {
 		i, err := strconv.Atoi(v)
-		if err != nil || i < 0 || i >= n {
-			return 0, fmt.Errorf("pod %s/%s: completion index %q outside the plan of %d pods", pod.Namespace, pod.Name, v, n)
+		if err != nil || i < 0 {
+			return 0, fmt.Errorf("pod %s/%s: completion index %q is not a non-negative integer", pod.Namespace, pod.Name, v)
 		}
-		return i, nil
+		first, size, err := jobSlots(pod, n)
+		if err != nil {
+			return 0, err
+		}
+		if i >= size {
+			return 0, fmt.Errorf("pod %s/%s: completion index %q outside the plan of %d pods", pod.Namespace, pod.Name, v, size)
+		}
+		return first + i, nil
 	}
 	var siblings corev1.PodList
 	if err := p.Client.List(ctx, &siblings, client.InNamespace(pod.Namespace), client.HasLabels{api.LabelPinnedSlot}); err != nil {
@@ -143,7 +163,7 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 	for _, s := range siblings.Items {
 		// The cache shows this pod pinned: it speaks for the slot from now on.
 		delete(p.pinned, s.UID)
-		if s.Annotations[api.AnnotationPlacement] == pod.Annotations[api.AnnotationPlacement] && sameOwner(&s, pod) {
+		if s.Annotations[api.AnnotationPlacement] == pod.Annotations[api.AnnotationPlacement] && gangOwner(&s) != "" && gangOwner(&s) == gangOwner(pod) {
 			if i, err := strconv.Atoi(s.Labels[api.LabelPinnedSlot]); err == nil {
 				taken[i] = true
 			}
@@ -154,7 +174,7 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 			delete(p.pinned, uid)
 			continue
 		}
-		if len(pod.OwnerReferences) > 0 && s.owner == pod.OwnerReferences[0].UID && s.plan == pod.Annotations[api.AnnotationPlacement] {
+		if owner := gangOwner(pod); owner != "" && s.owner == owner && s.plan == pod.Annotations[api.AnnotationPlacement] {
 			taken[s.slot] = true
 		}
 	}
@@ -166,7 +186,35 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 	return 0, fmt.Errorf("pod %s/%s: all %d planned slots are taken", pod.Namespace, pod.Name, n)
 }
 
-func sameOwner(a, b *corev1.Pod) bool {
-	oa, ob := a.OwnerReferences, b.OwnerReferences
-	return len(oa) > 0 && len(ob) > 0 && oa[0].UID == ob[0].UID
+// gangOwner names what the pod's pod set belongs to: its JobSet and replicated job (whose
+// Jobs share one pod set), else its owner; "" for a pod without one.
+func gangOwner(pod *corev1.Pod) string {
+	if js, rj := pod.Labels[labelJobSetUID], pod.Labels[labelReplicatedJob]; js != "" && rj != "" {
+		return js + "/" + rj
+	}
+	if len(pod.OwnerReferences) == 0 {
+		return ""
+	}
+	return string(pod.OwnerReferences[0].UID)
+}
+
+// jobSlots are the slots of a plan of n that belong to the pod's Job: all n for a Job of its
+// own, the job index's share for a Job of a JobSet's replicated job.
+func jobSlots(pod *corev1.Pod, n int) (first, size int, err error) {
+	idx, ok := pod.Labels[labelJobIndex]
+	if !ok || pod.Labels[labelReplicatedJob] == "" {
+		return 0, n, nil
+	}
+	replicas, rerr := strconv.Atoi(pod.Labels[labelReplicatedJobSize])
+	j, jerr := strconv.Atoi(idx)
+	switch {
+	case rerr != nil || replicas < 1:
+		return 0, 0, fmt.Errorf("pod %s/%s: label %s=%q is not a positive integer", pod.Namespace, pod.Name, labelReplicatedJobSize, pod.Labels[labelReplicatedJobSize])
+	case jerr != nil || j < 0 || j >= replicas:
+		return 0, 0, fmt.Errorf("pod %s/%s: label %s=%q is outside the %d replicas of its replicated job", pod.Namespace, pod.Name, labelJobIndex, idx, replicas)
+	case n%replicas != 0:
+		return 0, 0, fmt.Errorf("pod %s/%s: a plan of %d pods does not split into the %d Jobs of replicated job %s", pod.Namespace, pod.Name, n, replicas, pod.Labels[labelReplicatedJob])
+	}
+	size = n / replicas
+	return j * size, size, nil
 }

@@ -1,0 +1,84 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/topology"
+)
+
+// jobSetPod is a gated pod of Job jobIndex of replicated job rj (replicas Jobs) of JobSet
+// "train", with its completion index (-1: none, as in a NonIndexed Job).
+func jobSetPod(name, plan, rj string, replicas, jobIndex, index int) *corev1.Pod {
+	pod := gatedPod(name, plan, index)
+	pod.OwnerReferences[0].Name = fmt.Sprintf("train-%s-%d", rj, jobIndex)
+	pod.OwnerReferences[0].UID = types.UID(fmt.Sprintf("job-%s-%d-uid", rj, jobIndex))
+	pod.Labels = map[string]string{
+		labelJobSetUID:         "jobset-uid",
+		labelReplicatedJob:     rj,
+		labelReplicatedJobSize: fmt.Sprint(replicas),
+		labelJobIndex:          fmt.Sprint(jobIndex),
+	}
+	return pod
+}
+
+func TestPodPinnerJobSet(t *testing.T) {
+	// Replicated job "workers": 2 Jobs of 2 pods, one pod set of 4.
+	const plan = "r1-n1,r1-n2,r2-n1,r2-n2"
+	t.Run("a pod's slot is its job index times the pods of a Job plus its completion index", func(t *testing.T) {
+		c := lab(t,
+			jobSetPod("w-0-0", plan, "workers", 2, 0, 0), jobSetPod("w-0-1", plan, "workers", 2, 0, 1),
+			jobSetPod("w-1-0", plan, "workers", 2, 1, 0), jobSetPod("w-1-1", plan, "workers", 2, 1, 1))
+		want := map[string]string{"w-0-0": "r1-n1", "w-0-1": "r1-n2", "w-1-0": "r2-n1", "w-1-1": "r2-n2"}
+		for name, node := range want {
+			pod, err := pin(t, c, name)
+			if err != nil {
+				t.Fatalf("pod %s: %v", name, err)
+			}
+			if got := pod.Spec.NodeSelector[topology.LabelHostname]; got != node {
+				t.Errorf("pod %s pinned to %q, want %s", name, got, node)
+			}
+		}
+	})
+	t.Run("pods without an index of the replicated job's Jobs take distinct slots", func(t *testing.T) {
+		c := lab(t,
+			jobSetPod("w-0-a", plan, "workers", 2, 0, -1), jobSetPod("w-0-b", plan, "workers", 2, 0, -1),
+			jobSetPod("w-1-a", plan, "workers", 2, 1, -1), jobSetPod("w-1-b", plan, "workers", 2, 1, -1))
+		seen := map[string]string{}
+		for _, name := range []string{"w-0-a", "w-1-a", "w-0-b", "w-1-b"} {
+			pod, err := pin(t, c, name)
+			if err != nil {
+				t.Fatalf("pod %s: %v", name, err)
+			}
+			node := pod.Spec.NodeSelector[topology.LabelHostname]
+			if other, dup := seen[node]; dup || !strings.Contains(plan, node) {
+				t.Errorf("pod %s pinned to %q (already %s's)", name, node, other)
+			}
+			seen[node] = name
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"a completion index beyond its Job's pods", jobSetPod("w-0-2", plan, "workers", 2, 0, 2), "outside the plan of 2 pods"},
+		{"a job index beyond the replicas", jobSetPod("w-2-0", plan, "workers", 2, 2, 0), "jobset.sigs.k8s.io/job-index=\"2\" is outside the 2 replicas"},
+		{"a plan that does not split into the Jobs", jobSetPod("w-0-0", plan, "workers", 3, 0, 0), "does not split into the 3 Jobs of replicated job workers"},
+	} {
+		t.Run(tc.name+" is an error and the pod stays gated", func(t *testing.T) {
+			c := lab(t, tc.pod)
+			pod, err := pin(t, c, tc.pod.Name)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to say %q", err, tc.want)
+			}
+			if !hasGate(pod) {
+				t.Error("gate lifted for a pod without a slot")
+			}
+		})
+	}
+}
