@@ -7,8 +7,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // jobSetPod is a gated pod of Job jobIndex of replicated job rj (replicas Jobs) of JobSet
@@ -80,5 +83,54 @@ func TestPodPinnerJobSet(t *testing.T) {
 				t.Error("gate lifted for a pod without a slot")
 			}
 		})
+	}
+}
+
+// A JobSet's Workload has a pod set per replicated job, with that job's pod template: the
+// topology annotation of one replicated job keeps its pods, from all its Jobs, in one rack,
+// and each pod is pinned to a distinct planned node of that rack.
+func TestJobSetWorkloadKeepsAReplicatedJobInOneRack(t *testing.T) {
+	wl := job("jobset-train", "workers", "driver")
+	wl.Spec.PodSets[1].Count = 2
+	delete(wl.Spec.PodSets[1].Template.Annotations, api.AnnotationRequiredTopology)
+	c := lab(t, wl)
+	got := reconcile(t, newReconciler(c), "jobset-train")
+	if got.State != kueue.CheckStateReady {
+		t.Fatalf("state %s: %s", got.State, got.Message)
+	}
+	var plan string
+	for _, u := range got.PodSetUpdates {
+		if u.Name == "workers" {
+			plan = u.Annotations[api.AnnotationPlacement]
+			if u.NodeSelector[api.LabelRack] == "" {
+				t.Errorf("workers: node selector %v names no rack", u.NodeSelector)
+			}
+		}
+	}
+	if strings.Count(plan, ",") != 3 {
+		t.Fatalf("workers placement %q, want 4 nodes", plan)
+	}
+	pods := map[string]*corev1.Pod{}
+	for j := range 2 {
+		for i := range 2 {
+			pod := jobSetPod(fmt.Sprintf("w-%d-%d", j, i), plan, "workers", 2, j, i)
+			pods[pod.Name] = pod
+			if err := c.Create(t.Context(), pod); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nodes, racks := map[string]bool{}, map[string]bool{}
+	for name := range pods {
+		pod, err := pin(t, c, name)
+		if err != nil {
+			t.Fatalf("pod %s: %v", name, err)
+		}
+		node := pod.Spec.NodeSelector[topology.LabelHostname]
+		nodes[node] = true
+		racks[strings.SplitN(node, "-", 2)[0]] = true
+	}
+	if len(nodes) != 4 || len(racks) != 1 {
+		t.Errorf("workers pinned to nodes %v in racks %v, want 4 nodes of one rack", nodes, racks)
 	}
 }
