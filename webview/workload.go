@@ -37,7 +37,9 @@ type WorkloadPage struct {
 	// stands, in the annotation's order; shown to a caller who may list Jobs in the
 	// namespace.
 	RunsAfter []RunsAfter `json:"runsAfter,omitempty"`
-	Admitted  bool        `json:"admitted"`
+	// JobSet is the JobSet (jobset.x-k8s.io) that owns the Workload, if one does.
+	JobSet   string `json:"jobSet,omitempty"`
+	Admitted bool   `json:"admitted"`
 	// Waiting says why the Workload is not admitted yet ("" once it is).
 	Waiting string `json:"waiting,omitempty"`
 	// Checks are the Workload's admission checks, each with its state and message.
@@ -46,6 +48,10 @@ type WorkloadPage struct {
 	Explanation *admission.Report `json:"explanation,omitempty"`
 	Error       string            `json:"error,omitempty"`
 }
+
+// jobSetNameLabel is the JobSet a pod of a JobSet's Job belongs to, as the JobSet
+// controller labels it.
+const jobSetNameLabel = "jobset.sigs.k8s.io/jobset-name"
 
 func (s *Server) workloadPage(r *http.Request, sc *scope) (string, string, any, int) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
@@ -83,8 +89,11 @@ func (s *Server) explainWorkload(sc *scope, ns, name string) (WorkloadPage, bool
 		p.ClusterQueue = string(wl.Status.Admission.ClusterQueue)
 	}
 	for _, o := range wl.OwnerReferences {
-		if explain.OwnedByJob(wl, o.Name) {
+		switch {
+		case explain.OwnedBy(wl, explain.BatchJob, o.Name):
 			p.Job = o.Name
+		case explain.OwnedBy(wl, explain.JobSet, o.Name):
+			p.JobSet = o.Name
 		}
 	}
 	p.Admitted = meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
@@ -102,7 +111,7 @@ func (s *Server) explainWorkload(sc *scope, ns, name string) (WorkloadPage, bool
 		for _, st := range rep.RunsAfter {
 			ra := RunsAfter{Status: st}
 			if st.Kind == dependencies.KindJob {
-				if dep, err := explain.FindJobWorkload(sc.ctx, scopeReader{s, sc}, ns, st.Name); err == nil {
+				if dep, err := explain.FindJobWorkload(sc.ctx, scopeReader{s, sc}, ns, explain.BatchJob, st.Name); err == nil {
 					ra.Workload = dep.Name
 				}
 			}
@@ -154,7 +163,8 @@ func (s *Server) visibleWorkload(sc *scope, ns, name string) *kueue.Workload {
 }
 
 // podWorkload names the Workload a pod belongs to, if the caller may read it: Kueue's
-// Workload for the Job that owns the pod, or for the pod itself.
+// Workload for the Job that owns the pod, for the JobSet whose Job owns it, or for the pod
+// itself.
 func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 	if !sc.can(workloadsGVR.GroupResource(), pod.Namespace) {
 		return ""
@@ -164,9 +174,12 @@ func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 			continue
 		}
 		for _, o := range pod.OwnerReferences {
-			if o.Controller != nil && *o.Controller && explain.OwnedByJob(wl, o.Name) {
+			if o.Controller != nil && *o.Controller && explain.OwnedBy(wl, explain.BatchJob, o.Name) {
 				return wl.Name
 			}
+		}
+		if js := pod.Labels[jobSetNameLabel]; js != "" && explain.OwnedBy(wl, explain.JobSet, js) {
+			return wl.Name
 		}
 		for _, o := range wl.OwnerReferences {
 			if o.Kind == "Pod" && o.UID == pod.UID {

@@ -314,6 +314,41 @@ func TestExplainWorkload(t *testing.T) {
 	}
 }
 
+// jobset/NAME is the Workload Kueue made for the JobSet of that name, not for a Job of the
+// same name; the names explain completes for jobset/ are the JobSets that have Workloads.
+func TestExplainJobSet(t *testing.T) {
+	ctrl := kueueLab(t)
+	ctx := context.Background()
+	var wl kueue.Workload
+	if err := ctrl.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "job-train-1a2b3"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	js := wl.DeepCopy()
+	js.ObjectMeta = metav1.ObjectMeta{Namespace: "team-a", Name: "jobset-train-9z8y7", UID: "w2",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "train", UID: "js1"}}}
+	if err := ctrl.(client.Client).Create(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	c := &clients{ctrl: ctrl}
+	rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "jobset", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Workload == nil || rep.Workload.Name != "jobset-train-9z8y7" {
+		t.Errorf("jobset/train explained %+v, want Workload jobset-train-9z8y7", rep.Workload)
+	}
+	if rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "job", "train"); err != nil || rep.Workload.Name != "job-train-1a2b3" {
+		t.Errorf("job/train explained %+v (%v), want the Job's Workload job-train-1a2b3", rep, err)
+	}
+	if _, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "jobset", "missing"); err == nil || !strings.Contains(err.Error(), "owned by JobSet missing") {
+		t.Errorf("jobset/missing: %v, want no Workload owned by it", err)
+	}
+	names, err := objectNames(ctx, c, "team-a", "jobset")
+	if err != nil || !reflect.DeepEqual(names, []string{"train"}) {
+		t.Errorf("jobset names %v (%v), want [train]", names, err)
+	}
+}
+
 // TestExplainWorkloadShowsKueuesRefusal: while Kueue has not reserved quota, explain says
 // why, in Kueue's words; a long message is cut in the table and whole in JSON.
 // A Workload waiting for quota whose QuotaReserved condition Kueue lost: explain gives the

@@ -38,10 +38,10 @@ func Workload(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, 
 	return WorkloadOf(ctx, r, labels, &wl)
 }
 
-// JobWorkload explains the Workload Kueue made for Job NAME (the newest, when there are
-// several).
-func JobWorkload(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, namespace, job string) (*Report, error) {
-	wl, err := FindJobWorkload(ctx, r, namespace, job)
+// JobWorkload explains the Workload Kueue made for the job of that kind named name (the
+// newest, when there are several).
+func JobWorkload(ctx context.Context, r WorkloadReader, labels topology.LabelKeys, namespace string, kind JobKind, name string) (*Report, error) {
+	wl, err := FindJobWorkload(ctx, r, namespace, kind, name)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func PriorityOf(wl *kueue.Workload) *Priority {
 // Workload's explanation: a caller who may read Workloads but not Jobs still gets that.
 func runsAfter(ctx context.Context, r client.Reader, wl *kueue.Workload) ([]dependencies.Status, error) {
 	for _, o := range wl.OwnerReferences {
-		if o.Kind != "Job" || !strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
+		if !OwnedBy(wl, BatchJob, o.Name) {
 			continue
 		}
 		var job batchv1.Job
@@ -127,29 +127,41 @@ func runsAfter(ctx context.Context, r client.Reader, wl *kueue.Workload) ([]depe
 	return nil, nil
 }
 
-// FindJobWorkload is the newest Workload in namespace whose owner is the batch/v1 Job
-// named job.
-func FindJobWorkload(ctx context.Context, r client.Reader, namespace, job string) (*kueue.Workload, error) {
+// JobKind is a kind of job Kueue makes Workloads for, as its owner reference names it.
+type JobKind struct {
+	// Group is the kind's API group; Kind its kind.
+	Group, Kind string
+}
+
+// The job kinds explain resolves.
+var (
+	BatchJob = JobKind{Group: batchv1.GroupName, Kind: "Job"}
+	JobSet   = JobKind{Group: "jobset.x-k8s.io", Kind: "JobSet"}
+)
+
+// FindJobWorkload is the newest Workload in namespace owned by the job of that kind named
+// name.
+func FindJobWorkload(ctx context.Context, r client.Reader, namespace string, kind JobKind, name string) (*kueue.Workload, error) {
 	var list kueue.WorkloadList
 	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 		return nil, err
 	}
 	var found *kueue.Workload
 	for k := range list.Items {
-		if OwnedByJob(&list.Items[k], job) && (found == nil || list.Items[k].CreationTimestamp.After(found.CreationTimestamp.Time)) {
+		if OwnedBy(&list.Items[k], kind, name) && (found == nil || list.Items[k].CreationTimestamp.After(found.CreationTimestamp.Time)) {
 			found = &list.Items[k]
 		}
 	}
 	if found == nil {
-		return nil, fmt.Errorf("no Workload in namespace %s is owned by Job %s: Kueue makes one for a Job with label %s", namespace, job, "kueue.x-k8s.io/queue-name")
+		return nil, fmt.Errorf("no Workload in namespace %s is owned by %s %s: Kueue makes one for a %s with label %s", namespace, kind.Kind, name, kind.Kind, "kueue.x-k8s.io/queue-name")
 	}
 	return found, nil
 }
 
-// OwnedByJob is whether the Workload's owners include the batch/v1 Job named job.
-func OwnedByJob(wl *kueue.Workload, job string) bool {
+// OwnedBy is whether the Workload's owners include the job of that kind named name.
+func OwnedBy(wl *kueue.Workload, kind JobKind, name string) bool {
 	for _, o := range wl.OwnerReferences {
-		if o.Kind == "Job" && o.Name == job && strings.HasPrefix(o.APIVersion, batchv1.GroupName+"/") {
+		if o.Kind == kind.Kind && o.Name == name && strings.HasPrefix(o.APIVersion, kind.Group+"/") {
 			return true
 		}
 	}
