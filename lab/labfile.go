@@ -3,6 +3,7 @@ package lab
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -82,6 +83,21 @@ type KueueSpec struct {
 	// from MinPodsReadyTimeout to MaxPodsReadyTimeout, so that a test sees an admitted gang
 	// that cannot start evicted in about a minute. Empty keeps the shipped value.
 	PodsReadyTimeout string `json:"podsReadyTimeout,omitempty"`
+	// JobKinds are the job kinds besides batch/v1 Job the lab runs a controller for, with
+	// Kueue's integration and webhook for them: JobKinds' values.
+	JobKinds []string `json:"jobKinds,omitempty"`
+}
+
+// JobKindJobSet is the lab file's name of JobSet (jobset.x-k8s.io): the lab runs the
+// JobSet controller and keeps Kueue's JobSet webhook.
+const JobKindJobSet = "jobset"
+
+// JobKinds are the values kueue.jobKinds accepts.
+var JobKinds = []string{JobKindJobSet}
+
+// runsJobSet is whether the lab runs the JobSet controller.
+func (k KueueSpec) runsJobSet() bool {
+	return k.Enabled && slices.Contains(k.JobKinds, JobKindJobSet)
 }
 
 // The waitForPodsReady timeouts a lab file may give Kueue: long enough for a gang of the
@@ -99,19 +115,33 @@ func (k KueueSpec) podsReadyTimeout() time.Duration {
 }
 
 func (k KueueSpec) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, kind := range k.JobKinds {
+		fp := p.Child("jobKinds").Index(i)
+		switch {
+		case !slices.Contains(JobKinds, kind):
+			errs = append(errs, field.NotSupported(fp, kind, JobKinds))
+		case seen[kind]:
+			errs = append(errs, field.Duplicate(fp, kind))
+		case !k.Enabled:
+			errs = append(errs, field.Invalid(fp, kind, "needs kueue.enabled: true"))
+		}
+		seen[kind] = true
+	}
 	if k.PodsReadyTimeout == "" {
-		return nil
+		return errs
 	}
 	fp := p.Child("podsReadyTimeout")
 	if !k.Enabled {
-		return field.ErrorList{field.Invalid(fp, k.PodsReadyTimeout, "needs kueue.enabled: true")}
+		return append(errs, field.Invalid(fp, k.PodsReadyTimeout, "needs kueue.enabled: true"))
 	}
 	want := fmt.Sprintf("a Go duration from %s to %s (e.g. \"1m\")", MinPodsReadyTimeout, MaxPodsReadyTimeout)
 	d, err := time.ParseDuration(k.PodsReadyTimeout)
 	if err != nil || d < MinPodsReadyTimeout || d > MaxPodsReadyTimeout {
-		return field.ErrorList{field.Invalid(fp, k.PodsReadyTimeout, "must be "+want)}
+		return append(errs, field.Invalid(fp, k.PodsReadyTimeout, "must be "+want))
 	}
-	return nil
+	return errs
 }
 
 // NodeResources is what a node reports as capacity and allocatable.

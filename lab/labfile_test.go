@@ -80,6 +80,12 @@ func TestParseFileRejects(t *testing.T) {
 			`kueue.podsReadyTimeout: Invalid value: "2h": must be a Go duration from 30s to 1h0m0s`},
 		{"pods-ready timeout without Kueue", head + "kueue: {podsReadyTimeout: 1m}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.podsReadyTimeout: Invalid value: "1m": needs kueue.enabled: true`},
+		{"unknown job kind", head + "kueue: {enabled: true, jobKinds: [jobset, mpijob]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.jobKinds[1]: Unsupported value: "mpijob": supported values: "jobset"`},
+		{"job kind twice", head + "kueue: {enabled: true, jobKinds: [jobset, jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.jobKinds[1]: Duplicate value: "jobset"`},
+		{"job kind without Kueue", head + "kueue: {jobKinds: [jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.jobKinds[0]: Invalid value: "jobset": needs kueue.enabled: true`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

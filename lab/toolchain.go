@@ -34,6 +34,17 @@ type Toolchain struct {
 	// CDIHook is nvidia-cdi-hook, for the hooks in a real node's CDI specs
 	// (gpudra-kubelet-plugin --nvidia-cdi-hook).
 	CDIHook string
+	// JobSet is the JobSet controller and JobSetConfig its config/components manifests
+	// (only when the lab file's kueue.jobKinds names jobset).
+	JobSet, JobSetConfig string
+}
+
+// ToolchainNeeds says which optional components a lab needs besides the default ones.
+type ToolchainNeeds struct {
+	// Kueue: the lab runs Kueue; JobSet: and the JobSet controller.
+	Kueue, JobSet bool
+	// RealNodes: the lab has real nodes (kubelet, containerd, runc, CNI, nvidia-cdi-hook).
+	RealNodes bool
 }
 
 // runToolchain runs toolchain.sh with args, streaming its progress to progress. A failure
@@ -61,13 +72,17 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 
 // EnsureToolchain builds whatever components are missing from the cache (minutes on a cold
 // machine; progress goes to progress) and returns where they are.
-func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes bool) (*Toolchain, error) {
+func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNeeds) (*Toolchain, error) {
+	kueue, realNodes := needs.Kueue, needs.RealNodes
 	comps := []string{"k8s", "etcd", "kwok"}
 	if kueue {
 		comps = append(comps, "kueue")
 	}
 	if realNodes {
 		comps = append(comps, "node", "cdihook")
+	}
+	if needs.JobSet {
+		comps = append(comps, "jobset")
 	}
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
@@ -124,7 +139,14 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, kueue, realNodes b
 		}
 		t.CDIHook = filepath.Join(hook, "bin/nvidia-cdi-hook")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook} {
+	if needs.JobSet {
+		js, err := dir("jobset")
+		if err != nil {
+			return nil, err
+		}
+		t.JobSet, t.JobSetConfig = filepath.Join(js, "bin/jobset"), filepath.Join(js, "config")
+	}
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet} {
 		if p == "" {
 			continue
 		}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook
+#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook, jobset
 #   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -13,6 +13,7 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
@@ -31,7 +32,8 @@ dir_of() { # component → cache folder
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
     node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
     cdihook) echo "$TOOLS/nvidia-cdi-hook-$NVIDIA_CTK_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook)" >&2; return 2 ;;
+    jobset) echo "$TOOLS/jobset-$JOBSET_VERSION" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset)" >&2; return 2 ;;
   esac
 }
 
@@ -179,9 +181,23 @@ build_kueue() {
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# jobset: the JobSet controller (jobset.x-k8s.io) and its config/components manifests (CRD,
+# RBAC, webhooks). Its main package is the module's root, and `go install` of it asks the
+# proxy for the module's version list, which it does not serve: it is built in a module of
+# its own. Not a default component: `gpudra lab up` asks for it when the lab file's
+# kueue.jobKinds names jobset.
+build_jobset() {
+  local out=$1
+  go mod init gpudra.dev/lab-jobset >/dev/null
+  go get "sigs.k8s.io/jobset@$JOBSET_VERSION"
+  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" -o "$out/bin/jobset" sigs.k8s.io/jobset
+  local src; src=$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
+}
+
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue node cdihook; do
+  for c in k8s etcd kwok kueue node cdihook jobset; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

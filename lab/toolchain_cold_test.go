@@ -47,10 +47,11 @@ func stubToolchain(t *testing.T) (cache string) {
 	for path, data := range map[string]string{
 		filepath.Join(bin, "go"):      stubGo,
 		filepath.Join(bin, "apt-get"): "#!/bin/sh\necho stub apt-get \"$@\"\n",
-		// what the k8s, kwok and kueue builds read from their modules
-		filepath.Join(module, "go.mod"):                           "module stub\n\nreplace k8s.io/api => ./staging/src/k8s.io/api\n",
-		filepath.Join(module, "kustomize/stage/pod/fast.yaml"):    "kind: Stage\n",
-		filepath.Join(module, "config/components/crd/kueue.yaml"): "kind: CustomResourceDefinition\n",
+		// what the k8s, kwok, kueue and jobset builds read from their modules
+		filepath.Join(module, "go.mod"):                                                   "module stub\n\nreplace k8s.io/api => ./staging/src/k8s.io/api\n",
+		filepath.Join(module, "kustomize/stage/pod/fast.yaml"):                            "kind: Stage\n",
+		filepath.Join(module, "config/components/crd/kueue.yaml"):                         "kind: CustomResourceDefinition\n",
+		filepath.Join(module, "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"): "kind: CustomResourceDefinition\n",
 	} {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -75,14 +76,15 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	}
 	var progress strings.Builder
 	start := time.Now()
-	tc, err := EnsureToolchain(t.Context(), &progress, true, true)
+	tc, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, RealNodes: true})
 	if err != nil {
 		t.Fatalf("first run: %v\nprogress:\n%s", err, progress.String())
 	}
-	t.Logf("six stub components built in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("seven stub components built in %s", time.Since(start).Round(time.Millisecond))
 	for _, p := range []string{tc.APIServer, tc.ControllerManager, tc.Scheduler, tc.Kubectl, tc.Etcd, tc.Kwok, tc.Kueue,
 		tc.Kubelet, tc.Containerd, tc.Ctr, tc.Runc, tc.CDIHook, filepath.Join(tc.CNIBin, "bridge"),
-		filepath.Join(tc.KwokStages, "pod/fast.yaml"), filepath.Join(tc.KueueConfig, "crd/kueue.yaml")} {
+		filepath.Join(tc.KwokStages, "pod/fast.yaml"), filepath.Join(tc.KueueConfig, "crd/kueue.yaml"),
+		tc.JobSet, filepath.Join(tc.JobSetConfig, "crd/bases/jobset.x-k8s.io_jobsets.yaml")} {
 		if !strings.HasPrefix(p, cache) {
 			t.Errorf("%s is outside the cache %s", p, cache)
 		}
@@ -90,7 +92,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 			t.Errorf("not cached: %v", err)
 		}
 	}
-	for _, line := range []string{"k8s (1/6): building", "cdihook (6/6): built in"} {
+	for _, line := range []string{"k8s (1/7): building", "cdihook (6/7): built in", "jobset (7/7): built in"} {
 		if !strings.Contains(progress.String(), line) {
 			t.Errorf("progress does not say %q:\n%s", line, progress.String())
 		}
@@ -98,7 +100,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	// A second run finds everything cached and builds nothing.
 	progress.Reset()
 	t.Setenv("STUB_GO_FAIL", "k8s.io")
-	if _, err := EnsureToolchain(t.Context(), &progress, true, true); err != nil {
+	if _, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, RealNodes: true}); err != nil {
 		t.Fatalf("second run rebuilt something: %v\n%s", err, progress.String())
 	}
 	if strings.Contains(progress.String(), "building") {
@@ -112,7 +114,7 @@ func TestToolchainFailedBuildReportsItsLogAndKeepsWhatWasBuilt(t *testing.T) {
 	cache := stubToolchain(t)
 	t.Setenv("STUB_GO_FAIL", "go.etcd.io/etcd")
 	var progress strings.Builder
-	_, err := EnsureToolchain(t.Context(), &progress, false, false)
+	_, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{})
 	if err == nil {
 		t.Fatalf("a failing etcd build was reported as built:\n%s", progress.String())
 	}
@@ -139,7 +141,7 @@ func TestToolchainFailedBuildReportsItsLogAndKeepsWhatWasBuilt(t *testing.T) {
 	}
 	t.Setenv("STUB_GO_FAIL", "")
 	progress.Reset()
-	if _, err := EnsureToolchain(t.Context(), &progress, false, false); err != nil {
+	if _, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{}); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
 	if got := progress.String(); !strings.Contains(got, "k8s (1/3): cached") || !strings.Contains(got, "etcd (2/3): building") {
@@ -183,7 +185,7 @@ func TestRunGroupDoesNotWaitForChildrenLeftBehind(t *testing.T) {
 func TestRunToolchainQuotesTheScriptsLastLines(t *testing.T) {
 	stubToolchain(t)
 	_, err := runToolchain(t.Context(), &strings.Builder{}, "no-such-component")
-	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook)") {
+	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook jobset)") {
 		t.Fatalf("error %v does not quote the script's message", err)
 	}
 }

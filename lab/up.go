@@ -175,7 +175,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.Kueue.Enabled, len(u.state.RealNodes()) > 0); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary

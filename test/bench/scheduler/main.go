@@ -128,7 +128,7 @@ func run(ctx context.Context, nodes, pods int, keep bool) error {
 	if !keep {
 		defer func() { _ = lab.Down(lab.DownOptions{Dir: dir, Progress: os.Stderr}) }()
 	}
-	tc, err := lab.EnsureToolchain(ctx, os.Stderr, false, false)
+	tc, err := lab.EnsureToolchain(ctx, os.Stderr, lab.ToolchainNeeds{})
 	if err != nil {
 		return err
 	}
