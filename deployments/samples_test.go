@@ -90,11 +90,17 @@ func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewRe
 
 // TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
 // Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
-// turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing.
+// turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing, and
+// integrates the job kinds gpudra plans (batch/v1 Job and JobSet).
 func TestKueueConfiguration(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
 		t.Fatalf("kueue/config/kueue-config.yaml: %v", err)
+	}
+	for _, fw := range []string{"batch/job", "jobset.x-k8s.io/jobset"} {
+		if cfg.Integrations == nil || !slices.Contains(cfg.Integrations.Frameworks, fw) {
+			t.Errorf("integrations.frameworks lacks %s: Kueue would not queue that job kind", fw)
+		}
 	}
 	mapped := map[string]string{}
 	if cfg.Resources != nil {
