@@ -106,7 +106,7 @@ func (u *upper) startKueue(ctx context.Context) error {
 		return err
 	}
 	if err := waitReady(ctx, c, "writing its webhook certificate", componentTimeout, func(ctx context.Context) error {
-		return copyKueueCerts(ctx, u, certDir)
+		return copySecretCerts(ctx, u, kueueNamespace, kueueSecret, certDir)
 	}); err != nil {
 		return err
 	}
@@ -139,14 +139,15 @@ func crdEstablished(obj *unstructured.Unstructured) bool {
 	return false
 }
 
-// copyKueueCerts copies the webhook certificate Kueue keeps in its Secret into its certDir.
-func copyKueueCerts(ctx context.Context, u *upper, certDir string) error {
-	sec, err := u.client.CoreV1().Secrets(kueueNamespace).Get(ctx, kueueSecret, metav1.GetOptions{})
+// copySecretCerts copies the webhook certificate a controller (Kueue, JobSet) keeps in its
+// Secret namespace/name into its certDir.
+func copySecretCerts(ctx context.Context, u *upper, namespace, name, certDir string) error {
+	sec, err := u.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) == 0 {
-		return fmt.Errorf("secret %s/%s has no certificate yet", kueueNamespace, kueueSecret)
+		return fmt.Errorf("secret %s/%s has no certificate yet", namespace, name)
 	}
 	for k, v := range sec.Data {
 		if err := os.WriteFile(filepath.Join(certDir, k), v, 0o600); err != nil {

@@ -100,6 +100,16 @@ func kueueServiceRef(path string, port int) map[string]any {
 
 // kustomizeKueue applies Kueue's namePrefix and namespace transformations to one object.
 func kustomizeKueue(o *unstructured.Unstructured) *unstructured.Unstructured {
+	return kustomization{prefix: kueuePrefix, namespace: kueueNamespace}.apply(o)
+}
+
+// kustomization is what a controller's config/default kustomization does to the objects of
+// its config/components: a name prefix, and its namespace for namespaced objects.
+type kustomization struct{ prefix, namespace string }
+
+// apply applies the namePrefix and namespace transformations to one object.
+func (k kustomization) apply(o *unstructured.Unstructured) *unstructured.Unstructured {
+	kueuePrefix, kueueNamespace := k.prefix, k.namespace
 	o.SetName(kueuePrefix + o.GetName())
 	switch o.GetKind() {
 	case "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
@@ -107,7 +117,7 @@ func kustomizeKueue(o *unstructured.Unstructured) *unstructured.Unstructured {
 		o.SetNamespace(kueueNamespace)
 	}
 	// A role's resourceNames that name the webhook configurations follow their prefixed
-	// names, as kustomize's name references do (Kueue v0.19 may update only its own).
+	// names, as kustomize's name references do (a controller may update only its own).
 	if rules, ok, _ := unstructured.NestedSlice(o.Object, "rules"); ok {
 		for _, r := range rules {
 			m, _ := r.(map[string]any)

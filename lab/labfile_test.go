@@ -137,6 +137,13 @@ func TestControllerReplicas(t *testing.T) {
 	if got := e2e.controllerReplicas(); got != 2 {
 		t.Errorf("e2e lab runs %d controller replicas, want 2", got)
 	}
+	// The JobSet tests need the JobSet controller.
+	if !e2e.Kueue.runsJobSet() {
+		t.Error("e2e lab does not run the JobSet controller")
+	}
+	if def.Kueue.runsJobSet() {
+		t.Error("the default lab runs the JobSet controller: it builds a component few labs need")
+	}
 	off, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
 	if err != nil {
 		t.Fatal(err)

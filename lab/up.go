@@ -197,7 +197,7 @@ func (u *upper) run(ctx context.Context) error {
 		}
 	}
 	names := []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok",
-		"kueue-health", "kueue-metrics", "kueue-webhook"}
+		"kueue-health", "kueue-metrics", "kueue-webhook", "jobset-health", "jobset-webhook"}
 	names = append(names, controllerPortNames(u.state.ControllerReplicas)...)
 	for _, n := range u.state.Nodes {
 		names = append(names, "metrics-"+n.Name)
@@ -264,6 +264,9 @@ func (u *upper) run(ctx context.Context) error {
 		if err := u.startKueue(ctx); err != nil {
 			return err
 		}
+		if err := u.startJobKinds(ctx); err != nil {
+			return err
+		}
 	}
 	if u.chart() {
 		u.step("installing gpudra from its chart, deployments/helm/gpudra")
@@ -296,6 +299,9 @@ func (u *upper) run(ctx context.Context) error {
 		} else {
 			u.step("starting Kueue")
 			if err := u.startKueue(ctx); err != nil {
+				return err
+			}
+			if err := u.startJobKinds(ctx); err != nil {
 				return err
 			}
 			u.step("starting %s (admission check, config webhook)", controllerPods(u.state.ControllerReplicas, "gpudra-controller replicas"))
