@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -51,6 +52,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"ValidatingWebhookConfiguration":   func() any { return &admissionv1.ValidatingWebhookConfiguration{} },
 		"MutatingWebhookConfiguration":     func() any { return &admissionv1.MutatingWebhookConfiguration{} },
 		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
+		"JobSet":                           func() any { return &jobSet{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")
 	if len(files) == 0 {
@@ -84,6 +86,22 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// jobSet is the part of a JobSet (jobset.x-k8s.io/v1alpha2) the samples use, each replicated
+// job's template a real batch/v1 JobTemplateSpec; a field outside it fails the strict decode.
+type jobSet struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Suspend        bool `json:"suspend"`
+		ReplicatedJobs []struct {
+			Name     string                  `json:"name"`
+			Replicas int32                   `json:"replicas"`
+			Template batchv1.JobTemplateSpec `json:"template"`
+		} `json:"replicatedJobs"`
+	} `json:"spec"`
 }
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
