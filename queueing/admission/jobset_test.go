@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -132,5 +133,39 @@ func TestJobSetWorkloadKeepsAReplicatedJobInOneRack(t *testing.T) {
 	}
 	if len(nodes) != 4 || len(racks) != 1 {
 		t.Errorf("workers pinned to nodes %v in racks %v, want 4 nodes of one rack", nodes, racks)
+	}
+}
+
+// trainingPod is a gated pod of PyTorchJob "pt" of replica type rt and index i.
+func trainingPod(name, plan, rt string, i int) *corev1.Pod {
+	pod := gatedPod(name, plan, -1)
+	pod.OwnerReferences[0] = metav1.OwnerReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: "pt-uid"}
+	pod.Labels = map[string]string{labelReplicaType: rt, labelReplicaIndex: fmt.Sprint(i)}
+	return pod
+}
+
+// A training operator's job has a pod set per replica type: a pod's slot is its replica
+// index, and a master and a worker planned on the same node do not take each other's slot.
+func TestPodPinnerTrainingOperator(t *testing.T) {
+	c := lab(t,
+		trainingPod("pt-master-0", "r1-n1", "master", 0),
+		trainingPod("pt-worker-0", "r1-n1,r1-n2,r1-n3", "worker", 0),
+		trainingPod("pt-worker-2", "r1-n1,r1-n2,r1-n3", "worker", 2),
+		trainingPod("pt-worker-5", "r1-n1,r1-n2,r1-n3", "worker", 5))
+	for name, node := range map[string]string{"pt-master-0": "r1-n1", "pt-worker-2": "r1-n3", "pt-worker-0": "r1-n1"} {
+		pod, err := pin(t, c, name)
+		if err != nil {
+			t.Fatalf("pod %s: %v", name, err)
+		}
+		if got := pod.Spec.NodeSelector[topology.LabelHostname]; got != node {
+			t.Errorf("pod %s pinned to %q, want %s", name, got, node)
+		}
+	}
+	pod, err := pin(t, c, "pt-worker-5")
+	if err == nil || !strings.Contains(err.Error(), `training.kubeflow.org/replica-index="5" outside the plan of 3 pods of replica type worker`) {
+		t.Errorf("replica index beyond the plan: err = %v", err)
+	}
+	if !hasGate(pod) {
+		t.Error("gate lifted for a pod without a slot")
 	}
 }

@@ -39,6 +39,14 @@ const (
 	labelJobIndex          = "jobset.sigs.k8s.io/job-index"
 )
 
+// What the training operator (kubeflow.org/v1: PyTorchJob, ...) puts on the pods of a job.
+// Kueue makes one pod set of each replica type (master, worker), named after it in lower
+// case as the label's value is; a pod's slot in its pod set's plan is its replica index.
+const (
+	labelReplicaType  = "training.kubeflow.org/replica-type"
+	labelReplicaIndex = "training.kubeflow.org/replica-index"
+)
+
 // PodPinner lifts the gpudra scheduling gate of pods whose gang was placed: it sets the
 // pod's node selector to its planned node (allowed while a pod is gated) and removes the gate.
 type PodPinner struct {
@@ -114,7 +122,7 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.Client.Update(ctx, &pod); err != nil {
 		return ctrl.Result{}, err
 	}
-	if _, indexed := pod.Annotations[annotationCompletionIndex]; !indexed {
+	if !indexed(&pod) {
 		if owner := gangOwner(&pod); owner != "" {
 			if p.pinned == nil {
 				p.pinned = map[types.UID]pinnedSlot{}
@@ -130,6 +138,13 @@ func (p *PodPinner) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	return ctrl.Result{}, nil
 }
 
+// indexed is whether the pod's slot follows from its own labels or annotations.
+func indexed(pod *corev1.Pod) bool {
+	_, completion := pod.Annotations[annotationCompletionIndex]
+	_, replica := pod.Labels[labelReplicaIndex]
+	return completion || replica && pod.Labels[labelReplicaType] != ""
+}
+
 func (p *PodPinner) now() time.Time {
 	if p.Now == nil {
 		return time.Now()
@@ -138,9 +153,17 @@ func (p *PodPinner) now() time.Time {
 }
 
 // slot is the pod's place in the plan: its Job completion index (offset by its Job's index
-// in a JobSet's replicated job), or else the first slot no sibling pod (same owner and
-// plan) holds, in the cache or as this pinner gave it. Called with p.mu held.
+// in a JobSet's replicated job), its replica index in a training operator's job, or else
+// the first slot no sibling pod (same owner and plan) holds, in the cache or as this
+// pinner gave it. Called with p.mu held.
 func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, error) {
+	if v, ok := pod.Labels[labelReplicaIndex]; ok && pod.Labels[labelReplicaType] != "" {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 || i >= n {
+			return 0, fmt.Errorf("pod %s/%s: label %s=%q outside the plan of %d pods of replica type %s", pod.Namespace, pod.Name, labelReplicaIndex, v, n, pod.Labels[labelReplicaType])
+		}
+		return i, nil
+	}
 	if v, ok := pod.Annotations[annotationCompletionIndex]; ok {
 		i, err := strconv.Atoi(v)
 		if err != nil || i < 0 {
@@ -187,13 +210,17 @@ func (p *PodPinner) slot(ctx context.Context, pod *corev1.Pod, n int) (int, erro
 }
 
 // gangOwner names what the pod's pod set belongs to: its JobSet and replicated job (whose
-// Jobs share one pod set), else its owner; "" for a pod without one.
+// Jobs share one pod set), its owner and replica type (a training operator's job has a pod
+// set per replica type), else its owner; "" for a pod without one.
 func gangOwner(pod *corev1.Pod) string {
 	if js, rj := pod.Labels[labelJobSetUID], pod.Labels[labelReplicatedJob]; js != "" && rj != "" {
 		return js + "/" + rj
 	}
 	if len(pod.OwnerReferences) == 0 {
 		return ""
+	}
+	if rt := pod.Labels[labelReplicaType]; rt != "" {
+		return string(pod.OwnerReferences[0].UID) + "/" + rt
 	}
 	return string(pod.OwnerReferences[0].UID)
 }
