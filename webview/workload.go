@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,8 +38,9 @@ type WorkloadPage struct {
 	// stands, in the annotation's order; shown to a caller who may list Jobs in the
 	// namespace.
 	RunsAfter []RunsAfter `json:"runsAfter,omitempty"`
-	// JobSet is the JobSet (jobset.x-k8s.io) that owns the Workload, if one does.
-	JobSet   string `json:"jobSet,omitempty"`
+	// Owner is the job of another kind that owns the Workload, as KIND/NAME (jobset/NAME,
+	// pytorchjob/NAME), if one does.
+	Owner    string `json:"owner,omitempty"`
 	Admitted bool   `json:"admitted"`
 	// Waiting says why the Workload is not admitted yet ("" once it is).
 	Waiting string `json:"waiting,omitempty"`
@@ -88,12 +90,11 @@ func (s *Server) explainWorkload(sc *scope, ns, name string) (WorkloadPage, bool
 	if wl.Status.Admission != nil {
 		p.ClusterQueue = string(wl.Status.Admission.ClusterQueue)
 	}
-	for _, o := range wl.OwnerReferences {
-		switch {
-		case explain.OwnedBy(wl, explain.BatchJob, o.Name):
-			p.Job = o.Name
-		case explain.OwnedBy(wl, explain.JobSet, o.Name):
-			p.JobSet = o.Name
+	if owner := explain.JobOf(wl); owner != "" {
+		if job, ok := strings.CutPrefix(owner, explain.BatchJob.Name+"/"); ok {
+			p.Job = job
+		} else {
+			p.Owner = owner
 		}
 	}
 	p.Admitted = meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
@@ -163,8 +164,8 @@ func (s *Server) visibleWorkload(sc *scope, ns, name string) *kueue.Workload {
 }
 
 // podWorkload names the Workload a pod belongs to, if the caller may read it: Kueue's
-// Workload for the Job that owns the pod, for the JobSet whose Job owns it, or for the pod
-// itself.
+// Workload for the job that owns the pod (a Job, a PyTorchJob), for the JobSet whose Job
+// owns it, or for the pod itself.
 func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 	if !sc.can(workloadsGVR.GroupResource(), pod.Namespace) {
 		return ""
@@ -174,8 +175,13 @@ func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 			continue
 		}
 		for _, o := range pod.OwnerReferences {
-			if o.Controller != nil && *o.Controller && explain.OwnedBy(wl, explain.BatchJob, o.Name) {
-				return wl.Name
+			if o.Controller == nil || !*o.Controller {
+				continue
+			}
+			for _, k := range explain.JobKinds {
+				if k.Kind == o.Kind && explain.OwnedBy(wl, k, o.Name) {
+					return wl.Name
+				}
 			}
 		}
 		if js := pod.Labels[jobSetNameLabel]; js != "" && explain.OwnedBy(wl, explain.JobSet, js) {

@@ -33,7 +33,7 @@ import (
 )
 
 // explainKinds are the objects explain accepts, as KIND/NAME.
-var explainKinds = []string{"claim", "pod", "workload", "job", "jobset"}
+var explainKinds = []string{"claim", "pod", "workload", "job", "jobset", "pytorchjob"}
 
 // outputFormats are the accepted values of --output ("" is the table).
 var outputFormats = []string{"json", "yaml"}
@@ -102,7 +102,7 @@ func newExplainCommandWith(connect connector) *cobra.Command {
 	var show int
 	labels := topology.DefaultLabelKeys
 	cmd := &cobra.Command{
-		Use:   "explain (claim/NAME | pod/NAME | workload/NAME | job/NAME | jobset/NAME)",
+		Use:   "explain (claim/NAME | pod/NAME | workload/NAME | job/NAME | jobset/NAME | pytorchjob/NAME)",
 		Short: "Explain why a ResourceClaim, pod or Kueue Workload is pending, or where it goes",
 		Long: `Explain asks Kubernetes' real DRA allocator, over the cluster's live ResourceSlices and
 allocated claims, whether the claim fits on each node now; for the nodes that came closest it
@@ -112,8 +112,8 @@ For a pod, the nodes kube-scheduler's filters rule out before devices (taints th
 tolerate, its nodeSelector and required node affinity, CPU, memory and pod count, unschedulable
 nodes) are reported first, in the scheduler's words, and never fit.
 
-For a Kueue Workload (or job/NAME, jobset/NAME: the Workload Kueue made for that Job or
-JobSet), it says what the
+For a Kueue Workload (or job/NAME, jobset/NAME, pytorchjob/NAME: the Workload Kueue made for
+that Job, JobSet or PyTorchJob), it says what the
 gpudra.dev/topology admission check sees: each pod set with its count, claim templates and
 required topology, each domain (block, rack or host) at that level with how many of the pod
 set's pods fit there on the devices free now, what the check would answer now, and the check's
@@ -267,7 +267,7 @@ func objectNames(ctx context.Context, c *clients, ns, kind string) ([]string, er
 		for _, o := range list.Items {
 			out = append(out, o.Name)
 		}
-	case "workload", "jobset":
+	case "workload", "jobset", "pytorchjob":
 		var list kueue.WorkloadList
 		if err := c.ctrl.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return nil, err
@@ -277,11 +277,9 @@ func objectNames(ctx context.Context, c *clients, ns, kind string) ([]string, er
 				out = append(out, o.Name)
 				continue
 			}
-			// JobSets are named by the Workloads Kueue made for them.
-			for _, ref := range o.OwnerReferences {
-				if explain.OwnedBy(&o, explain.JobSet, ref.Name) {
-					out = append(out, ref.Name)
-				}
+			// Jobs of these kinds are named by the Workloads Kueue made for them.
+			if owner, ok := strings.CutPrefix(explain.JobOf(&o), kind+"/"); ok {
+				out = append(out, owner)
 			}
 		}
 	}
@@ -322,10 +320,11 @@ func buildReport(ctx context.Context, c *clients, labels topology.LabelKeys, ns,
 	switch kind {
 	case "workload":
 		return explain.Workload(ctx, workloadReader{c}, labels, ns, name)
-	case "job":
-		return explain.JobWorkload(ctx, workloadReader{c}, labels, ns, explain.BatchJob, name)
-	case "jobset":
-		return explain.JobWorkload(ctx, workloadReader{c}, labels, ns, explain.JobSet, name)
+	}
+	for _, k := range explain.JobKinds {
+		if k.Name == kind {
+			return explain.JobWorkload(ctx, workloadReader{c}, labels, ns, k, name)
+		}
 	}
 	return claimsReport(ctx, c.kube, ns, kind, name)
 }

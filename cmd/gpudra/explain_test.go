@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -314,38 +315,43 @@ func TestExplainWorkload(t *testing.T) {
 	}
 }
 
-// jobset/NAME is the Workload Kueue made for the JobSet of that name, not for a Job of the
-// same name; the names explain completes for jobset/ are the JobSets that have Workloads.
-func TestExplainJobSet(t *testing.T) {
+// jobset/NAME and pytorchjob/NAME are the Workloads Kueue made for the JobSet or PyTorchJob
+// of that name, not for a Job of the same name; the names explain completes for each kind
+// are the jobs of that kind that have Workloads.
+func TestExplainJobKinds(t *testing.T) {
 	ctrl := kueueLab(t)
 	ctx := context.Background()
 	var wl kueue.Workload
 	if err := ctrl.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "job-train-1a2b3"}, &wl); err != nil {
 		t.Fatal(err)
 	}
-	js := wl.DeepCopy()
-	js.ObjectMeta = metav1.ObjectMeta{Namespace: "team-a", Name: "jobset-train-9z8y7", UID: "w2",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "train", UID: "js1"}}}
-	if err := ctrl.(client.Client).Create(ctx, js); err != nil {
-		t.Fatal(err)
+	for _, o := range []struct{ name, apiVersion, kind string }{
+		{"jobset-train-9z8y7", "jobset.x-k8s.io/v1alpha2", "JobSet"},
+		{"pytorchjob-train-5x6w7", "kubeflow.org/v1", "PyTorchJob"},
+	} {
+		other := wl.DeepCopy()
+		other.ObjectMeta = metav1.ObjectMeta{Namespace: "team-a", Name: o.name, UID: types.UID(o.name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: o.apiVersion, Kind: o.kind, Name: "train", UID: types.UID("uid-" + o.name)}}}
+		if err := ctrl.(client.Client).Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := &clients{ctrl: ctrl}
-	rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "jobset", "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Workload == nil || rep.Workload.Name != "jobset-train-9z8y7" {
-		t.Errorf("jobset/train explained %+v, want Workload jobset-train-9z8y7", rep.Workload)
-	}
-	if rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "job", "train"); err != nil || rep.Workload.Name != "job-train-1a2b3" {
-		t.Errorf("job/train explained %+v (%v), want the Job's Workload job-train-1a2b3", rep, err)
+	for kind, want := range map[string]string{"job": "job-train-1a2b3", "jobset": "jobset-train-9z8y7", "pytorchjob": "pytorchjob-train-5x6w7"} {
+		rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", kind, "train")
+		if err != nil || rep.Workload == nil || rep.Workload.Name != want {
+			t.Errorf("%s/train explained %+v (%v), want Workload %s", kind, rep, err, want)
+		}
+		if kind == "job" {
+			continue
+		}
+		names, err := objectNames(ctx, c, "team-a", kind)
+		if err != nil || !reflect.DeepEqual(names, []string{"train"}) {
+			t.Errorf("%s names %v (%v), want [train]", kind, names, err)
+		}
 	}
 	if _, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", "jobset", "missing"); err == nil || !strings.Contains(err.Error(), "owned by JobSet missing") {
 		t.Errorf("jobset/missing: %v, want no Workload owned by it", err)
-	}
-	names, err := objectNames(ctx, c, "team-a", "jobset")
-	if err != nil || !reflect.DeepEqual(names, []string{"train"}) {
-		t.Errorf("jobset names %v (%v), want [train]", names, err)
 	}
 }
 

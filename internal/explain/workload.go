@@ -129,15 +129,32 @@ func runsAfter(ctx context.Context, r client.Reader, wl *kueue.Workload) ([]depe
 
 // JobKind is a kind of job Kueue makes Workloads for, as its owner reference names it.
 type JobKind struct {
-	// Group is the kind's API group; Kind its kind.
-	Group, Kind string
+	// Group is the kind's API group; Kind its kind; Name how gpudra explain names it
+	// (KIND/NAME).
+	Group, Kind, Name string
 }
 
 // The job kinds explain resolves.
 var (
-	BatchJob = JobKind{Group: batchv1.GroupName, Kind: "Job"}
-	JobSet   = JobKind{Group: "jobset.x-k8s.io", Kind: "JobSet"}
+	BatchJob   = JobKind{Group: batchv1.GroupName, Kind: "Job", Name: "job"}
+	JobSet     = JobKind{Group: "jobset.x-k8s.io", Kind: "JobSet", Name: "jobset"}
+	PyTorchJob = JobKind{Group: "kubeflow.org", Kind: "PyTorchJob", Name: "pytorchjob"}
 )
+
+// JobKinds are the job kinds explain resolves.
+var JobKinds = []JobKind{BatchJob, JobSet, PyTorchJob}
+
+// JobOf is the job that owns the Workload, as KIND/NAME (job/train, jobset/train), or "".
+func JobOf(wl *kueue.Workload) string {
+	for _, o := range wl.OwnerReferences {
+		for _, k := range JobKinds {
+			if OwnedBy(wl, k, o.Name) {
+				return k.Name + "/" + o.Name
+			}
+		}
+	}
+	return ""
+}
 
 // FindJobWorkload is the newest Workload in namespace owned by the job of that kind named
 // name.

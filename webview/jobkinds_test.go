@@ -41,3 +41,32 @@ func TestWorkloadPageOfAJobSet(t *testing.T) {
 		return status == http.StatusOK && strings.Contains(page, `href="`+path+`"`)
 	})
 }
+
+// A PyTorchJob's Workload: its page names the PyTorchJob, and the page of a pod the
+// PyTorchJob owns links to it.
+func TestWorkloadPageOfAPyTorchJob(t *testing.T) {
+	f := newFixture(t)
+	wl := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "pytorchjob-pt-5x6w7",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: "uid-pt"}}},
+		Spec: kueue.WorkloadSpec{QueueName: "default", PodSets: []kueue.PodSet{{Name: "worker", Count: 1,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "cuda"}}}}}}},
+	}
+	if _, err := f.dyn.Resource(workloadsGVR).Namespace(testNS).Create(context.Background(), toUnstructured(t, wl, "Workload"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/workloads/team-a/pytorchjob-pt-5x6w7"
+	eventually(t, func() bool {
+		status, page := fetch(t, f.http.URL+path)
+		return status == http.StatusOK && strings.Contains(page, "pytorchjob/pt")
+	})
+	pod := gpuPod("pt-worker-0", "pt", "")
+	pod.OwnerReferences[0].APIVersion, pod.OwnerReferences[0].Kind = "kubeflow.org/v1", "PyTorchJob"
+	if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		status, page := fetch(t, f.http.URL+"/pods/team-a/pt-worker-0")
+		return status == http.StatusOK && strings.Contains(page, `href="`+path+`"`)
+	})
+}
