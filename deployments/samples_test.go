@@ -53,6 +53,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"MutatingWebhookConfiguration":     func() any { return &admissionv1.MutatingWebhookConfiguration{} },
 		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 		"JobSet":                           func() any { return &jobSet{} },
+		"PyTorchJob":                       func() any { return &pyTorchJob{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")
 	if len(files) == 0 {
@@ -104,18 +105,36 @@ type jobSet struct {
 	} `json:"spec"`
 }
 
+// pyTorchJob is the part of a PyTorchJob (kubeflow.org/v1) the samples use, each replica
+// type's template a real PodTemplateSpec; a field outside it fails the strict decode.
+type pyTorchJob struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		RunPolicy struct {
+			Suspend bool `json:"suspend"`
+		} `json:"runPolicy"`
+		PyTorchReplicaSpecs map[string]struct {
+			Replicas      int32                  `json:"replicas"`
+			RestartPolicy string                 `json:"restartPolicy"`
+			Template      corev1.PodTemplateSpec `json:"template"`
+		} `json:"pytorchReplicaSpecs"`
+	} `json:"spec"`
+}
+
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
 
 // TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
 // Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
 // turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing, and
-// integrates the job kinds gpudra plans (batch/v1 Job and JobSet).
+// integrates the job kinds gpudra plans (batch/v1 Job, JobSet, PyTorchJob).
 func TestKueueConfiguration(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
 		t.Fatalf("kueue/config/kueue-config.yaml: %v", err)
 	}
-	for _, fw := range []string{"batch/job", "jobset.x-k8s.io/jobset"} {
+	for _, fw := range []string{"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"} {
 		if cfg.Integrations == nil || !slices.Contains(cfg.Integrations.Frameworks, fw) {
 			t.Errorf("integrations.frameworks lacks %s: Kueue would not queue that job kind", fw)
 		}
