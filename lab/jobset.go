@@ -2,7 +2,9 @@ package lab
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,14 +18,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The JobSet controller runs out of cluster as Kueue does: its own certificate rotation
-// writes the webhook certificate into its Secret, which the lab copies into its certDir, and
-// the API server reaches its webhooks through an ExternalName Service pointing at localhost.
-// With no service-account namespace file it works in jobset-system, as installed.
+// The JobSet controller runs out of cluster with a webhook certificate the lab's CA issues
+// (its own rotation would wait for the certificate in a fixed /tmp folder, where a kubelet
+// would mount its Secret), and the API server reaches its webhooks through an ExternalName
+// Service pointing at localhost. With no service-account namespace file it works in
+// jobset-system, as installed.
 const (
 	jobsetNamespace  = "jobset-system"
 	jobsetService    = "jobset-webhook-service"
-	jobsetSecret     = "jobset-webhook-server-cert"
 	jobsetPrefix     = "jobset-"
 	jobsetConfigKind = "config.jobset.x-k8s.io/v1alpha1"
 	jobsetUser       = "system:serviceaccount:" + jobsetNamespace + ":" + jobsetPrefix + "controller-manager"
@@ -34,10 +36,10 @@ const (
 var jobsetGVR = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "v1alpha2", Resource: "jobsets"}
 
 // jobsetManifests renders what JobSet's config/default kustomization would install, for the
-// lab: the CRD, the namespace, RBAC, the webhook Secret, an ExternalName webhook Service
-// pointing at localhost, and the webhook configurations, the pod webhooks limited to a
-// JobSet's pods as its webhook patches do.
-func jobsetManifests(configDir string, webhookPort int) (crds, rest []*unstructured.Unstructured, err error) {
+// lab: the CRD, the namespace, RBAC, an ExternalName webhook Service pointing at localhost,
+// and the webhook configurations trusting caBundle, the pod webhooks limited to a JobSet's
+// pods as its webhook patches do.
+func jobsetManifests(configDir string, webhookPort int, caBundle []byte) (crds, rest []*unstructured.Unstructured, err error) {
 	read := func(rel string) ([]*unstructured.Unstructured, error) {
 		data, err := os.ReadFile(filepath.Join(configDir, rel))
 		if err != nil {
@@ -53,7 +55,7 @@ func jobsetManifests(configDir string, webhookPort int) (crds, rest []*unstructu
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": jobsetNamespace},
 	}})
 	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
-		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml", "internalcert/secret.yaml"} {
+		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml"} {
 		objs, err := read(f)
 		if err != nil {
 			return nil, nil, err
@@ -79,6 +81,7 @@ func jobsetManifests(configDir string, webhookPort int) (crds, rest []*unstructu
 			m, _ := w.(map[string]any)
 			path, _, _ := unstructured.NestedString(m, "clientConfig", "service", "path")
 			_ = unstructured.SetNestedField(m, map[string]any{"namespace": jobsetNamespace, "name": jobsetService, "path": path, "port": int64(webhookPort)}, "clientConfig", "service")
+			_ = unstructured.SetNestedField(m, base64.StdEncoding.EncodeToString(caBundle), "clientConfig", "caBundle")
 			if strings.HasSuffix(path, "--v1-pod") {
 				m["objectSelector"] = map[string]any{"matchExpressions": []any{map[string]any{"key": labelJobSetName, "operator": "Exists"}}}
 			}
@@ -91,7 +94,8 @@ func jobsetManifests(configDir string, webhookPort int) (crds, rest []*unstructu
 
 // jobsetLabConfig is the Configuration JobSet installs with
 // (config/components/manager/controller_manager_config.yaml) with the lab's serving
-// addresses and certificates; its metrics server is off.
+// addresses and certificate folder, its own certificate management and its metrics server
+// off.
 func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, error) {
 	shipped := filepath.Join(configDir, "manager", "controller_manager_config.yaml")
 	data, err := os.ReadFile(shipped)
@@ -109,7 +113,7 @@ func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, 
 	cfg["metrics"] = map[string]any{"bindAddress": "0"}
 	cfg["webhook"] = map[string]any{"host": "127.0.0.1", "port": port("jobset-webhook"), "certDir": certDir}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	cfg["internalCertManagement"] = map[string]any{"enable": true, "webhookServiceName": jobsetService, "webhookSecretName": jobsetSecret}
+	cfg["internalCertManagement"] = map[string]any{"enable": false}
 	return yaml.Marshal(cfg)
 }
 
@@ -137,7 +141,22 @@ func (u *upper) startJobSet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	crds, rest, err := jobsetManifests(u.tc.JobSetConfig, u.port("jobset-webhook"))
+	dir := u.layout.ComponentDir("jobset")
+	certDir := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	serving, err := u.pki.CA.Issue(CertSpec{CommonName: jobsetService, Server: true,
+		DNSNames: []string{jobsetService + "." + jobsetNamespace + ".svc", "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		return fmt.Errorf("JobSet's webhook certificate: %w", err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	crds, rest, err := jobsetManifests(u.tc.JobSetConfig, u.port("jobset-webhook"), u.pki.CA.CertPEM())
 	if err != nil {
 		return &ComponentError{Component: "jobset", Err: fmt.Errorf("JobSet manifests in %s: %w", u.tc.JobSetConfig, err)}
 	}
@@ -162,11 +181,6 @@ func (u *upper) startJobSet(ctx context.Context) error {
 	if err := ap.Apply(ctx, rest...); err != nil {
 		return &ComponentError{Component: "jobset", Err: err}
 	}
-	dir := u.layout.ComponentDir("jobset")
-	certDir := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return err
-	}
 	configFile := filepath.Join(dir, "config.yaml")
 	jcfg, err := jobsetLabConfig(u.tc.JobSetConfig, certDir, func(name string) int { return u.port(name) })
 	if err != nil {
@@ -183,11 +197,6 @@ func (u *upper) startJobSet(ctx context.Context) error {
 	c, err := u.start("jobset", []string{u.tc.JobSet, "--config=" + configFile}, []string{"KUBECONFIG=" + kc},
 		map[string]int{"health": health, "webhook": u.port("jobset-webhook")})
 	if err != nil {
-		return err
-	}
-	if err := waitReady(ctx, c, "writing its webhook certificate", componentTimeout, func(ctx context.Context) error {
-		return copySecretCerts(ctx, u, jobsetNamespace, jobsetSecret, certDir)
-	}); err != nil {
 		return err
 	}
 	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", nil, "ok")); err != nil {

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/base64"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,11 +31,12 @@ func jobsetConfigDir(t *testing.T) string {
 }
 
 // The lab installs JobSet as its kustomization does, for a controller out of cluster: its
-// webhooks reach localhost on the lab's port through the ExternalName Service, its pod
-// webhooks see only a JobSet's pods, and the lab's client certificate user is the service
-// account its RBAC binds.
+// webhooks reach localhost on the lab's port through the ExternalName Service and trust the
+// lab's CA, its pod webhooks see only a JobSet's pods, and the lab's client certificate user
+// is the service account its RBAC binds.
 func TestJobSetManifestsServeTheLabsController(t *testing.T) {
-	crds, rest, err := jobsetManifests(jobsetConfigDir(t), 4242)
+	ca := []byte("-----BEGIN CERTIFICATE-----\nlab CA\n-----END CERTIFICATE-----\n")
+	crds, rest, err := jobsetManifests(jobsetConfigDir(t), 4242, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,9 +54,6 @@ func TestJobSetManifestsServeTheLabsController(t *testing.T) {
 	if name, _, _ := unstructured.NestedString(svc.Object, "spec", "externalName"); name != "localhost" {
 		t.Errorf("webhook Service points at %q, want localhost", name)
 	}
-	if kinds["Secret/"+jobsetSecret] == nil {
-		t.Errorf("no Secret %s for JobSet's certificate rotation", jobsetSecret)
-	}
 	binding := kinds["ClusterRoleBinding/jobset-manager-rolebinding"]
 	if binding == nil {
 		t.Fatal("no ClusterRoleBinding jobset-manager-rolebinding")
@@ -64,7 +63,6 @@ func TestJobSetManifestsServeTheLabsController(t *testing.T) {
 	if got := "system:serviceaccount:" + s["namespace"].(string) + ":" + s["name"].(string); got != jobsetUser {
 		t.Errorf("JobSet's RBAC binds %s, the lab's client certificate is %s", got, jobsetUser)
 	}
-	// JobSet's certificate rotation patches these two by name.
 	sawPod := false
 	for _, k := range []string{"MutatingWebhookConfiguration/jobset-mutating-webhook-configuration", "ValidatingWebhookConfiguration/jobset-validating-webhook-configuration"} {
 		if kinds[k] == nil {
@@ -76,6 +74,9 @@ func TestJobSetManifestsServeTheLabsController(t *testing.T) {
 			svc, _, _ := unstructured.NestedMap(m, "clientConfig", "service")
 			if svc["name"] != jobsetService || svc["namespace"] != jobsetNamespace || svc["port"] != int64(4242) {
 				t.Errorf("%s: webhook %s goes to %v, want %s/%s port 4242", k, m["name"], svc, jobsetNamespace, jobsetService)
+			}
+			if bundle, _, _ := unstructured.NestedString(m, "clientConfig", "caBundle"); bundle != base64.StdEncoding.EncodeToString(ca) {
+				t.Errorf("%s: webhook %s trusts %q, not the lab's CA", k, m["name"], bundle)
 			}
 			if strings.HasSuffix(svc["path"].(string), "--v1-pod") {
 				sawPod = true
@@ -91,8 +92,8 @@ func TestJobSetManifestsServeTheLabsController(t *testing.T) {
 	}
 }
 
-// The lab's JobSet configuration is the shipped one with the lab's addresses: no leader
-// election, internal certificates kept in the Secret the manifests create.
+// The lab's JobSet configuration is the shipped one with the lab's addresses and certificate
+// folder: no leader election, no certificate management of its own.
 func TestJobSetLabConfig(t *testing.T) {
 	data, err := jobsetLabConfig(jobsetConfigDir(t), "/certs", func(name string) int {
 		return map[string]int{"jobset-health": 1, "jobset-webhook": 2}[name]
@@ -114,9 +115,7 @@ func TestJobSetLabConfig(t *testing.T) {
 			LeaderElect bool `json:"leaderElect"`
 		} `json:"leaderElection"`
 		InternalCertManagement struct {
-			Enable             bool   `json:"enable"`
-			WebhookSecretName  string `json:"webhookSecretName"`
-			WebhookServiceName string `json:"webhookServiceName"`
+			Enable *bool `json:"enable"`
 		} `json:"internalCertManagement"`
 	}
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
@@ -126,7 +125,7 @@ func TestJobSetLabConfig(t *testing.T) {
 		cfg.Health.HealthProbeBindAddress != "127.0.0.1:1" || cfg.LeaderElection.LeaderElect {
 		t.Errorf("configuration:\n%s", data)
 	}
-	if c := cfg.InternalCertManagement; !c.Enable || c.WebhookSecretName != jobsetSecret || c.WebhookServiceName != jobsetService {
-		t.Errorf("internalCertManagement %+v, want the lab's Secret and Service", c)
+	if e := cfg.InternalCertManagement.Enable; e == nil || *e {
+		t.Errorf("internalCertManagement.enable is not false: JobSet would wait for its certificate in /tmp\n%s", data)
 	}
 }
