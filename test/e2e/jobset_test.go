@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -173,4 +174,44 @@ spec:
 	if err := dyn().Resource(jobSetsGVR).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
 		t.Errorf("delete JobSet %s: %v", name, err)
 	}
+}
+
+// TestJobRunsAfterAJobSet: a Job with gpudra.dev/run-after: jobset/NAME waits at gpudra's
+// admission gate, holding nothing, while the JobSet runs, and runs once the JobSet
+// completes (its one pod succeeded).
+func TestJobRunsAfterAJobSet(t *testing.T) {
+	requireJobSet(t)
+	ns, queue := dependencyLab(t, "after-jobset")
+	apply(t, `
+apiVersion: jobset.x-k8s.io/v1alpha2
+kind: JobSet
+metadata:
+  name: prepare
+  namespace: `+ns+`
+  labels: {kueue.x-k8s.io/queue-name: `+queue+`}
+spec:
+  replicatedJobs:
+  - name: main
+    replicas: 1
+    template:
+      spec:
+        backoffLimit: 0
+        template:
+          spec:
+            restartPolicy: Never
+            resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+            containers:
+            - name: step
+              image: registry.k8s.io/pause:3.10
+              resources:
+                requests: {cpu: "1"}
+                claims: [{name: gpu}]
+`)
+	if err := pipelineStep(t, ns, "train", queue, dependencies.RunAfterAnnotation, "jobset/prepare"); err != nil {
+		t.Fatalf("create train: %v", err)
+	}
+	eventually(t, 2*time.Minute, "prepare's pod runs", jobRuns(ns, "prepare-main-0", 1))
+	eventually(t, time.Minute, "train waits for the JobSet, holding nothing", gatedByDependencies(ns, "train", "jobset/prepare (Running)"))
+	endPods(t, ns, "prepare-main-0", corev1.PodSucceeded)
+	eventually(t, 2*time.Minute, "train runs once the JobSet completed", jobRuns(ns, "train", 1))
 }
