@@ -94,10 +94,23 @@ spec: {clusterQueue: `+queue+`}
 		quotaTemplate(ns, "time-sliced", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}`+gpuConfig(`sharing: {strategy: TimeSlicing, timeSlicing: {interval: Long}}`))+
 		quotaTemplate(ns, "plain-share", share))
 
+	// The claims the real node's plugin holds before these jobs: each job's claim must be
+	// unprepared before the next runs, or the next one's device (a whole GPU where the last
+	// one had a share of it) is refused as still in use until the kubelet unprepares it.
+	before := checkpointClaims(t, node)
+
 	// run runs the template's Job alone on the queue and checks its charge, its placement and
 	// the container's environment.
 	run := func(t *testing.T, job, template string, charge int64, env map[string]string) {
 		t.Helper()
+		eventually(t, 2*time.Minute, "the previous job's claim is unprepared on the real node", func(context.Context) error {
+			for uid, st := range checkpointClaims(t, node) {
+				if _, ok := before[uid]; !ok {
+					return fmt.Errorf("claim %s is still in the plugin's checkpoint (%s)", uid, st)
+				}
+			}
+			return nil
+		})
 		eventually(t, time.Minute, "the queue is empty", clusterQueueUses(queue, api.QuotaGPUPercent, 0))
 		pod := queuedRealNodeJob(t, ns, job, template, node, true)
 		if got := charged(t, ns, job); got != charge {
