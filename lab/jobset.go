@@ -10,11 +10,8 @@ import (
 	"strconv"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
 
@@ -40,36 +37,16 @@ var jobsetGVR = schema.GroupVersionResource{Group: "jobset.x-k8s.io", Version: "
 // and the webhook configurations trusting caBundle, the pod webhooks limited to a JobSet's
 // pods as its webhook patches do.
 func jobsetManifests(configDir string, webhookPort int, caBundle []byte) (crds, rest []*unstructured.Unstructured, err error) {
-	read := func(rel string) ([]*unstructured.Unstructured, error) {
-		data, err := os.ReadFile(filepath.Join(configDir, rel))
-		if err != nil {
-			return nil, err
-		}
-		return DecodeManifests(data)
-	}
+	read := manifestReader(configDir)
 	if crds, err = read("crd/bases/jobset.x-k8s.io_jobsets.yaml"); err != nil {
 		return nil, nil, err
 	}
 	k := kustomization{prefix: jobsetPrefix, namespace: jobsetNamespace}
-	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": jobsetNamespace},
-	}})
-	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
-		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml"} {
-		objs, err := read(f)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, o := range objs {
-			rest = append(rest, k.apply(o))
-		}
+	if rest, err = kustomizedObjects(read, k, "rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
+		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml"); err != nil {
+		return nil, nil, err
 	}
-	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": jobsetService, "namespace": jobsetNamespace},
-		"spec": map[string]any{"type": "ExternalName", "externalName": "localhost",
-			"ports": []any{map[string]any{"name": "webhook", "port": int64(webhookPort), "protocol": "TCP"}}},
-	}})
+	rest = append(rest, localhostWebhookService(jobsetNamespace, jobsetService, webhookPort))
 	hooks, err := read("webhook/manifests.yaml")
 	if err != nil {
 		return nil, nil, err
@@ -97,17 +74,9 @@ func jobsetManifests(configDir string, webhookPort int, caBundle []byte) (crds, 
 // addresses and certificate folder, its own certificate management and its metrics server
 // off.
 func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, error) {
-	shipped := filepath.Join(configDir, "manager", "controller_manager_config.yaml")
-	data, err := os.ReadFile(shipped)
+	cfg, err := shippedConfig(configDir, "JobSet", jobsetConfigKind)
 	if err != nil {
-		return nil, fmt.Errorf("JobSet's shipped configuration: %w", err)
-	}
-	cfg := map[string]any{}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", shipped, err)
-	}
-	if cfg["apiVersion"] != jobsetConfigKind {
-		return nil, fmt.Errorf("%s: apiVersion %v, want %s", shipped, cfg["apiVersion"], jobsetConfigKind)
+		return nil, err
 	}
 	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(port("jobset-health"))}
 	cfg["metrics"] = map[string]any{"bindAddress": "0"}
@@ -129,21 +98,8 @@ func (u *upper) startJobKinds(ctx context.Context) error {
 // startJobSet applies JobSet's manifests, starts its controller and waits until a JobSet
 // passes its webhooks and Kueue's.
 func (u *upper) startJobSet(ctx context.Context) error {
-	cfg, err := u.state.RESTConfig()
+	certDir, err := u.componentCertDir("jobset")
 	if err != nil {
-		return err
-	}
-	ap, err := NewApplier(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dir := u.layout.ComponentDir("jobset")
-	certDir := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return err
 	}
 	serving, err := u.pki.CA.Issue(CertSpec{CommonName: jobsetService, Server: true,
@@ -160,50 +116,20 @@ func (u *upper) startJobSet(ctx context.Context) error {
 	if err != nil {
 		return &ComponentError{Component: "jobset", Err: fmt.Errorf("JobSet manifests in %s: %w", u.tc.JobSetConfig, err)}
 	}
-	apiserver := *u.state.Component("kube-apiserver")
-	if err := ap.Apply(ctx, crds...); err != nil {
-		return &ComponentError{Component: "jobset", Err: err}
-	}
-	if err := waitReady(ctx, apiserver, "serving JobSet's CRD", componentTimeout, func(ctx context.Context) error {
-		for _, c := range crds {
-			obj, err := dyn.Resource(crdGVR).Get(ctx, c.GetName(), metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !crdEstablished(obj) {
-				return fmt.Errorf("CRD %s not Established yet", c.GetName())
-			}
-		}
-		return nil
-	}); err != nil {
+	dyn, err := u.applyWithCRDs(ctx, "jobset", "serving JobSet's CRD", crds, rest)
+	if err != nil {
 		return err
 	}
-	if err := ap.Apply(ctx, rest...); err != nil {
-		return &ComponentError{Component: "jobset", Err: err}
-	}
-	configFile := filepath.Join(dir, "config.yaml")
 	jcfg, err := jobsetLabConfig(u.tc.JobSetConfig, certDir, func(name string) int { return u.port(name) })
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(configFile, jcfg, 0o600); err != nil {
-		return err
-	}
-	kc, err := u.componentKubeconfig("jobset", jobsetUser)
+	c, err := u.startConfiguredController(ctx, "jobset", u.tc.JobSet, jobsetUser, jcfg,
+		map[string]int{"health": u.port("jobset-health"), "webhook": u.port("jobset-webhook")}, nil)
 	if err != nil {
 		return err
 	}
-	health := u.port("jobset-health")
-	c, err := u.start("jobset", []string{u.tc.JobSet, "--config=" + configFile}, []string{"KUBECONFIG=" + kc},
-		map[string]int{"health": health, "webhook": u.port("jobset-webhook")})
-	if err != nil {
-		return err
-	}
-	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", nil, "ok")); err != nil {
-		return err
-	}
-	// A dry-run create goes through JobSet's webhooks and Kueue's: the API server reaches
-	// and trusts both.
+	// A dry-run create goes through JobSet's webhooks and Kueue's.
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
 		"metadata": map[string]any{"name": "gpudra-lab-webhook-probe", "namespace": "default"},
@@ -213,11 +139,5 @@ func (u *upper) startJobSet(ctx context.Context) error {
 			}}},
 		}}}},
 	}}
-	return waitReady(ctx, c, "answering its webhooks", componentTimeout, func(ctx context.Context) error {
-		_, err := dyn.Resource(jobsetGVR).Namespace("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
+	return waitWebhooksAnswer(ctx, c, dyn, jobsetGVR, "default", probe)
 }

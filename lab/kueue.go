@@ -9,11 +9,9 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -42,90 +40,36 @@ func kueueWebhookKept(path string) bool {
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
 func (u *upper) startKueue(ctx context.Context) error {
-	cfg, err := u.state.RESTConfig()
-	if err != nil {
-		return err
-	}
-	ap, err := NewApplier(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
 	webhookPort := u.port("kueue-webhook")
 	crds, rest, err := kueueManifests(u.tc.KueueConfig, webhookPort)
 	if err != nil {
 		return &ComponentError{Component: "kueue", Err: fmt.Errorf("Kueue manifests in %s: %w", u.tc.KueueConfig, err)}
 	}
-	apiserver := *u.state.Component("kube-apiserver")
-	if err := ap.Apply(ctx, crds...); err != nil {
-		return &ComponentError{Component: "kueue", Err: err}
-	}
-	// Kueue's informers fail on kinds that are not served yet.
-	if err := waitReady(ctx, apiserver, "serving Kueue's CRDs", componentTimeout, func(ctx context.Context) error {
-		for _, c := range crds {
-			obj, err := dyn.Resource(crdGVR).Get(ctx, c.GetName(), metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if !crdEstablished(obj) {
-				return fmt.Errorf("CRD %s not Established yet", c.GetName())
-			}
-		}
-		return nil
-	}); err != nil {
+	dyn, err := u.applyWithCRDs(ctx, "kueue", "serving Kueue's CRDs", crds, rest)
+	if err != nil {
 		return err
 	}
-	if err := ap.Apply(ctx, rest...); err != nil {
-		return &ComponentError{Component: "kueue", Err: err}
-	}
-
-	dir := u.layout.ComponentDir("kueue")
-	certDir := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
+	certDir, err := u.componentCertDir("kueue")
+	if err != nil {
 		return err
 	}
-	configFile := filepath.Join(dir, "config.yaml")
 	kcfg, err := u.kueueConfig(certDir)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(configFile, kcfg, 0o600); err != nil {
-		return err
-	}
-	kc, err := u.componentKubeconfig("kueue", kueueUser)
+	c, err := u.startConfiguredController(ctx, "kueue", u.tc.Kueue, kueueUser, kcfg,
+		map[string]int{"health": u.port("kueue-health"), "metrics": u.port("kueue-metrics"), "webhook": webhookPort},
+		func(ctx context.Context) error { return copySecretCerts(ctx, u, kueueNamespace, kueueSecret, certDir) })
 	if err != nil {
 		return err
 	}
-	health := u.port("kueue-health")
-	c, err := u.start("kueue", []string{u.tc.Kueue, "--config=" + configFile}, []string{"KUBECONFIG=" + kc},
-		map[string]int{"health": health, "metrics": u.port("kueue-metrics"), "webhook": webhookPort})
-	if err != nil {
-		return err
-	}
-	if err := waitReady(ctx, c, "writing its webhook certificate", componentTimeout, func(ctx context.Context) error {
-		return copySecretCerts(ctx, u, kueueNamespace, kueueSecret, certDir)
-	}); err != nil {
-		return err
-	}
-	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(health)+"/readyz", nil, "ok")); err != nil {
-		return err
-	}
-	// A dry-run create goes through Kueue's webhooks: the API server can reach and trust them.
+	// A dry-run create goes through Kueue's webhooks.
 	flavor := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
 		"metadata": map[string]any{"name": "gpudra-lab-webhook-probe"},
 	}}
 	rf := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
-	return waitReady(ctx, c, "answering its webhooks", componentTimeout, func(ctx context.Context) error {
-		_, err := dyn.Resource(rf).Create(ctx, flavor, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
+	return waitWebhooksAnswer(ctx, c, dyn, rf, "", flavor)
 }
 
 func crdEstablished(obj *unstructured.Unstructured) bool {
@@ -169,26 +113,16 @@ func (u *upper) kueueConfig(certDir string) ([]byte, error) {
 // kueueLabConfig is that Configuration; podsReadyTimeout, unless 0, replaces gpudra's
 // waitForPodsReady timeout (the lab file's kueue.podsReadyTimeout).
 func kueueLabConfig(configDir, certDir string, podsReadyTimeout time.Duration, port func(string) int) ([]byte, error) {
-	shipped := filepath.Join(configDir, "manager", "controller_manager_config.yaml")
-	data, err := os.ReadFile(shipped)
+	cfg, err := shippedConfig(configDir, "Kueue", kueueConfigKind)
 	if err != nil {
-		return nil, fmt.Errorf("Kueue's shipped configuration: %w", err)
-	}
-	cfg := map[string]any{}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", shipped, err)
+		return nil, err
 	}
 	ours := map[string]any{}
 	if err := yaml.Unmarshal(deployments.KueueConfiguration, &ours); err != nil {
 		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: %w", err)
 	}
-	for _, c := range []struct {
-		file string
-		cfg  map[string]any
-	}{{shipped, cfg}, {"deployments/kueue/config/kueue-config.yaml", ours}} {
-		if c.cfg["apiVersion"] != kueueConfigKind {
-			return nil, fmt.Errorf("%s: apiVersion %v, want %s", c.file, c.cfg["apiVersion"], kueueConfigKind)
-		}
+	if ours["apiVersion"] != kueueConfigKind {
+		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: apiVersion %v, want %s", ours["apiVersion"], kueueConfigKind)
 	}
 	for k, v := range ours {
 		cfg[k] = v

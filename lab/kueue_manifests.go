@@ -18,13 +18,7 @@ import (
 // and the webhook configurations limited to what the lab serves. Names get Kueue's "kueue-"
 // prefix and namespaced objects land in kueue-system, as the kustomization does.
 func kueueManifests(configDir string, webhookPort int) (crds, rest []*unstructured.Unstructured, err error) {
-	read := func(rel string) ([]*unstructured.Unstructured, error) {
-		data, err := os.ReadFile(filepath.Join(configDir, rel))
-		if err != nil {
-			return nil, err
-		}
-		return DecodeManifests(data)
-	}
+	read := manifestReader(configDir)
 	conversion, err := kueueConversionCRDs(configDir)
 	if err != nil {
 		return nil, nil, err
@@ -52,25 +46,12 @@ func kueueManifests(configDir string, webhookPort int) (crds, rest []*unstructur
 		}
 	}
 
-	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": kueueNamespace},
-	}})
-	for _, f := range []string{"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
-		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml", "internalcert/secret.yaml"} {
-		objs, err := read(f)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, o := range objs {
-			rest = append(rest, kustomizeKueue(o))
-		}
+	if rest, err = kustomizedObjects(read, kustomization{prefix: kueuePrefix, namespace: kueueNamespace},
+		"rbac/service_account.yaml", "rbac/role.yaml", "rbac/role_binding.yaml",
+		"rbac/manager_secrets_role.yaml", "rbac/manager_secrets_role_binding.yaml", "internalcert/secret.yaml"); err != nil {
+		return nil, nil, err
 	}
-	rest = append(rest, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Service",
-		"metadata": map[string]any{"name": kueueService, "namespace": kueueNamespace},
-		"spec": map[string]any{"type": "ExternalName", "externalName": "localhost",
-			"ports": []any{map[string]any{"name": "webhook", "port": int64(webhookPort), "protocol": "TCP"}}},
-	}})
+	rest = append(rest, localhostWebhookService(kueueNamespace, kueueService, webhookPort))
 	hooks, err := read("webhook/manifests.yaml")
 	if err != nil {
 		return nil, nil, err
