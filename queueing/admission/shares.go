@@ -194,22 +194,34 @@ func checkShares(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State, p
 	if len(cards) == 0 {
 		return nil
 	}
+	return forPlacedRequests(wl, sets, p, func(where string, d deviceKey, req shareRequest) error {
+		if card, isShare := cards[d]; isShare {
+			return shareFault(where, req, card)
+		}
+		return nil
+	})
+}
+
+// forPlacedRequests calls check with each device a placement gives the pods of wl's pod sets
+// (built by podSets) and the request it serves, where naming the pod set and the claim's
+// source; check's error is returned as bad input.
+func forPlacedRequests(wl *kueue.Workload, sets []gang.PodSet, p *gang.Placement, check func(where string, d deviceKey, req shareRequest) error) error {
 	for i, set := range sets {
 		ps := &wl.Spec.PodSets[i]
 		for k := range set.Claims {
 			source, extended := claimSource(ps, k)
 			requests := claimRequests(&set.Claims[k], extended)
+			where := fmt.Sprintf("spec.podSets[%d] (%s): %s", i, ps.Name, source)
 			for _, pod := range p.Allocations[set.Name] {
 				if k >= len(pod) {
 					continue
 				}
 				for _, d := range pod[k].Devices.Results {
-					card, isShare := cards[deviceKey{d.Driver, d.Pool, d.Device}]
 					req, found := requests[d.Request]
-					if !isShare || !found {
+					if !found {
 						continue
 					}
-					if err := shareFault(fmt.Sprintf("spec.podSets[%d] (%s): %s", i, ps.Name, source), req, card); err != nil {
+					if err := check(where, deviceKey{d.Driver, d.Pool, d.Device}, req); err != nil {
 						return badInput{err}
 					}
 				}

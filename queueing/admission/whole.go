@@ -95,30 +95,13 @@ func checkWholePlaced(wl *kueue.Workload, sets []gang.PodSet, st *allocation.Sta
 	if len(devices) == 0 {
 		return nil
 	}
-	for i, set := range sets {
-		ps := &wl.Spec.PodSets[i]
-		for k := range set.Claims {
-			source, extended := claimSource(ps, k)
-			requests := claimRequests(&set.Claims[k], extended)
-			for _, pod := range p.Allocations[set.Name] {
-				if k >= len(pod) {
-					continue
-				}
-				for _, d := range pod[k].Devices.Results {
-					compute, whole := devices[deviceKey{d.Driver, d.Pool, d.Device}]
-					req, found := requests[d.Request]
-					if !whole || !found {
-						continue
-					}
-					what := fmt.Sprintf("device %s of pool %s", d.Device, d.Pool)
-					if err := wholeFault(fmt.Sprintf("spec.podSets[%d] (%s): %s", i, ps.Name, source), req, what, &compute); err != nil {
-						return badInput{err}
-					}
-				}
-			}
+	return forPlacedRequests(wl, sets, p, func(where string, d deviceKey, req shareRequest) error {
+		compute, whole := devices[d]
+		if !whole {
+			return nil
 		}
-	}
-	return nil
+		return wholeFault(where, req, fmt.Sprintf("device %s of pool %s", d.device, d.pool), &compute)
+	})
 }
 
 // placedPools are the pools a placement takes devices from.
