@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpudra/gpudra/internal/podrequests"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -56,21 +56,7 @@ func extendedResourceClasses(classes []resourceapi.DeviceClass) map[corev1.Resou
 // (nvidia.com/gpu where NVIDIA's device plugin runs) is not DRA-backed on that node; the
 // check plans gpudra devices for it all the same and pins the pods to the planned nodes.
 func extendedClaim(spec *corev1.PodSpec, classes map[corev1.ResourceName]string) (*resourceapi.ResourceClaimSpec, error) {
-	pod := &corev1.Pod{Spec: *spec.DeepCopy()}
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for k := range cs {
-			r := &cs[k].Resources
-			for name, q := range r.Limits {
-				if _, ok := r.Requests[name]; !ok {
-					if r.Requests == nil {
-						r.Requests = corev1.ResourceList{}
-					}
-					r.Requests[name] = q
-				}
-			}
-		}
-	}
-	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	requests := podrequests.Effective(spec)
 	var names []corev1.ResourceName
 	for name, q := range requests {
 		if _, ok := classes[name]; ok && !q.IsZero() {

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/internal/podrequests"
 )
 
 // A job's GPU demand is counted the way Kueue charges it to gpudra.dev/gpu-percent
@@ -88,7 +88,7 @@ func podDemand(spec *corev1.PodSpec, templates claimTemplates) (int64, error) {
 			}
 		}
 	}
-	for name, q := range effectiveRequests(spec) {
+	for name, q := range podrequests.Effective(spec) {
 		n, ok := q.AsInt64()
 		if !ok || n < 1 {
 			continue
@@ -162,25 +162,4 @@ func groupSize(s, prefix, suffix string) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(rest, 10, 64)
 	return n, err == nil && n > 0
-}
-
-// effectiveRequests is a pod's effective request (the larger of the sum over its
-// containers and its largest init container), a limit without a request counting as the
-// request, as the API server defaults it on the pod and Kueue counts it.
-func effectiveRequests(spec *corev1.PodSpec) corev1.ResourceList {
-	pod := &corev1.Pod{Spec: *spec.DeepCopy()}
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for k := range cs {
-			r := &cs[k].Resources
-			for name, q := range r.Limits {
-				if _, ok := r.Requests[name]; !ok {
-					if r.Requests == nil {
-						r.Requests = corev1.ResourceList{}
-					}
-					r.Requests[name] = q
-				}
-			}
-		}
-	}
-	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
