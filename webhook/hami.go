@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"reflect"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/gpudra/gpudra/convert"
+	"github.com/gpudra/gpudra/internal/mutation"
 )
 
 // HAMiPath is where the HAMi pod handler is served.
@@ -45,12 +45,9 @@ var _ admission.Handler = HAMiPods{}
 
 // Handle converts a pod at creation; other operations and pods without GPUs pass.
 func (h HAMiPods) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("")
-	}
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
+	if resp, ok := mutation.DecodeCreate(req, "Pod", &pod); !ok {
+		return resp
 	}
 	plan, err := convert.HAMiPod(&pod)
 	if err != nil {
@@ -68,11 +65,7 @@ func (h HAMiPods) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
 	plan.Apply(&pod, convert.ClaimName(&pod), tmpl)
-	raw, err := json.Marshal(&pod)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, raw)
+	resp := mutation.Patch(req, &pod)
 	for _, w := range plan.NotCarried {
 		resp.Warnings = append(resp.Warnings, "gpudra: "+w)
 	}

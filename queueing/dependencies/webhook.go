@@ -2,11 +2,10 @@ package dependencies
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 
-	admissionv1 "k8s.io/api/admission/v1"
+	"github.com/gpudra/gpudra/internal/mutation"
 	batchv1 "k8s.io/api/batch/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -32,12 +31,9 @@ var _ admission.Handler = Webhook{}
 // Handle admits a new Job with gpudra's gate added, or denies it naming the annotation,
 // the accepted values, or the cycle.
 func (w Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("")
-	}
 	var job batchv1.Job
-	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Job: %w", err))
+	if resp, ok := mutation.DecodeCreate(req, "Job", &job); !ok {
+		return resp
 	}
 	if job.Namespace == "" {
 		job.Namespace = req.Namespace
@@ -56,11 +52,7 @@ func (w Webhook) Handle(ctx context.Context, req admission.Request) admission.Re
 	if !gated {
 		return admission.Allowed("")
 	}
-	mutated, err := json.Marshal(&job)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return mutation.Patch(req, &job)
 }
 
 // Gate adds gpudra's admission gate to a new job that runs after others; gated is false

@@ -2,12 +2,9 @@ package largefirst
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"strconv"
 
-	admissionv1 "k8s.io/api/admission/v1"
+	"github.com/gpudra/gpudra/internal/mutation"
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -47,12 +44,9 @@ var _ admission.Handler = Webhook{}
 // class and its demand recorded. A job whose demand cannot be read is admitted unchanged,
 // as it would be with the webhook down: the policy orders jobs, it does not guard them.
 func (w Webhook) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("")
-	}
 	var job batchv1.Job
-	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Job: %w", err))
+	if resp, ok := mutation.DecodeCreate(req, "Job", &job); !ok {
+		return resp
 	}
 	if job.Namespace == "" {
 		job.Namespace = req.Namespace
@@ -66,11 +60,7 @@ func (w Webhook) Handle(ctx context.Context, req admission.Request) admission.Re
 		return admission.Allowed("its GPU demand could not be read: no band")
 	}
 	w.Assign(&job, demand)
-	mutated, err := json.Marshal(&job)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, mutated)
+	return mutation.Patch(req, &job)
 }
 
 // Applies reports whether the policy orders job: queued by Kueue, and without a priority
