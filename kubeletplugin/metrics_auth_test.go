@@ -3,20 +3,15 @@ package kubeletplugin_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
 )
 
@@ -25,42 +20,12 @@ import (
 // fails, any other is rejected) and SubjectAccessReviews (prometheus may get /metrics; no
 // one may do anything else).
 func reviewingAPIServer(t *testing.T) kubernetes.Interface {
-	users := map[string]string{"prometheus-token": "prometheus", "tenant-token": "tenant"}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			var tr authnv1.TokenReview
-			if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
-				t.Error(err)
-			}
-			if tr.Spec.Token == "outage-token" {
-				w.WriteHeader(http.StatusInternalServerError)
-				_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcdserver: request timed out"})
-				return
-			}
-			user, ok := users[tr.Spec.Token]
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: user}}
-			_ = json.NewEncoder(w).Encode(&tr)
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			var sar authzv1.SubjectAccessReview
-			if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
-				t.Error(err)
-			}
-			nr := sar.Spec.NonResourceAttributes
-			sar.Status.Allowed = sar.Spec.User == "prometheus" && nr != nil && nr.Verb == "get" && nr.Path == "/metrics"
-			_ = json.NewEncoder(w).Encode(&sar)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	// JSON, which the server above reads (clientsets default to protobuf).
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client
+	return callerauthtest.Reviewer{
+		Users: map[string]string{"prometheus-token": "prometheus", "tenant-token": "tenant"},
+		Allow: func(s authzv1.SubjectAccessReviewSpec) bool {
+			return callerauthtest.GetsPath(s, "prometheus", "/metrics")
+		},
+	}.Client(t)
 }
 
 // The plugin's metrics name every claim of the node and what it uses: over HTTPS, only a

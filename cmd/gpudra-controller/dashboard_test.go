@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 	"github.com/gpudra/gpudra/webview"
 )
 
@@ -32,49 +30,21 @@ import (
 // SubjectAccessReviews: alice may get /dashboard and /dashboard/*, and list in namespace
 // team-b only; prometheus may get /metrics.
 func reviewer(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			var tr authnv1.TokenReview
-			if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
-				t.Error(err)
-			}
-			if tr.Spec.Token == "outage-token" {
-				w.WriteHeader(http.StatusInternalServerError)
-				_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: "etcd is down"})
-				return
-			}
-			name, ok := map[string]string{"alice-token": "alice", "prometheus-token": "prometheus"}[tr.Spec.Token]
-			tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
-			_ = json.NewEncoder(w).Encode(&tr)
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			var sar authzv1.SubjectAccessReview
-			if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
-				t.Error(err)
-			}
-			nr, ra := sar.Spec.NonResourceAttributes, sar.Spec.ResourceAttributes
-			sar.Status.Allowed = sar.Spec.User == "alice" && (nr != nil && nr.Verb == "get" &&
+	return callerauthtest.Reviewer{
+		Users: map[string]string{"alice-token": "alice", "prometheus-token": "prometheus"},
+		Allow: func(s authzv1.SubjectAccessReviewSpec) bool {
+			nr, ra := s.NonResourceAttributes, s.ResourceAttributes
+			return s.User == "alice" && (nr != nil && nr.Verb == "get" &&
 				(nr.Path == dashboardPath || strings.HasPrefix(nr.Path, dashboardPath+"/")) ||
 				ra != nil && ra.Verb == "list" && ra.Namespace == "team-b") ||
-				sar.Spec.User == "prometheus" && nr != nil && nr.Verb == "get" && nr.Path == "/metrics"
-			_ = json.NewEncoder(w).Encode(&sar)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-// jsonConfig talks to the reviewer in JSON (clientsets default to protobuf).
-func jsonConfig(host string) *rest.Config {
-	return &rest.Config{Host: host, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON}}
+				callerauthtest.GetsPath(s, "prometheus", "/metrics")
+		},
+	}.Serve(t)
 }
 
 func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 	api := reviewer(t)
-	auth, err := newDashboardAuth(jsonConfig(api.URL), api.Client())
+	auth, err := newDashboardAuth(callerauthtest.JSONConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +113,7 @@ func TestDashboardShowsACallerOnlyItsNamespaces(t *testing.T) {
 		informers: &informertest.FakeInformers{Scheme: scheme}}
 
 	api := reviewer(t)
-	auth, err := newDashboardAuth(jsonConfig(api.URL), api.Client())
+	auth, err := newDashboardAuth(callerauthtest.JSONConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 )
@@ -18,7 +19,7 @@ func TestSecureMetricsAnswerEachCaller(t *testing.T) {
 	o := parse(t, "--metrics-bind-address=:8443", "--metrics-secure")
 	mo := o.managerOptions(runtime.NewScheme())
 	api := reviewer(t)
-	filter, err := mo.Metrics.FilterProvider(jsonConfig(api.URL), api.Client())
+	filter, err := mo.Metrics.FilterProvider(callerauthtest.JSONConfig(api.URL), api.Client())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,21 +1,18 @@
 package callerauth
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
-	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	genericrequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 )
 
 // fakeReviewer is an API server that authenticates "prometheus-token" (prometheus) and
@@ -23,52 +20,14 @@ import (
 // fails to review "outage-token", and allows prometheus get on /metrics; it fails to
 // review tenant's access when accessOutage is set.
 func fakeReviewer(t *testing.T, accessOutage bool) kubernetes.Interface {
-	users := map[string]string{"prometheus-token": "prometheus", "tenant-token": "tenant"}
-	fail := func(w http.ResponseWriter, msg string) {
-		w.WriteHeader(http.StatusInternalServerError)
-		_ = json.NewEncoder(w).Encode(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: msg})
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			var tr authnv1.TokenReview
-			if err := json.NewDecoder(r.Body).Decode(&tr); err != nil {
-				t.Error(err)
-			}
-			switch tok := tr.Spec.Token; tok {
-			case "outage-token":
-				fail(w, "etcdserver: request timed out")
-				return
-			case "expired-token":
-				tr.Status = authnv1.TokenReviewStatus{Error: "token has expired"}
-			default:
-				name, ok := users[tok]
-				tr.Status = authnv1.TokenReviewStatus{Authenticated: ok, User: authnv1.UserInfo{Username: name}}
-			}
-			_ = json.NewEncoder(w).Encode(&tr)
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			var sar authzv1.SubjectAccessReview
-			if err := json.NewDecoder(r.Body).Decode(&sar); err != nil {
-				t.Error(err)
-			}
-			if accessOutage && sar.Spec.User == "tenant" {
-				fail(w, "etcdserver: request timed out")
-				return
-			}
-			nr := sar.Spec.NonResourceAttributes
-			sar.Status.Allowed = sar.Spec.User == "prometheus" && nr != nil && nr.Verb == "get" && nr.Path == "/metrics"
-			_ = json.NewEncoder(w).Encode(&sar)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	kube, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kube
+	return callerauthtest.Reviewer{
+		Users:    map[string]string{"prometheus-token": "prometheus", "tenant-token": "tenant"},
+		Rejected: map[string]string{"expired-token": "token has expired"},
+		Allow: func(s authzv1.SubjectAccessReviewSpec) bool {
+			return callerauthtest.GetsPath(s, "prometheus", "/metrics")
+		},
+		AccessOutage: map[string]bool{"tenant": accessOutage},
+	}.Client(t)
 }
 
 func TestWrapAnswersEachCaller(t *testing.T) {
