@@ -42,6 +42,25 @@ func reviewer(t *testing.T) *httptest.Server {
 	}.Serve(t)
 }
 
+// getWithToken GETs url with the bearer token, unless "", and returns the status and body.
+func getWithToken(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 	api := reviewer(t)
 	auth, err := newDashboardAuth(callerauthtest.JSONConfig(api.URL), api.Client())
@@ -62,20 +81,11 @@ func TestDashboardNeedsAnAuthorizedToken(t *testing.T) {
 		{"outside the dashboard's URLs", "alice-token", "/metrics", http.StatusForbidden},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, srv.URL+c.path, nil)
-			if c.token != "" {
-				req.Header.Set("Authorization", "Bearer "+c.token)
+			code, body := getWithToken(t, srv.URL+c.path, c.token)
+			if code != c.want {
+				t.Fatalf("GET %s: %d %s, want %d", c.path, code, body, c.want)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Fatalf("GET %s: %d %s, want %d", c.path, resp.StatusCode, body, c.want)
-			}
-			if served := strings.HasPrefix(string(body), "view of "); served != (c.want == http.StatusOK) {
+			if served := strings.HasPrefix(body, "view of "); served != (c.want == http.StatusOK) {
 				t.Fatalf("GET %s: the view answered %q", c.path, body)
 			}
 		})

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
+
+	"github.com/gpudra/gpudra/internal/callerauth/callerauthtest"
 )
 
 // The secure metrics answer as docs/monitoring.md says: 401 for a missing or rejected
@@ -41,21 +42,12 @@ func TestSecureMetricsAnswerEachCaller(t *testing.T) {
 		{"a caller allowed get on /metrics", "prometheus-token", http.StatusOK},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-			if c.token != "" {
-				req.Header.Set("Authorization", "Bearer "+c.token)
+			code, body := getWithToken(t, srv.URL+"/metrics", c.token)
+			if code != c.want {
+				t.Fatalf("GET /metrics: %d %s, want %d", code, body, c.want)
 			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Fatalf("GET /metrics: %d %s, want %d", resp.StatusCode, body, c.want)
-			}
-			if served := strings.Contains(string(body), "gpudra_build_info"); served != (c.want == http.StatusOK) {
-				t.Fatalf("GET /metrics answered %d with %q", resp.StatusCode, body)
+			if served := strings.Contains(body, "gpudra_build_info"); served != (c.want == http.StatusOK) {
+				t.Fatalf("GET /metrics answered %d with %q", code, body)
 			}
 		})
 	}
