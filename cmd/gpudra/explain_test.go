@@ -423,30 +423,19 @@ func TestExplainWorkloadShowsKueuesRefusal(t *testing.T) {
 			if err := c.Status().Update(context.Background(), &wl); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := buildReport(context.Background(), &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "workload", "job-train-1a2b3")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			if err := printReport(&out, rep, "", 5); err != nil {
-				t.Fatal(err)
-			}
+			table, js := teamAReport(t, &clients{ctrl: c}, "workload", "job-train-1a2b3")
 			for _, want := range tc.want {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("output lacks %q:\n%s", want, out.String())
+				if !strings.Contains(table, want) {
+					t.Errorf("output lacks %q:\n%s", want, table)
 				}
 			}
-			if line, _, _ := strings.Cut(out.String()[strings.Index(out.String(), "kueue:"):], "\n"); len(line) > 1100 {
+			if line, _, _ := strings.Cut(table[strings.Index(table, "kueue:"):], "\n"); len(line) > 1100 {
 				t.Errorf("Kueue's line is %d bytes long, want it bounded", len(line))
 			}
-			out.Reset()
-			if err := printReport(&out, rep, "json", 5); err != nil {
-				t.Fatal(err)
-			}
 			var back explain.Report
-			if err := json.Unmarshal(out.Bytes(), &back); err != nil || back.Workload == nil || back.Workload.Quota == nil ||
+			if err := json.Unmarshal([]byte(js), &back); err != nil || back.Workload == nil || back.Workload.Quota == nil ||
 				back.Workload.Quota.Reason != tc.reason || back.Workload.Quota.Message != tc.message {
-				t.Errorf("-o json (%v): %s, want Kueue's whole condition", err, out.String())
+				t.Errorf("-o json (%v): %s, want Kueue's whole condition", err, js)
 			}
 		})
 	}
@@ -603,6 +592,23 @@ func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
 	}
 }
 
+// teamAReport explains kind/name of namespace team-a and returns the report as a table
+// and as JSON.
+func teamAReport(t *testing.T, c *clients, kind, name string) (table, js string) {
+	t.Helper()
+	rep, err := buildReport(context.Background(), c, topology.DefaultLabelKeys, "team-a", kind, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [2]bytes.Buffer
+	for i, format := range []string{"", "json"} {
+		if err := printReport(&out[i], rep, format, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out[0].String(), out[1].String()
+}
+
 // A Workload whose Job runs after others shows the chain, each dependency with where it
 // stands, in the table and in JSON.
 func TestExplainWorkloadShowsWhatItsJobRunsAfter(t *testing.T) {
@@ -617,23 +623,12 @@ func TestExplainWorkloadShowsWhatItsJobRunsAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := buildReport(ctx, &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "job", "train")
-	if err != nil {
-		t.Fatal(err)
+	table, js := teamAReport(t, &clients{ctrl: c}, "job", "train")
+	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 0 (no priority class)\nruns after: preprocess (Complete), fetch (not created yet)\n"; !strings.HasPrefix(table, want) {
+		t.Errorf("output does not start with %q:\n%s", want, table)
 	}
-	var out bytes.Buffer
-	if err := printReport(&out, rep, "", 5); err != nil {
-		t.Fatal(err)
-	}
-	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 0 (no priority class)\nruns after: preprocess (Complete), fetch (not created yet)\n"; !strings.HasPrefix(out.String(), want) {
-		t.Errorf("output does not start with %q:\n%s", want, out.String())
-	}
-	out.Reset()
-	if err := printReport(&out, rep, "json", 5); err != nil {
-		t.Fatal(err)
-	}
-	if want := `"runsAfter": [`; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), `"phase": "not created yet"`) {
-		t.Errorf("JSON lacks the chain:\n%.400s", out.String())
+	if want := `"runsAfter": [`; !strings.Contains(js, want) || !strings.Contains(js, `"phase": "not created yet"`) {
+		t.Errorf("JSON lacks the chain:\n%.400s", js)
 	}
 }
 
@@ -650,23 +645,12 @@ func TestExplainWorkloadShowsItsPriorityAndClass(t *testing.T) {
 	if err := c.Update(ctx, &wl); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := buildReport(ctx, &clients{ctrl: c}, topology.DefaultLabelKeys, "team-a", "job", "train")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := printReport(&out, rep, "", 5); err != nil {
-		t.Fatal(err)
-	}
-	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 1000 (PriorityClass high)\n"; !strings.HasPrefix(out.String(), want) {
-		t.Errorf("output does not start with %q:\n%s", want, out.String())
-	}
-	out.Reset()
-	if err := printReport(&out, rep, "json", 5); err != nil {
-		t.Fatal(err)
+	table, js := teamAReport(t, &clients{ctrl: c}, "job", "train")
+	if want := "workload team-a/job-train-1a2b3 (quota reserved)\npriority: 1000 (PriorityClass high)\n"; !strings.HasPrefix(table, want) {
+		t.Errorf("output does not start with %q:\n%s", want, table)
 	}
 	var got struct{ Priority explain.Priority }
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
 		t.Fatal(err)
 	}
 	if want := (explain.Priority{Value: 1000, Kind: "PriorityClass", Class: "high"}); got.Priority != want {
