@@ -8,7 +8,6 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -49,34 +48,16 @@ func TestLargeJobsFirstFollowsItsGate(t *testing.T) {
 			t.Errorf("controller args %v lack %s", args, want)
 		}
 	}
-	mwc, ok := on.get("MutatingWebhookConfiguration", "gpudra-large-jobs-first").(*admissionv1.MutatingWebhookConfiguration)
-	if !ok || len(mwc.Webhooks) != 1 {
-		t.Fatal("no MutatingWebhookConfiguration gpudra-large-jobs-first with one webhook")
-	}
-	w := mwc.Webhooks[0]
+	w := jobWebhook(t, on, "gpudra-large-jobs-first", "/mutate-gpudra-large-jobs-first")
 	if w.FailurePolicy == nil || *w.FailurePolicy != admissionv1.Ignore {
 		t.Errorf("failurePolicy %v, want Ignore: the policy orders jobs and guards nothing", w.FailurePolicy)
-	}
-	if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionv1.OperationType{admissionv1.Create}) || !slices.Equal(w.Rules[0].Resources, []string{"jobs"}) {
-		t.Errorf("rules %+v, want CREATE of jobs only", w.Rules)
 	}
 	sel := metav1.FormatLabelSelector(w.ObjectSelector)
 	if sel != "!kueue.x-k8s.io/priority-class,kueue.x-k8s.io/queue-name" {
 		t.Errorf("objectSelector %s, want queued Jobs without a priority class", sel)
 	}
-	if s := w.ClientConfig.Service; s == nil || s.Path == nil || *s.Path != "/mutate-gpudra-large-jobs-first" {
-		t.Errorf("clientConfig %+v, want the controller's Service at /mutate-gpudra-large-jobs-first", w.ClientConfig)
-	}
-	role, ok := on.get("ClusterRole", "gpudra-controller-large-jobs-first").(*rbacv1.ClusterRole)
-	if !ok {
-		t.Fatal("no ClusterRole gpudra-controller-large-jobs-first")
-	}
-	verbs := verbsByResource(role)
-	for res, want := range map[string][]string{"batch/jobs": {"list", "patch", "watch"}, "resource.k8s.io/resourceclaimtemplates": {"get"}} {
-		if !slices.Equal(verbs[res], want) {
-			t.Errorf("%s: verbs %v, want %v", res, verbs[res], want)
-		}
-	}
+	checkClusterRoleVerbs(t, on, "gpudra-controller-large-jobs-first",
+		map[string][]string{"batch/jobs": {"list", "patch", "watch"}, "resource.k8s.io/resourceclaimtemplates": {"get"}})
 }
 
 func TestLargeJobsFirstRefusesBandsThatCannotWork(t *testing.T) {
