@@ -106,7 +106,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // workloadEvents lets through the Workload events the check acts on: a check pending on
-// reserved quota (to decide), a workload that is done (its reservation ends), creations and
+// reserved quota (to decide), a workload that ended (its reservation ends), creations and
 // deletions. A Workload is written ~9 times around a checked admission; queued, the other
 // updates kept workers from decisions (the admission benchmark: 1 058 reconciles for 120
 // workloads, 0.5 s in the queue on average).
@@ -118,7 +118,7 @@ func workloadEvents() predicate.Funcs {
 				return false
 			}
 			old, _ := e.ObjectOld.(*kueue.Workload)
-			return waitsForADecision(wl) || (doneState(wl) && (old == nil || !doneState(old)))
+			return waitsForADecision(wl) || (ended(wl) && (old == nil || !ended(old)))
 		},
 	}
 }
@@ -157,7 +157,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if doneState(&wl) {
+	if ended(&wl) {
 		r.release(wl.UID)
 		return ctrl.Result{}, nil
 	}
@@ -183,7 +183,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	wrote := time.Now()
 	written, err := r.writeDecision(ctx, &wl, *decision)
 	writeSeconds.Observe(time.Since(wrote).Seconds())
-	if !written && placement != nil {
+	// Only a decision known not to be written gives its devices back. A write that failed
+	// otherwise (a timeout, a dropped connection) may have reached the API server, and Kueue
+	// may admit the gang on it: the reservation stays until the next decision for this
+	// workload replaces it, the gang's claims are seen allocated, or it expires.
+	if !written && err == nil && placement != nil {
 		r.release(wl.UID)
 	}
 	if written {
@@ -531,10 +535,19 @@ func (r *Reconciler) release(uid types.UID) {
 }
 
 // doneState: once pods run (PodsReady), finished or evicted, the live claims are the truth.
+// A controller that starts reads them from caches synced before its first decision.
 func doneState(wl *kueue.Workload) bool {
+	return apimeta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadPodsReady) || ended(wl)
+}
+
+// ended: the workload finished or was evicted; its pods go, and what they hold is freed.
+// PodsReady alone does not end a reservation: the Workload cache can show it before the
+// claims cache shows the pods' allocations, and a reservation dropped then leaves the
+// gang's devices looking free to the next decision. Those reservations end when the
+// claims are seen allocated (snapshot) or expire.
+func ended(wl *kueue.Workload) bool {
 	c := wl.Status.Conditions
-	return apimeta.IsStatusConditionTrue(c, kueue.WorkloadPodsReady) ||
-		apimeta.IsStatusConditionTrue(c, kueue.WorkloadFinished) ||
+	return apimeta.IsStatusConditionTrue(c, kueue.WorkloadFinished) ||
 		apimeta.IsStatusConditionTrue(c, kueue.WorkloadEvicted)
 }
 

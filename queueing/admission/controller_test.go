@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -375,6 +376,73 @@ func TestReservationEndsWhenTheGangsClaimsAreAllocatedOrDeleted(t *testing.T) {
 	}
 }
 
+// trainPods creates the 8 pods of job("train", "dp0", "dp1") bound to the 8 nodes, each
+// naming its claim, without the claims (their allocations not seen yet).
+func trainPods(t *testing.T, c client.Client) {
+	t.Helper()
+	for i := range 8 {
+		claim := fmt.Sprintf("train-%d-tp", i)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("train-%d", i), Labels: map[string]string{api.LabelWorkload: "train"}},
+			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("r%d-n%d", i/4+1, i%4+1), Containers: []corev1.Container{{Name: "c", Image: "i"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("tp4")}}},
+			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tp", ResourceClaimName: &claim}}}}
+		if err := c.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The Workload cache can show a gang's pods ready before the claims cache shows their
+// allocations. The devices stay held until the allocations are seen: a next gang planned
+// in between would be pinned to nodes whose GPUs the first gang's pods hold, and never bind.
+func TestPodsReadyBeforeTheClaimsAreSeenKeepsTheDevices(t *testing.T) {
+	ctx := context.Background()
+	c := lab(t, job("train", "dp0", "dp1"), job("next", "dp0"))
+	r := newReconciler(c)
+	if got := reconcile(t, r, "train"); got.State != kueue.CheckStateReady {
+		t.Fatalf("train: %s %q", got.State, got.Message)
+	}
+	trainPods(t, c)
+	setCondition(t, c, "train", kueue.WorkloadAdmitted)
+	setCondition(t, c, "train", kueue.WorkloadPodsReady)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "train"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := reconcile(t, r, "next"); got.State != kueue.CheckStateRetry {
+		t.Fatalf("train's pods ready, their claims not seen allocated: next %s %q, want Retry (train holds every GPU)", got.State, got.Message)
+	}
+}
+
+// A decision whose write fails other than by a conflict may still have been written (a
+// timeout after the API server applied it), and Kueue admits the gang on it: its devices
+// stay held.
+func TestDecisionWithAFailedWriteKeepsItsDevices(t *testing.T) {
+	ctx := context.Background()
+	failed := false
+	c := labWith(t, interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+		err := c.SubResource(sub).Update(ctx, obj, opts...)
+		if wl, ok := obj.(*kueue.Workload); ok && wl.Name == "train" && err == nil && !failed {
+			failed = true
+			return apierrors.NewTimeoutError("request applied, response lost", 1)
+		}
+		return err
+	}}, job("train", "dp0", "dp1"), job("next", "dp0"))
+	r := newReconciler(c)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "train"}}); err == nil {
+		t.Fatal("the failed write was not returned")
+	}
+	var wl kueue.Workload
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "team-a", Name: "train"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if st := wl.Status.AdmissionChecks[0].State; st != kueue.CheckStateReady {
+		t.Fatalf("train: %s, want the decision the API server applied (Ready)", st)
+	}
+	if got := reconcile(t, r, "next"); got.State != kueue.CheckStateRetry {
+		t.Fatalf("train admitted through a write that reported an error: next %s %q, want Retry (train holds every GPU)", got.State, got.Message)
+	}
+}
+
 // Only the Workload updates the check acts on reach its workers: a check pending on reserved
 // quota, and a workload becoming done (its reservation ends); Kueue's other writes around an
 // admission do not queue.
@@ -386,7 +454,9 @@ func TestWorkloadEventsFilter(t *testing.T) {
 	admitted.Status.Conditions = append(admitted.Status.Conditions, metav1.Condition{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue})
 	running := admitted.DeepCopy()
 	running.Status.Conditions = append(running.Status.Conditions, metav1.Condition{Type: kueue.WorkloadPodsReady, Status: metav1.ConditionTrue})
-	again := running.DeepCopy()
+	evicted := running.DeepCopy()
+	evicted.Status.Conditions = append(evicted.Status.Conditions, metav1.Condition{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue})
+	again := evicted.DeepCopy()
 	again.Labels = map[string]string{"touched": "yes"}
 	noQuota := pending.DeepCopy()
 	noQuota.Status.Conditions = nil
@@ -400,8 +470,9 @@ func TestWorkloadEventsFilter(t *testing.T) {
 		{"check pending, no quota", pending, noQuota, false},
 		{"check decided", pending, decided, false},
 		{"admitted", decided, admitted, false},
-		{"pods ready: the reservation ends", admitted, running, true},
-		{"done already, written again", running, again, false},
+		{"pods ready: the claims, not the condition, end the reservation", admitted, running, false},
+		{"evicted: the reservation ends", running, evicted, true},
+		{"ended already, written again", evicted, again, false},
 	} {
 		if got := f.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: reconcile = %v, want %v", tc.what, got, tc.want)
