@@ -1,20 +1,25 @@
 // Command admission measures Kueue admission throughput with and without gpudra's topology
 // admission check, in the same run, on a lab of simulated nodes:
 //
-//	go run ./test/bench/admission [-racks 10] [-nodes-per-rack 64] [-workloads 120]
+//	go run ./test/bench/admission [-racks 10] [-nodes-per-rack 64] [-workloads 120] [-objects workloads,jobs]
 //
 // It starts a lab with Kueue and gpudra-controller, adds racks × nodes kwok nodes of 8 GPUs
 // (DGX H100 profile; their ResourceSlices published by this program, as each node's plugin
-// would), then submits gangs of 2, 4 and 8 one-GPU pods, first to a ClusterQueue without
-// the check (Kueue alone), then to one with gpudra.dev/topology (each gang kept in one rack).
-// It does so twice: as bare Workloads, as Kueue's own scheduler performance tests submit
-// them (admission alone), then as Jobs (admission while the admitted gangs' pods are created,
-// allocated their claims, pinned and started: the whole path, on the same machine). Each
-// queue holds admissions (stopPolicy Hold) until all its Workloads exist and is then
-// released, so what is measured is how fast a backlog is admitted, not how fast objects are
-// created. It reports workloads admitted per second and time-to-admission percentiles (from
-// the release) for each; after a round of Jobs it waits until all their pods run, so that
-// every gang the check placed is shown to be schedulable where it was placed.
+// would), then submits gangs of 2, 4 and 8 one-GPU pods to a ClusterQueue without the check
+// (Kueue alone) and to one with gpudra.dev/topology (each gang kept in one rack), one round
+// each. It does so twice: as bare Workloads, as Kueue's own scheduler performance tests
+// submit them (admission alone), Kueue alone first, then as Jobs (admission while the
+// admitted gangs' pods are created, allocated their claims, pinned and started: the whole
+// path, on the same machine), the check first, so that neither mode always has the later,
+// warmer round. Each queue holds admissions (stopPolicy Hold) until all its Workloads exist
+// and is then released, so what is measured is how fast a backlog is admitted, not how fast
+// objects are created. It reports workloads admitted per second and time-to-admission
+// percentiles (from the release) for each; after a round of Jobs it waits until all their
+// pods run, so that every gang the check placed is shown to be schedulable where it was
+// placed. Each round's Workloads or Jobs are deleted after it and their pods and claims
+// awaited gone, so every round starts on an empty cluster: admitted bare Workloads never get
+// ready pods, and left in place Kueue would evict and admit them again (waitForPodsReady)
+// during later rounds.
 package main
 
 import (
@@ -71,11 +76,17 @@ func main() {
 	perRack := flag.Int("nodes-per-rack", 64, "8-GPU nodes per rack")
 	n := flag.Int("workloads", 120, "gang workloads submitted per mode (sizes 2, 4, 8 pods in turn)")
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
+	objects := flag.String("objects", "workloads,jobs", "the rounds' kinds, in order: workloads (bare Workloads), jobs (Jobs whose pods start)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, *racks, *perRack, *n, *keep); err != nil {
+	kinds, err := parseObjects(*objects)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "admission benchmark:", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, *racks, *perRack, *n, kinds, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "admission benchmark:", err)
 		os.Exit(1)
 	}
@@ -92,7 +103,32 @@ blocks:
     - {name: bench-plugin-node, profile: dgx-h100}
 `
 
-func run(ctx context.Context, racks, perRack, n int, keep bool) error {
+// parseObjects reads the -objects flag: a comma-separated list of workloads and jobs.
+func parseObjects(v string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(v, ",") {
+		k = strings.TrimSpace(k)
+		if k != "workloads" && k != "jobs" {
+			return nil, fmt.Errorf("-objects: %q is not a kind of round; accepted: workloads, jobs (comma-separated)", k)
+		}
+		if slices.Contains(out, k) {
+			return nil, fmt.Errorf("-objects: %q is named twice", k)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// modesOf is the order of a kind's two rounds: bare Workloads go to Kueue alone first, Jobs
+// to the checked queue first.
+func modesOf(objects string) []string {
+	if objects == "jobs" {
+		return []string{"gpudra", "kueue"}
+	}
+	return []string{"kueue", "gpudra"}
+}
+
+func run(ctx context.Context, racks, perRack, n int, kinds []string, keep bool) error {
 	repo, err := lab.RepoRoot(".")
 	if err != nil {
 		return err
@@ -134,11 +170,11 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 		return err
 	}
 	var results []result
-	for _, objects := range []string{"workloads", "jobs"} {
+	for _, objects := range kinds {
 		if err := apply(ctx, cfg, namespaces(objects)); err != nil {
 			return err
 		}
-		for _, mode := range []string{"kueue", "gpudra"} {
+		for _, mode := range modesOf(objects) {
 			r, err := measure(ctx, cfg, cs, mode, objects, n)
 			if err != nil {
 				return err
@@ -152,17 +188,21 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 					fmt.Fprintln(os.Stderr, "    "+line)
 				}
 			}
-			if objects != "jobs" {
-				continue
+			if objects == "jobs" {
+				// The admitted gangs' pods (their claims allocated, bound, started by kwok)
+				// load the API server for a while after the last admission: the next round
+				// starts on a quiet cluster, not in the tail of this one's pod start-up.
+				running, err := waitPodsRunning(ctx, cs, r.namespace, podsOf(r.admitted))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(os.Stderr, "%s: %d pods running %s after the last admission\n", r.namespace, running, time.Since(r.last).Round(time.Second))
 			}
-			// The admitted gangs' pods (their claims allocated, bound, started by kwok) load
-			// the API server for a while after the last admission: the next mode starts on a
-			// quiet cluster, not in the tail of this one's pod start-up.
-			running, err := waitPodsRunning(ctx, cs, r.namespace, podsOf(r.admitted))
-			if err != nil {
+			start := time.Now()
+			if err := cleanUp(ctx, cfg, cs, r.namespace, objects); err != nil {
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "%s: %d pods running %s after the last admission\n", r.namespace, running, time.Since(r.last).Round(time.Second))
+			fmt.Fprintf(os.Stderr, "%s: deleted, its pods and claims gone, in %s\n", r.namespace, time.Since(start).Round(time.Second))
 		}
 	}
 	profiling.Wait()
@@ -173,10 +213,56 @@ func run(ctx context.Context, racks, perRack, n int, keep bool) error {
 		fmt.Printf("| %s | %s | %d/%d | %.1f | %s | %s | %s |\n", r.objects, r.mode, r.admitted, n, r.rate, r.p(50), r.p(90), r.p(99))
 	}
 	fmt.Println()
-	for k := 0; k+1 < len(results); k += 2 {
-		if results[k].rate > 0 {
-			fmt.Printf("%s: gpudra check / Kueue alone: %.2f× the throughput\n", results[k].objects, results[k+1].rate/results[k].rate)
+	for _, objects := range kinds {
+		rate := map[string]float64{}
+		for _, r := range results {
+			if r.objects == objects {
+				rate[r.mode] = r.rate
+			}
 		}
+		if rate["kueue"] > 0 {
+			fmt.Printf("%s (%s first): gpudra check / Kueue alone: %.2f× the throughput\n", objects, modesOf(objects)[0], rate["gpudra"]/rate["kueue"])
+		}
+	}
+	return nil
+}
+
+// cleanUp deletes a round's Workloads or Jobs and waits (up to 5 minutes) until the
+// namespace holds no Workload, pod or ResourceClaim: the next round starts on free devices
+// and without this round's Workloads, which Kueue would otherwise evict for pods that never
+// became ready and admit again while later rounds are measured.
+func cleanUp(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, objects string) error {
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	background := metav1.DeletePropagationBackground
+	del := metav1.DeleteOptions{PropagationPolicy: &background}
+	var err error
+	if objects == "jobs" {
+		err = cs.BatchV1().Jobs(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
+	} else {
+		err = dyn.Resource(workloadsGVR).Namespace(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("delete the %s of %s: %w", objects, ns, err)
+	}
+	left := ""
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		wls, err := dyn.Resource(workloadsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		claims, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left = fmt.Sprintf("%d Workloads, %d pods, %d ResourceClaims", len(wls.Items), len(pods.Items), len(claims.Items))
+		return len(wls.Items)+len(pods.Items)+len(claims.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: still %s 5 minutes after deleting its %s: %w", ns, left, objects, err)
 	}
 	return nil
 }

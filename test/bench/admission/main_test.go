@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -37,5 +39,40 @@ func TestGangsDecode(t *testing.T) {
 				t.Errorf("%s %s: %d gates, required-topology %q, claim template %q", mode, tpl.what, tpl.gates, tpl.ann, tpl.claim)
 			}
 		}
+	}
+}
+
+// -objects picks the rounds; a kind it does not know is refused, naming the accepted ones.
+func TestObjectsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []string
+		wantErr string
+	}{
+		{"workloads,jobs", []string{"workloads", "jobs"}, ""},
+		{"jobs", []string{"jobs"}, ""},
+		{"jobs, workloads", []string{"jobs", "workloads"}, ""},
+		{"pods", nil, `-objects: "pods" is not a kind of round; accepted: workloads, jobs`},
+		{"jobs,jobs", nil, `-objects: "jobs" is named twice`},
+	} {
+		got, err := parseObjects(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %v %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// Each mode has the first round of one kind and the second of the other, so that a mode's
+// ratio is not always that of the later round.
+func TestRoundOrderAlternates(t *testing.T) {
+	w, j := modesOf("workloads"), modesOf("jobs")
+	if len(w) != 2 || len(j) != 2 || w[0] != j[1] || w[1] != j[0] || w[0] == w[1] {
+		t.Errorf("workloads rounds %v, jobs rounds %v: want both modes in each, in opposite orders", w, j)
 	}
 }
