@@ -158,6 +158,17 @@ func (s *State) Commit(r *resourceapi.AllocationResult) {
 	}
 }
 
+// Taken reports whether a device the result allocates whole is already allocated in s.
+// Committing such a result again would count one device for two claims.
+func (s *State) Taken(r *resourceapi.AllocationResult) bool {
+	for _, d := range r.Devices.Results {
+		if d.ShareID == nil && s.allocated.AllocatedDevices.Has(structured.MakeDeviceID(d.Driver, d.Pool, d.Device)) {
+			return true
+		}
+	}
+	return false
+}
+
 // Release returns an allocation result's devices.
 func (s *State) Release(r *resourceapi.AllocationResult) {
 	for _, d := range r.Devices.Results {

@@ -80,6 +80,12 @@ type Reconciler struct {
 type reservation struct {
 	key     types.NamespacedName
 	results []resourceapi.AllocationResult
+	// claims[k] and nodes[k], where set, are the claim results[k] was planned for and its
+	// node. The scheduler allocates a claim any fitting device of the node, not the one
+	// planned; where that device went to another claim, the reservation is counted by
+	// allocating the claim again on the node.
+	claims  []*resourceapi.ResourceClaim
+	nodes   []string
 	pods    int
 	expires time.Time
 }
@@ -229,7 +235,7 @@ func (r *Reconciler) decideAndReserve(ctx context.Context, wl *kueue.Workload) (
 	r.decideMu.Lock()
 	defer r.decideMu.Unlock()
 	decisionWaitSeconds.Observe(time.Since(waited).Seconds())
-	decision, placement, err := r.decide(ctx, wl)
+	decision, placement, sets, err := r.decide(ctx, wl)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -242,7 +248,7 @@ func (r *Reconciler) decideAndReserve(ctx context.Context, wl *kueue.Workload) (
 		}
 	}
 	if placement != nil {
-		r.reserve(wl.UID, client.ObjectKeyFromObject(wl), placement)
+		r.reserve(wl.UID, client.ObjectKeyFromObject(wl), placement, sets)
 	}
 	return decision, placement, 0, nil
 }
@@ -287,37 +293,37 @@ func (r *Reconciler) writeDecision(ctx context.Context, wl *kueue.Workload, deci
 }
 
 // decide plans the gang and turns the outcome into an admission check state.
-func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.AdmissionCheckState, *gang.Placement, error) {
+func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.AdmissionCheckState, *gang.Placement, []gang.PodSet, error) {
 	start := time.Now()
 	sets, err := podSets(ctx, r.Client, wl)
 	var bad badInput
 	if errors.As(err, &bad) {
-		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: bad.Error()}, nil, nil
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: bad.Error()}, nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	t0 := time.Now()
 	st, net, taints, err := r.snapshot(ctx, wl.UID)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	// A share that no card lets pass, or a request for capacity of a class of whole
 	// devices, is refused at once, not after waiting for room.
 	if err := refusedBeforePlanning(wl, sets, st); err != nil {
-		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil, nil
 	}
 	t1 := time.Now()
 	placement, _, err := gang.Plan(ctx, st, net, taints, sets)
 	log.FromContext(ctx).V(2).Info("Planned", "workload", client.ObjectKeyFromObject(wl), "podSets", t0.Sub(start), "snapshot", t1.Sub(t0), "plan", time.Since(t1))
 	switch {
 	case gang.IsUnplaceable(err):
-		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRetry, Message: err.Error(), RequeueAfterSeconds: ptr.To(int32(RetryAfter / time.Second))}, nil, nil, nil
 	case err != nil:
-		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil, nil
 	}
 	if err := refusedAsPlaced(wl, sets, st, placement); err != nil {
-		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil
+		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil, nil
 	}
 	ready := &kueue.AdmissionCheckState{State: kueue.CheckStateReady}
 	var where []string
@@ -337,7 +343,7 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 		}
 	}
 	ready.Message = "gang fits: " + strings.Join(append(where, fmt.Sprintf("%d pods placed", countPods(placement))), "; ")
-	return ready, placement, nil
+	return ready, placement, sets, nil
 }
 
 // terminatingWait bounds how long a pod stuck in deletion makes a gang wait with its quota.
@@ -422,7 +428,16 @@ func (r *Reconciler) snapshot(ctx context.Context, self types.UID) (*allocation.
 			continue
 		}
 		for k := range res.results {
-			st.Commit(&res.results[k])
+			result := &res.results[k]
+			if k >= len(res.claims) || res.claims[k] == nil || !st.Taken(result) {
+				st.Commit(result)
+				continue
+			}
+			// The planned devices went to another claim (the scheduler chose them for a
+			// pod of another gang): the same claim still needs as much on its node.
+			if _, err := st.AllocateAndCommit(ctx, res.nodes[k], res.claims[k]); err != nil {
+				holdNode(st, res.nodes[k])
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -497,16 +512,33 @@ func claimsAllocated(pod *corev1.Pod, allocated map[types.NamespacedName]bool) b
 	return true
 }
 
-func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement) {
-	var all []resourceapi.AllocationResult
+func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Placement, sets []gang.PodSet) {
+	res := reservation{key: key, pods: countPods(p), expires: r.Now().Add(reservationTTL)}
+	byName := map[string]gang.PodSet{}
+	for _, s := range sets {
+		byName[s.Name] = s
+	}
 	names := make([]string, 0, len(p.Allocations))
 	for n := range p.Allocations {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		for _, pod := range p.Allocations[n] {
-			all = append(all, pod...)
+		set, known := byName[n]
+		for i, pod := range p.Allocations[n] {
+			var claims []*resourceapi.ResourceClaim
+			if known {
+				claims = podClaims(set, i)
+			}
+			for k := range pod {
+				res.results = append(res.results, pod[k])
+				res.nodes = append(res.nodes, p.Nodes[n][i])
+				var claim *resourceapi.ResourceClaim
+				if k < len(claims) {
+					claim = claims[k]
+				}
+				res.claims = append(res.claims, claim)
+			}
 		}
 	}
 	r.mu.Lock()
@@ -514,7 +546,7 @@ func (r *Reconciler) reserve(uid types.UID, key types.NamespacedName, p *gang.Pl
 	if r.reserved == nil {
 		r.reserved = map[types.UID]reservation{}
 	}
-	r.reserved[uid] = reservation{key: key, results: all, pods: countPods(p), expires: r.Now().Add(reservationTTL)}
+	r.reserved[uid] = res
 }
 
 // releaseKey drops the reservation of a deleted workload.

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -563,4 +564,57 @@ func TestShareUnderAQueue(t *testing.T) {
 			t.Fatalf("%s %q, want Rejected on the L40S's memory", got.State, got.Message)
 		}
 	})
+}
+
+// pairJob is a Workload of two pods of one GPU each, kept in one rack.
+func pairJob(name string) *kueue.Workload {
+	wl := job(name, "main")
+	wl.Spec.PodSets[0].Count = 2
+	wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("one")
+	return wl
+}
+
+// The scheduler gives a pod any free GPU of its node, not the one the check planned. When
+// a later gang's pods take the GPUs planned for an earlier gang that has not started, the
+// earlier gang still needs as many GPUs on that node: the node is full, not half free.
+func TestReservationCountsByAmountWhenTheSchedulerTookItsDevices(t *testing.T) {
+	ctx := context.Background()
+	spec, err := allocation.ParseClaimSpec([]byte("devices:\n  requests:\n  - name: gpu\n    exactly: {deviceClassName: gpu.gpudra.dev}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "one"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+	c := lab(t, one, pairJob("first"), pairJob("second"), pairJob("third"))
+	r := newReconciler(c)
+	first, second := reconcile(t, r, "first"), reconcile(t, r, "second")
+	if first.State != kueue.CheckStateReady || second.State != kueue.CheckStateReady {
+		t.Fatalf("first %s %q, second %s %q", first.State, first.Message, second.State, second.Message)
+	}
+	node := plannedNodes(first, "main")[0]
+	if !slices.Equal(plannedNodes(first, "main"), []string{node, node}) || !slices.Equal(plannedNodes(second, "main"), []string{node, node}) {
+		t.Fatalf("first on %v, second on %v: want both on one node of 4 GPUs", plannedNodes(first, "main"), plannedNodes(second, "main"))
+	}
+	// The second gang's pods are scheduled first, onto the GPUs planned for the first.
+	taken := r.reserved["first"].results
+	for i := range 2 {
+		name := fmt.Sprintf("second-%d-gpu", i)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: fmt.Sprintf("second-%d", i), Labels: map[string]string{api.LabelWorkload: "second"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "i"}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one")}}},
+			Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: &name}}}}
+		claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name},
+			Status: resourceapi.ResourceClaimStatus{Allocation: &taken[i]}}
+		for _, o := range []client.Object{pod, claim} {
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	third := reconcile(t, r, "third")
+	if third.State != kueue.CheckStateReady {
+		t.Fatalf("third: %s %q", third.State, third.Message)
+	}
+	if nodes := plannedNodes(third, "main"); slices.Contains(nodes, node) {
+		t.Errorf("third planned on %v: %s has 4 GPUs, 2 held by the second gang's pods and 2 owed to the first gang", nodes, node)
+	}
 }
