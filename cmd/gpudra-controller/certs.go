@@ -73,7 +73,7 @@ func (o options) serveWebhook(mgr ctrl.Manager) error {
 		srv.Register(largefirst.WebhookPath, &webhook.Admission{Handler: largefirst.Webhook{Templates: mgr.GetAPIReader(), Bands: bands}})
 	}
 	if o.enabled(features.JobDependencies) {
-		srv.Register(dependencies.WebhookPath, &webhook.Admission{Handler: dependencies.Webhook{Jobs: mgr.GetClient()}})
+		srv.Register(dependencies.WebhookPath, &webhook.Admission{Handler: dependencies.Webhook{Jobs: mgr.GetAPIReader()}})
 	}
 	if err := mgr.Add(webhookAfterCerts{ready: ready, server: srv}); err != nil {
 		return err

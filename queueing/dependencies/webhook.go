@@ -22,7 +22,8 @@ const WebhookConfigurationName = "gpudra-job-dependencies"
 // admission gates and refuses bad annotations and cycles.
 type Webhook struct {
 	// Jobs lists the Jobs of the new job's namespace, to follow their run-after
-	// annotations (the manager's cache).
+	// annotations: the API server itself, not a cache, which may not hold yet a job
+	// created a moment before the one that closes the cycle.
 	Jobs client.Reader
 }
 

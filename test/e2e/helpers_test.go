@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -33,8 +34,13 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(cont
 	var last error
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(t.Context(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		last = cond(ctx)
-		return last == nil, nil
+		err := cond(ctx)
+		// A complaint that is only the poll's own deadline (a call cut short, a client rate
+		// limiter refusing to wait past it) hides the one before, which says what was wrong.
+		if last == nil || err == nil || !(errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "would exceed context deadline")) {
+			last = err
+		}
+		return err == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("%s: not true after %s: %v", what, timeout, last)
