@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/lab"
@@ -91,19 +93,42 @@ func sample(t *testing.T, name string) string {
 	return string(raw)
 }
 
-// applySample applies the sample and, when the subtest ends, deletes it and waits until its
-// Jobs are gone (the next sample reuses their names).
+// applySample applies the sample and, when the subtest ends, deletes it with its Jobs' pods
+// and waits until they are gone (the next sample reuses the names and the GPUs).
 func applySample(t *testing.T, name string, jobs ...string) {
 	t.Helper()
-	applyForTest(t, decode(t, sample(t, name))...)
+	// Registered before applyForTest's, so it runs after the sample's objects are deleted
+	// (which leaves a Job's pods behind).
 	t.Cleanup(func() {
-		eventually(t, 2*time.Minute, name+"'s jobs are gone", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		bg := metav1.DeletePropagationBackground
+		for _, j := range jobs {
+			if err := client.BatchV1().Jobs("team-a").Delete(ctx, j, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete job %s: %v", j, err)
+			}
+			if err := client.CoreV1().Pods("team-a").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{LabelSelector: "job-name=" + j}); err != nil {
+				t.Errorf("delete job %s's pods: %v", j, err)
+			}
+		}
+		var left string
+		err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			for _, j := range jobs {
-				if _, err := client.BatchV1().Jobs("team-a").Get(ctx, j, metav1.GetOptions{}); err == nil {
-					return fmt.Errorf("job %s is still there", j)
+				if _, err := client.BatchV1().Jobs("team-a").Get(ctx, j, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					left = "job " + j
+					return false, nil
+				}
+				pods, err := client.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + j})
+				if err != nil || len(pods.Items) > 0 {
+					left = "pods of job " + j
+					return false, nil
 				}
 			}
-			return nil
+			return true, nil
 		})
+		if err != nil {
+			t.Errorf("%s: %s still there after 2m", name, left)
+		}
 	})
+	applyForTest(t, decode(t, sample(t, name))...)
 }
