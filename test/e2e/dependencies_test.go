@@ -196,12 +196,7 @@ func dependencyLab(t *testing.T, name string) (ns, queue string) {
 	queue = "e2e-" + name
 	applyForTest(t, decode(t, clusterQueue(queue, false, 8, 2))...)
 	ns = namespace(t, "e2e-"+name)
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
-`+oneGPUTemplate(ns))
+	apply(t, teamQueue(ns, queue)+oneGPUTemplate(ns))
 	return ns, "team"
 }
 

@@ -107,6 +107,16 @@ func apply(t *testing.T, manifests string) []*unstructured.Unstructured {
 	return objs
 }
 
+// teamQueue is the LocalQueue "team" of namespace ns on ClusterQueue cq, as YAML.
+func teamQueue(ns, cq string) string {
+	return `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team, namespace: ` + ns + `}
+spec: {clusterQueue: ` + cq + `}
+`
+}
+
 // decode decodes YAML documents for a test that changes them before applyForTest.
 func decode(t *testing.T, manifests string) []*unstructured.Unstructured {
 	t.Helper()

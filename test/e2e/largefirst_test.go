@@ -96,12 +96,7 @@ func largeFirstLab(t *testing.T, name string) (ns, cq string) {
 	queue := strings.Replace(clusterQueue(name, false, 64, largeFirstGPUs), "namespaceSelector: {}", "namespaceSelector: {}\n  stopPolicy: Hold", 1)
 	applyForTest(t, decode(t, queue)...)
 	ns = namespace(t, name)
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+name+`}
-`+oneGPUTemplate(ns)+fourGPUTemplate("four-gpus", ns))
+	apply(t, teamQueue(ns, name)+oneGPUTemplate(ns)+fourGPUTemplate("four-gpus", ns))
 	return ns, name
 }
 

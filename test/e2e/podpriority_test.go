@@ -54,12 +54,7 @@ value: 1000
 	}
 	applyForTest(t, objs...)
 	ns = namespace(t, queue)
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
-`+oneGPUTemplate(ns))
+	apply(t, teamQueue(ns, queue)+oneGPUTemplate(ns))
 	return ns, low, high
 }
 

@@ -44,12 +44,7 @@ func TestAdmittedGangThatCannotStartIsEvictedWhole(t *testing.T) {
 	const queue, job = "e2e-pods-ready", "cannot-start"
 	applyForTest(t, decode(t, clusterQueue(queue, true, 8, 2))...)
 	ns := namespace(t, "e2e-pods-ready")
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
-`+oneGPUTemplate(ns))
+	apply(t, teamQueue(ns, queue)+oneGPUTemplate(ns))
 	pod := lab.RealNodePod(ns, "", node, []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}})
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	pod.Spec.Containers[0].Image = absentImage

@@ -85,12 +85,7 @@ func TestQueuedSharingConfigsAreChargedTheirCompute(t *testing.T) {
           parameters: {apiVersion: gpu.gpudra.dev/v1alpha1, kind: GpuConfig, ` + body + `}`
 	}
 	share := `{name: gpu, exactly: {deviceClassName: gpu-share.gpudra.dev, capacity: {requests: {memory: 8Gi, compute: "20"}}}}`
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
-`+quotaTemplate(ns, "mps-share", share+gpuConfig(`sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 10}}`))+
+	apply(t, teamQueue(ns, queue)+quotaTemplate(ns, "mps-share", share+gpuConfig(`sharing: {strategy: MPS, mps: {defaultActiveThreadPercentage: 10}}`))+
 		quotaTemplate(ns, "time-sliced", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}`+gpuConfig(`sharing: {strategy: TimeSlicing, timeSlicing: {interval: Long}}`))+
 		quotaTemplate(ns, "plain-share", share))
 

@@ -134,12 +134,7 @@ func TestQuotaBoundsEveryMixInGPUs(t *testing.T) {
 	share := func(compute string) string {
 		return `{name: gpu, exactly: {deviceClassName: gpu-share.gpudra.dev, capacity: {requests: {memory: 4Gi, compute: "` + compute + `"}}}}`
 	}
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
-`+quotaTemplate(ns, "whole", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}`)+
+	apply(t, teamQueue(ns, queue)+quotaTemplate(ns, "whole", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev}}`)+
 		quotaTemplate(ns, "half", share("50"))+
 		quotaTemplate(ns, "same-model-pair", `{name: gpus, exactly: {deviceClassName: gpu.gpudra.dev, count: 2}}
       constraints: [{requests: [gpus], matchAttribute: gpu.gpudra.dev/productName}]`)+
@@ -283,12 +278,7 @@ func TestQueuedShareSelectedByCELRunsWithItsLimits(t *testing.T) {
 	const queue = "e2e-quota-cel"
 	applyForTest(t, decode(t, clusterQueue(queue, true, 64, 1))...)
 	ns := namespace(t, "e2e-quota-cel")
-	apply(t, `
-apiVersion: kueue.x-k8s.io/v1beta2
-kind: LocalQueue
-metadata: {name: team, namespace: `+ns+`}
-spec: {clusterQueue: `+queue+`}
----
+	apply(t, teamQueue(ns, queue)+`---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
 metadata: {name: guaranteed, namespace: `+ns+`}
