@@ -50,7 +50,11 @@ func NewApplier(cfg *rest.Config) (*Applier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
+	return newApplier(dc, dyn), nil
+}
+
+func newApplier(dc discovery.DiscoveryInterface, dyn dynamic.Interface) *Applier {
+	return &Applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
 }
 
 // Apply applies objs in order. A kind the API server does not know yet (a CRD created a moment
@@ -95,13 +99,33 @@ func (a *Applier) apply(ctx context.Context, o *unstructured.Unstructured) error
 	return err
 }
 
-// Delete deletes objs, ignoring those already gone.
-func (a *Applier) Delete(ctx context.Context, objs ...*unstructured.Unstructured) error {
-	var errs []error
+// Missing is those of objs that the cluster does not hold yet.
+func (a *Applier) Missing(ctx context.Context, objs ...*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	var missing []*unstructured.Unstructured
 	for _, o := range objs {
 		ri, err := a.resource(o)
 		if err == nil {
-			err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+			_, err = ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+		}
+		switch {
+		case isNotFound(err) || meta.IsNoMatchError(err):
+			missing = append(missing, o)
+		case err != nil:
+			return nil, fmt.Errorf("get %s %s: %w", o.GetKind(), objectName(o), err)
+		}
+	}
+	return missing, nil
+}
+
+// Delete deletes objs, ignoring those already gone. What they own (a Job's pods) is deleted
+// in the background, as kubectl does.
+func (a *Applier) Delete(ctx context.Context, objs ...*unstructured.Unstructured) error {
+	var errs []error
+	bg := metav1.DeletePropagationBackground
+	for _, o := range objs {
+		ri, err := a.resource(o)
+		if err == nil {
+			err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg})
 		}
 		if err != nil && !isNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s %s: %w", o.GetKind(), objectName(o), err))

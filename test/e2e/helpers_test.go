@@ -128,15 +128,21 @@ func decode(t *testing.T, manifests string) []*unstructured.Unstructured {
 }
 
 // applyForTest applies objects that outlive namespaces (Kueue ClusterQueues, flavors,
-// priority classes) and deletes them when the test ends.
+// priority classes) and deletes, when the test ends, those that the lab did not hold
+// before: an object the lab installed (the gpudra-topology AdmissionCheck) stays for the
+// tests after it.
 func applyForTest(t *testing.T, objs ...*unstructured.Unstructured) {
 	t.Helper()
 	ap, err := lab.NewApplier(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	created, err := ap.Missing(t.Context(), objs...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		if err := ap.Delete(context.Background(), objs...); err != nil {
+		if err := ap.Delete(context.Background(), created...); err != nil {
 			t.Errorf("clean up: %v", err)
 		}
 	})
