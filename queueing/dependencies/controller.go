@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,10 +60,11 @@ type Reconciler struct {
 }
 
 // notedEvent is the note of a job's last Event; uid tells a job from one recreated under
-// its name.
+// its name. statuses are the dependencies as the note saw them.
 type notedEvent struct {
-	uid  types.UID
-	note string
+	uid      types.UID
+	note     string
+	statuses []Status
 }
 
 // SetupWithManager reconciles gated Jobs, and the gated Jobs that run after a Job whenever
@@ -114,7 +116,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = fmt.Errorf("annotation %s is gone: the gate %s stays until the job is recreated", RunAfterAnnotation, Gate)
 	}
 	if err != nil {
-		r.note(&job, corev1.EventTypeWarning, ReasonInvalid, err.Error())
+		r.note(&job, corev1.EventTypeWarning, ReasonInvalid, err.Error(), nil)
 		return reconcile.Result{}, nil
 	}
 	statuses, err := r.statuses(ctx, job.Namespace, spec.After)
@@ -134,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			return reconcile.Result{}, err
 		}
 		r.forget(req.NamespacedName)
-		r.event(&job, corev1.EventTypeNormal, ReasonReleased, d.Note)
+		r.event(&job, nil, corev1.EventTypeNormal, ReasonReleased, d.Note)
 		return reconcile.Result{}, nil
 	case Fail:
 		return r.fail(ctx, &job, d.Note)
@@ -144,10 +146,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if path, err := r.cycle(ctx, &job, spec.After); err != nil {
 		return reconcile.Result{}, err
 	} else if path != "" {
-		r.note(&job, corev1.EventTypeWarning, ReasonCycle, fmt.Sprintf("job %s waits for itself: %s; none of them runs until one is deleted", job.Name, path))
+		r.note(&job, corev1.EventTypeWarning, ReasonCycle, fmt.Sprintf("job %s waits for itself: %s; none of them runs until one is deleted", job.Name, path), statuses)
 		return reconcile.Result{}, nil
 	}
-	r.note(&job, corev1.EventTypeNormal, ReasonWaiting, d.Note)
+	r.note(&job, corev1.EventTypeNormal, ReasonWaiting, d.Note, statuses)
 	for _, s := range statuses {
 		if s.Kind == KindJobSet {
 			return reconcile.Result{RequeueAfter: jobSetRecheck}, nil
@@ -188,7 +190,7 @@ func (r *Reconciler) fail(ctx context.Context, job *batchv1.Job, note string) (r
 			return reconcile.Result{}, err
 		}
 		r.forget(client.ObjectKeyFromObject(job))
-		r.event(job, corev1.EventTypeWarning, ReasonDependencyFailed, fmt.Sprintf("%s; its Workload %s is deactivated", note, wl.Name))
+		r.event(job, nil, corev1.EventTypeWarning, ReasonDependencyFailed, fmt.Sprintf("%s; its Workload %s is deactivated", note, wl.Name))
 	}
 	return reconcile.Result{}, nil
 }
@@ -204,30 +206,42 @@ func Statuses(ctx context.Context, jobs, jobSets client.Reader, ns string, deps 
 	out := make([]Status, 0, len(deps))
 	for _, d := range deps {
 		var phase Phase
+		var obj *corev1.ObjectReference
 		var err error
 		switch d.Kind {
 		case KindJobSet:
-			phase, err = jobSetPhase(ctx, jobSets, types.NamespacedName{Namespace: ns, Name: d.Name})
+			phase, obj, err = jobSetPhase(ctx, jobSets, types.NamespacedName{Namespace: ns, Name: d.Name})
 		default:
-			phase, err = jobPhase(ctx, jobs, types.NamespacedName{Namespace: ns, Name: d.Name})
+			phase, obj, err = jobPhase(ctx, jobs, types.NamespacedName{Namespace: ns, Name: d.Name})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", d.Kind, d.Name, err)
 		}
-		out = append(out, Status{Dependency: d, Phase: phase})
+		out = append(out, Status{Dependency: d, Phase: phase, Object: obj})
 	}
 	return out, nil
 }
 
-func jobPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, error) {
+// reference names the object of kind gvk at key as read: with its UID and
+// resourceVersion, or without when it does not exist (o nil).
+func reference(gvk schema.GroupVersionKind, key types.NamespacedName, o metav1.Object) *corev1.ObjectReference {
+	ref := &corev1.ObjectReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: key.Namespace, Name: key.Name}
+	if o != nil {
+		ref.UID, ref.ResourceVersion = o.GetUID(), o.GetResourceVersion()
+	}
+	return ref
+}
+
+func jobPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, *corev1.ObjectReference, error) {
+	gvk := batchv1.SchemeGroupVersion.WithKind("Job")
 	var job batchv1.Job
 	if err := c.Get(ctx, key, &job); err != nil {
 		if apierrors.IsNotFound(err) {
-			return PhaseNotCreated, nil
+			return PhaseNotCreated, reference(gvk, key, nil), nil
 		}
-		return "", err
+		return "", nil, err
 	}
-	return JobPhase(&job), nil
+	return JobPhase(&job), reference(gvk, key, &job), nil
 }
 
 // JobPhase is where a batch Job stands: Complete or Failed by its conditions, else
@@ -250,16 +264,16 @@ func JobPhase(job *batchv1.Job) Phase {
 	return PhaseRunning
 }
 
-func jobSetPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, error) {
+func jobSetPhase(ctx context.Context, c client.Reader, key types.NamespacedName) (Phase, *corev1.ObjectReference, error) {
 	js := &unstructured.Unstructured{}
 	js.SetGroupVersionKind(jobSetGVK)
 	if err := c.Get(ctx, key, js); err != nil {
 		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return PhaseNotCreated, nil
+			return PhaseNotCreated, reference(jobSetGVK, key, nil), nil
 		}
-		return "", err
+		return "", nil, err
 	}
-	return JobSetPhase(js), nil
+	return JobSetPhase(js), reference(jobSetGVK, key, js), nil
 }
 
 // JobSetPhase is where a JobSet stands: Complete (its Completed condition) or Failed by
@@ -284,8 +298,13 @@ func JobSetPhase(js *unstructured.Unstructured) Phase {
 	return PhaseRunning
 }
 
-// note records an Event on job unless its last one said the same.
-func (r *Reconciler) note(job *batchv1.Job, eventtype, reason, note string) {
+// note records an Event on job unless its last one said the same. statuses are the
+// dependencies the note speaks of: the Event names the one that changed since the last
+// note as related. The events.k8s.io recorder folds an Event into an earlier one with the
+// same type, reason, regarding and related object (the job's resourceVersion included),
+// keeping the earlier note, so without a related object that differs "waiting for a
+// (NotCreated)" would go on showing after a was created.
+func (r *Reconciler) note(job *batchv1.Job, eventtype, reason, note string, statuses []Status) {
 	key := client.ObjectKeyFromObject(job)
 	r.mu.Lock()
 	if r.noted == nil {
@@ -293,11 +312,34 @@ func (r *Reconciler) note(job *batchv1.Job, eventtype, reason, note string) {
 	}
 	last := r.noted[key]
 	same := last.uid == job.UID && last.note == note
-	r.noted[key] = notedEvent{uid: job.UID, note: note}
+	r.noted[key] = notedEvent{uid: job.UID, note: note, statuses: statuses}
 	r.mu.Unlock()
 	if !same {
-		r.event(job, eventtype, reason, note)
+		r.event(job, changed(last.statuses, statuses), eventtype, reason, note)
 	}
+}
+
+// changed is the first dependency of now that is not as it was in before, as read; the
+// first one if none changed; nil if now has none.
+func changed(before, now []Status) *corev1.ObjectReference {
+	was := map[Dependency]*corev1.ObjectReference{}
+	for _, s := range before {
+		was[s.Dependency] = s.Object
+	}
+	for _, s := range now {
+		if s.Object == nil {
+			continue
+		}
+		if w, ok := was[s.Dependency]; !ok || w == nil || w.UID != s.Object.UID || w.ResourceVersion != s.Object.ResourceVersion {
+			return s.Object
+		}
+	}
+	for _, s := range now {
+		if s.Object != nil {
+			return s.Object
+		}
+	}
+	return nil
 }
 
 func (r *Reconciler) forget(key types.NamespacedName) {
@@ -306,8 +348,13 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Unlock()
 }
 
-func (r *Reconciler) event(job *batchv1.Job, eventtype, reason, note string) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(job, nil, eventtype, reason, "RunAfter", "%s", note)
+func (r *Reconciler) event(job *batchv1.Job, related *corev1.ObjectReference, eventtype, reason, note string) {
+	if r.Recorder == nil {
+		return
 	}
+	if related == nil {
+		r.Recorder.Eventf(job, nil, eventtype, reason, "RunAfter", "%s", note)
+		return
+	}
+	r.Recorder.Eventf(job, related, eventtype, reason, "RunAfter", "%s", note)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -265,5 +268,53 @@ func TestCycleAmongWaitingJobsIsReported(t *testing.T) {
 	want := []string{"step-a Warning DependencyCycle: job step-a waits for itself: step-a → step-b → step-a; none of them runs until one is deleted"}
 	if got := rec.events(); !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// Each change of what a job waits for reaches the API server as an Event of its own, with
+// client-go's events.k8s.io recorder: the recorder folds an Event into an earlier one of
+// the same type, reason, regarding and related object, keeping the earlier note.
+func TestEachWaitingNoteReachesTheAPIServer(t *testing.T) {
+	cs := kubefake.NewClientset()
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	broadcaster.StartRecordingToSink(ctx.Done())
+	defer broadcaster.Shutdown()
+	c := newClient(t, gatedJob("train", "preprocess"))
+	r := &Reconciler{Client: c, APIReader: c, Recorder: broadcaster.NewRecorder(c.Scheme(), "gpudra-controller")}
+	reconcileJob(t, r, "train")
+	pre := finished("preprocess", "")
+	pre.Spec.Suspend = new(true)
+	if err := c.Create(ctx, pre); err != nil {
+		t.Fatal(err)
+	}
+	reconcileJob(t, r, "train")
+	pre.Spec.Suspend = new(false)
+	if err := c.Update(ctx, pre); err != nil {
+		t.Fatal(err)
+	}
+	reconcileJob(t, r, "train")
+	want := []string{
+		"waiting for preprocess (not created yet)",
+		"waiting for preprocess (Suspended)",
+		"waiting for preprocess (Running)",
+	}
+	var got []string
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = got[:0]
+		for _, e := range evs.Items {
+			got = append(got, e.Note)
+		}
+		slices.Sort(got)
+		return len(got) >= len(want), nil
+	})
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Events in the API server %q, want %q", got, want)
 	}
 }

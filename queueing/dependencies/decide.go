@@ -2,6 +2,7 @@ package dependencies
 
 import (
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"strings"
 )
 
@@ -21,6 +22,9 @@ const (
 type Status struct {
 	Dependency
 	Phase Phase `json:"phase"`
+	// Object is the dependency as read (kind, name, UID and resourceVersion; no UID when it
+	// does not exist): what the job's Events name as related.
+	Object *corev1.ObjectReference `json:"-"`
 }
 
 func (s Status) String() string { return fmt.Sprintf("%s (%s)", s.Dependency, s.Phase) }
