@@ -88,11 +88,17 @@ func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, 
 
 // startJobKinds starts the controllers of the job kinds the lab file's kueue.jobKinds names.
 func (u *upper) startJobKinds(ctx context.Context) error {
-	if !u.file.Kueue.runsJobSet() {
-		return nil
+	if u.file.Kueue.runsJobSet() {
+		u.step("starting the JobSet controller")
+		if err := u.startJobSet(ctx); err != nil {
+			return err
+		}
 	}
-	u.step("starting the JobSet controller")
-	return u.startJobSet(ctx)
+	if u.file.Kueue.runsTrainingOperator() {
+		u.step("starting the Kubeflow training operator (PyTorchJob)")
+		return u.startTrainingOperator(ctx)
+	}
+	return nil
 }
 
 // startJobSet applies JobSet's manifests, starts its controller and waits until a JobSet

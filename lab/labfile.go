@@ -92,12 +92,21 @@ type KueueSpec struct {
 // JobSet controller and keeps Kueue's JobSet webhook.
 const JobKindJobSet = "jobset"
 
+// JobKindPyTorchJob is the lab file's name of Kubeflow's PyTorchJob (kubeflow.org/v1): the
+// lab runs the Kubeflow training operator's PyTorchJob controller and webhook.
+const JobKindPyTorchJob = "pytorchjob"
+
 // JobKinds are the values kueue.jobKinds accepts.
-var JobKinds = []string{JobKindJobSet}
+var JobKinds = []string{JobKindJobSet, JobKindPyTorchJob}
 
 // runsJobSet is whether the lab runs the JobSet controller.
 func (k KueueSpec) runsJobSet() bool {
 	return k.Enabled && slices.Contains(k.JobKinds, JobKindJobSet)
+}
+
+// runsTrainingOperator is whether the lab runs the Kubeflow training operator.
+func (k KueueSpec) runsTrainingOperator() bool {
+	return k.Enabled && slices.Contains(k.JobKinds, JobKindPyTorchJob)
 }
 
 // The waitForPodsReady timeouts a lab file may give Kueue: long enough for a gang of the

@@ -20,6 +20,12 @@ import (
 //go:embed toolchain.sh
 var toolchainScript []byte
 
+// trainingOperatorMain is the lab's main of the Kubeflow training operator
+// (lab/trainingoperator_main.go), which toolchain.sh builds in a module of its own.
+//
+//go:embed trainingoperator_main.go
+var trainingOperatorMain []byte
+
 // Toolchain is where the cached component binaries are.
 type Toolchain struct {
 	APIServer, ControllerManager, Scheduler, Kubectl string
@@ -37,12 +43,16 @@ type Toolchain struct {
 	// JobSet is the JobSet controller and JobSetConfig its config/components manifests
 	// (only when the lab file's kueue.jobKinds names jobset).
 	JobSet, JobSetConfig string
+	// TrainingOperator is the Kubeflow training operator under the lab's main and
+	// TrainingOperatorConfig its manifests/base (only when kueue.jobKinds names pytorchjob).
+	TrainingOperator, TrainingOperatorConfig string
 }
 
 // ToolchainNeeds says which optional components a lab needs besides the default ones.
 type ToolchainNeeds struct {
-	// Kueue: the lab runs Kueue; JobSet: and the JobSet controller.
-	Kueue, JobSet bool
+	// Kueue: the lab runs Kueue; JobSet: and the JobSet controller; TrainingOperator: and
+	// the Kubeflow training operator.
+	Kueue, JobSet, TrainingOperator bool
 	// RealNodes: the lab has real nodes (kubelet, containerd, runc, CNI, nvidia-cdi-hook).
 	RealNodes bool
 }
@@ -50,18 +60,21 @@ type ToolchainNeeds struct {
 // runToolchain runs toolchain.sh with args, streaming its progress to progress. A failure
 // quotes the script's last lines (for a failed build: the tail of the component's log).
 func runToolchain(ctx context.Context, progress io.Writer, args ...string) (string, error) {
-	f, err := os.CreateTemp("", "gpudra-toolchain-*.sh")
+	dir, err := os.MkdirTemp("", "gpudra-toolchain-*")
 	if err != nil {
 		return "", err
 	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(toolchainScript); err != nil {
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "toolchain.sh")
+	if err := os.WriteFile(script, toolchainScript, 0o600); err != nil {
 		return "", err
 	}
-	f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "trainingoperator_main.go"), trainingOperatorMain, 0o600); err != nil {
+		return "", err
+	}
 	var out bytes.Buffer
 	tail := &tailWriter{max: 16 << 10}
-	cmd := exec.CommandContext(ctx, "bash", append([]string{f.Name()}, args...)...)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	cmd.Env = append(os.Environ(), "GPUDRA_CACHE="+CacheDir())
 	// On cancellation the whole build stops (bash, its ticker and the go commands), not just bash.
 	if err := runGroup(ctx, cmd, &out, io.MultiWriter(progress, tail)); err != nil {
@@ -83,6 +96,9 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 	}
 	if needs.JobSet {
 		comps = append(comps, "jobset")
+	}
+	if needs.TrainingOperator {
+		comps = append(comps, "trainingoperator")
 	}
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
@@ -146,7 +162,14 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 		}
 		t.JobSet, t.JobSetConfig = filepath.Join(js, "bin/jobset"), filepath.Join(js, "config")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet} {
+	if needs.TrainingOperator {
+		to, err := dir("trainingoperator")
+		if err != nil {
+			return nil, err
+		}
+		t.TrainingOperator, t.TrainingOperatorConfig = filepath.Join(to, "bin/training-operator"), filepath.Join(to, "config")
+	}
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet, t.TrainingOperator} {
 		if p == "" {
 			continue
 		}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
-#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook, jobset
+#   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook, jobset,
+#                                     trainingoperator
 #   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -14,6 +15,9 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+# The lab's main for the training operator, beside this script (runToolchain writes both).
+TRAINING_OPERATOR_MAIN=$(cd "$(dirname "$0")" && pwd)/trainingoperator_main.go
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
@@ -33,7 +37,9 @@ dir_of() { # component → cache folder
     node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
     cdihook) echo "$TOOLS/nvidia-cdi-hook-$NVIDIA_CTK_VERSION" ;;
     jobset) echo "$TOOLS/jobset-$JOBSET_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset)" >&2; return 2 ;;
+    # keyed by the lab's main too: a changed main is built again
+    trainingoperator) echo "$TOOLS/training-operator-$TRAINING_OPERATOR_VERSION-$(sha256sum "$TRAINING_OPERATOR_MAIN" | cut -c1-12)" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator)" >&2; return 2 ;;
   esac
 }
 
@@ -195,9 +201,25 @@ build_jobset() {
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# trainingoperator: the Kubeflow training operator's controllers and webhooks (PyTorchJob,
+# TFJob) under the lab's own main (trainingoperator_main.go: a webhook server on 127.0.0.1
+# with the lab's certificate), and its manifests/base (CRDs, RBAC, webhooks). The operator
+# pins k8s.io v0.31, so it builds in a module of its own. Not a default component: `gpudra
+# lab up` asks for it when the lab file's kueue.jobKinds names pytorchjob.
+build_trainingoperator() {
+  local out=$1
+  go mod init gpudra.dev/lab-training-operator >/dev/null
+  sed '/^\/\/go:build ignore$/d' "$TRAINING_OPERATOR_MAIN" >main.go
+  go get "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/training-operator" .
+  local src; src=$(go mod download -json "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$out/config"; cp -r "$src/manifests/base/." "$out/config/"; chmod -R u+w "$out/config"
+}
+
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue node cdihook jobset; do
+  for c in k8s etcd kwok kueue node cdihook jobset trainingoperator; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

@@ -1,0 +1,124 @@
+package lab
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The Kubeflow training operator runs out of cluster under the lab's main
+// (trainingoperator_main.go): its webhook server on 127.0.0.1 with a certificate the lab's
+// CA issues, the API server reaching it through an ExternalName Service pointing at
+// localhost. It runs the PyTorchJob controller, the kind Kueue's lab configuration
+// integrates (kubeflow.org/pytorchjob), in namespace kubeflow as its standalone install does.
+const (
+	trainingOperatorNamespace = "kubeflow"
+	trainingOperatorService   = "training-operator"
+	trainingOperatorUser      = "system:serviceaccount:" + trainingOperatorNamespace + ":training-operator"
+	// trainingOperatorKinds are the kinds the lab's operator runs, by kind and resource.
+	trainingOperatorKind     = "PyTorchJob"
+	trainingOperatorResource = "pytorchjobs"
+)
+
+var pytorchJobsGVR = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: trainingOperatorResource}
+
+// trainingOperatorManifests renders what the operator's manifests/base would install for
+// the kinds the lab runs: their CRD, the namespace, RBAC, an ExternalName webhook Service
+// pointing at localhost and the validating webhooks of those kinds trusting caBundle.
+func trainingOperatorManifests(configDir string, webhookPort int, caBundle []byte) (crds, rest []*unstructured.Unstructured, err error) {
+	read := manifestReader(configDir)
+	if crds, err = read("crds/kubeflow.org_" + trainingOperatorResource + ".yaml"); err != nil {
+		return nil, nil, err
+	}
+	k := kustomization{namespace: trainingOperatorNamespace}
+	if rest, err = kustomizedObjects(read, k, "rbac/service-account.yaml", "rbac/role.yaml", "rbac/cluster-role-binding.yaml"); err != nil {
+		return nil, nil, err
+	}
+	rest = append(rest, localhostWebhookService(trainingOperatorNamespace, trainingOperatorService, webhookPort))
+	hooks, err := read("webhook/manifests.yaml")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range hooks {
+		// manifests/base/webhook/patch.yaml's name; the operator's webhook server does not
+		// look it up (the lab's main does not rotate certificates).
+		o.SetName("validator.training-operator.kubeflow.org")
+		list, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+		var kept []any
+		for _, w := range list {
+			m, _ := w.(map[string]any)
+			path, _, _ := unstructured.NestedString(m, "clientConfig", "service", "path")
+			if !strings.HasSuffix(path, "-kubeflow-org-v1-"+strings.ToLower(trainingOperatorKind)) {
+				continue
+			}
+			_ = unstructured.SetNestedField(m, map[string]any{"namespace": trainingOperatorNamespace, "name": trainingOperatorService, "path": path, "port": int64(webhookPort)}, "clientConfig", "service")
+			_ = unstructured.SetNestedField(m, base64.StdEncoding.EncodeToString(caBundle), "clientConfig", "caBundle")
+			kept = append(kept, m)
+		}
+		if len(kept) == 0 {
+			return nil, nil, fmt.Errorf("webhook/manifests.yaml has no webhook for %s", trainingOperatorKind)
+		}
+		_ = unstructured.SetNestedSlice(o.Object, kept, "webhooks")
+		rest = append(rest, o)
+	}
+	return crds, rest, nil
+}
+
+// startTrainingOperator applies the operator's manifests, starts it and waits until a
+// PyTorchJob passes its webhook and Kueue's.
+func (u *upper) startTrainingOperator(ctx context.Context) error {
+	certDir, err := u.componentCertDir("training-operator")
+	if err != nil {
+		return err
+	}
+	serving, err := u.pki.CA.Issue(CertSpec{CommonName: trainingOperatorService, Server: true,
+		DNSNames: []string{trainingOperatorService + "." + trainingOperatorNamespace + ".svc", "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		return fmt.Errorf("the training operator's webhook certificate: %w", err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	webhookPort, healthPort := u.port("training-operator-webhook"), u.port("training-operator-health")
+	crds, rest, err := trainingOperatorManifests(u.tc.TrainingOperatorConfig, webhookPort, u.pki.CA.CertPEM())
+	if err != nil {
+		return &ComponentError{Component: "training-operator", Err: fmt.Errorf("the training operator's manifests in %s: %w", u.tc.TrainingOperatorConfig, err)}
+	}
+	dyn, err := u.applyWithCRDs(ctx, "training-operator", "serving the PyTorchJob CRD", crds, rest)
+	if err != nil {
+		return err
+	}
+	kc, err := u.componentKubeconfig("training-operator", trainingOperatorUser)
+	if err != nil {
+		return err
+	}
+	c, err := u.start("training-operator", []string{u.tc.TrainingOperator,
+		"--kinds=" + trainingOperatorKind, "--webhook-port=" + strconv.Itoa(webhookPort), "--cert-dir=" + certDir,
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(healthPort)},
+		[]string{"KUBECONFIG=" + kc}, map[string]int{"health": healthPort, "webhook": webhookPort})
+	if err != nil {
+		return err
+	}
+	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(healthPort)+"/readyz", nil, "ok")); err != nil {
+		return err
+	}
+	// A dry-run create goes through the operator's webhook and Kueue's.
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubeflow.org/v1", "kind": trainingOperatorKind,
+		"metadata": map[string]any{"name": "gpudra-lab-webhook-probe", "namespace": "default"},
+		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{"Master": map[string]any{"replicas": int64(1),
+			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "pytorch", "image": "busybox"}}}},
+		}}},
+	}}
+	return waitWebhooksAnswer(ctx, c, dyn, pytorchJobsGVR, "default", probe)
+}

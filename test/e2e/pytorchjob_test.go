@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/internal/explain"
+	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/topology"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+var pytorchJobsGVR = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: "pytorchjobs"}
+
+// TestPyTorchJobWorkersInOneRack: a PyTorchJob of the Kubeflow training operator through a
+// LocalQueue behind the gpudra check, a Master and 4 Workers of one GPU each, the workers
+// required in one rack. Kueue makes a pod set of each replica type; the check admits the
+// job and pins each pod to its planned node, the training operator creates the pods, and
+// all five run with the workers in one rack. `gpudra explain pytorchjob/NAME` shows the
+// job's Workload passed the check.
+func TestPyTorchJobWorkersInOneRack(t *testing.T) {
+	requireTrainingBlock(t)
+	if _, err := dyn().Resource(pytorchJobsGVR).List(t.Context(), metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) {
+		labLacks(t, "the Kubeflow training operator (lab file kueue.jobKinds: [pytorchjob])")
+	}
+	applyForTest(t, decode(t, clusterQueue("e2e-pytorch", true, 16, 8))...)
+	ns := namespace(t, "e2e-pytorch")
+	const name = "train-pytorch"
+	replicas := func(kind string, n int, annotations string) string {
+		return fmt.Sprintf(`
+    %s:
+      replicas: %d
+      restartPolicy: Never
+      template:
+        metadata:
+          annotations: {%s}
+        spec:
+          terminationGracePeriodSeconds: 0
+          schedulingGates: [{name: gpudra.dev/placement}]
+          nodeSelector: {%s: hgx-a100-4gpu}
+          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+          containers:
+          - name: pytorch
+            image: registry.k8s.io/pause:3.10
+            resources:
+              requests: {cpu: "1"}
+              claims: [{name: gpu}]`, kind, n, annotations, lab.LabelProfile)
+	}
+	apply(t, `
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: gpudra, namespace: `+ns+`}
+spec: {clusterQueue: e2e-pytorch}
+`+quotaTemplate(ns, "one-gpu", `{name: gpu, exactly: {deviceClassName: gpu.gpudra.dev, count: 1}}`)+`
+---
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: `+name+`
+  namespace: `+ns+`
+  labels: {kueue.x-k8s.io/queue-name: gpudra}
+spec:
+  runPolicy: {suspend: true}
+  pytorchReplicaSpecs:`+replicas("Master", 1, "")+replicas("Worker", 4, api.AnnotationRequiredTopology+": rack")+"\n")
+	start := time.Now()
+	eventually(t, 2*time.Minute, name+": the gpudra check admits its Workload", func(ctx context.Context) error {
+		wls, err := dyn().Resource(workloadsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, u := range wls.Items {
+			var wl kueue.Workload
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &wl); err != nil {
+				return err
+			}
+			if !explain.OwnedBy(&wl, explain.PyTorchJob, name) {
+				continue
+			}
+			if len(wl.Spec.PodSets) != 2 {
+				return fmt.Errorf("workload %s has %d pod sets, want master and worker", wl.Name, len(wl.Spec.PodSets))
+			}
+			for _, c := range wl.Status.AdmissionChecks {
+				if c.Name == "gpudra-topology" && c.State == kueue.CheckStateReady {
+					return nil
+				}
+			}
+			return fmt.Errorf("workload %s: checks %+v", wl.Name, wl.Status.AdmissionChecks)
+		}
+		return fmt.Errorf("no Kueue workload for PyTorchJob %s yet", name)
+	})
+	selector := "training.kubeflow.org/job-name=" + name
+	eventually(t, 4*time.Minute, name+": the master and 4 workers run", func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		if running != 5 {
+			return fmt.Errorf("%d of 5 pods run", running)
+		}
+		return nil
+	})
+	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	racks := map[string]bool{}
+	slots := map[string]map[int]string{}
+	for _, p := range pods.Items {
+		role := p.Labels["training.kubeflow.org/replica-type"]
+		if got := p.Spec.NodeSelector[topology.LabelHostname]; got == "" || got != p.Spec.NodeName {
+			t.Errorf("pod %s runs on %s, pinned to %q", p.Name, p.Spec.NodeName, got)
+		}
+		slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot])
+		if err != nil {
+			t.Errorf("pod %s has no pinned slot (%v)", p.Name, p.Labels)
+			continue
+		}
+		if slots[role] == nil {
+			slots[role] = map[int]string{}
+		}
+		if other, dup := slots[role][slot]; dup {
+			t.Errorf("pods %s and %s of %s share slot %d", other, p.Name, role, slot)
+		}
+		slots[role][slot] = p.Name
+		if role == "worker" {
+			racks[nodeRack(p.Spec.NodeName)] = true
+		}
+	}
+	if len(slots["master"]) != 1 || len(slots["worker"]) != 4 {
+		t.Errorf("pinned slots %v, want 1 master and 4 workers", slots)
+	}
+	if len(racks) != 1 {
+		t.Errorf("workers run in racks %v, want one", racks)
+	}
+	t.Logf("%s: admitted and all 5 pods running %s after submission, workers in rack %v", name, time.Since(start).Round(time.Second), racks)
+	out, err := exec.CommandContext(t.Context(), gpudraCLI, "explain", "pytorchjob/"+name, "-n", ns, "--kubeconfig", lab.Layout{Root: state.Dir}.Kubeconfig()).CombinedOutput()
+	if want := "check gpudra-topology: Ready"; err != nil || !strings.Contains(string(out), want) {
+		t.Errorf("gpudra explain pytorchjob/%s (%v) lacks %q:\n%s", name, err, want, out)
+	}
+	if err := dyn().Resource(pytorchJobsGVR).Namespace(ns).Delete(t.Context(), name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)}); err != nil {
+		t.Errorf("delete PyTorchJob %s: %v", name, err)
+	}
+}
