@@ -140,6 +140,9 @@ const (
 	LabelPinnedSlot = "gpudra.dev/pinned-slot"
 	// LabelWorkload carries a Workload's UID on the objects the admission check makes for it.
 	LabelWorkload = "gpudra.dev/workload-uid"
+	// LabelMovable ("true") on a pod lets defragmentation evict it so that it runs again
+	// elsewhere; pods without it are never moved.
+	LabelMovable = "gpudra.dev/movable"
 )
 
 // Objects the kubelet plugin makes.
