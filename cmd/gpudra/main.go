@@ -33,7 +33,7 @@ func newRootCommand() *cobra.Command {
 		},
 	}
 	buildinfo.AddVersionFlag(root.Flags())
-	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newDashboardCommand(), newSimCommand(), newConvertCommand(), newValidateCommand(), newVersionCommand())
+	root.AddCommand(newInspectCommand(), newLabCommand(), newExplainCommand(), newDashboardCommand(), newSimCommand(), newDefragCommand(), newConvertCommand(), newValidateCommand(), newVersionCommand())
 	setDisplayName(root, displayName(os.Args[0]))
 	return root
 }

@@ -130,3 +130,10 @@ func addFlavors(ctx context.Context, c client.Reader, wl *kueue.Workload, set *g
 	}
 	return nil
 }
+
+// PodSets reads a Workload's pod sets as the check plans them: claim templates, the claim
+// for DRA-backed extended resources, topology annotations and the assigned flavors' node
+// labels and tolerations.
+func PodSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.PodSet, error) {
+	return podSets(ctx, c, wl)
+}

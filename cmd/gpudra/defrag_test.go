@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	ctrlfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/defrag"
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
+	"github.com/gpudra/gpudra/sim"
+	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// fragmentedCluster is two 4-GPU H100 nodes: on n1 a movable half-GPU share (GPU 0); on n2
+// a 2-GPU job and a half-GPU share (GPU 2) that may not move. No node has 4 GPUs free.
+func fragmentedCluster(t *testing.T) []runtime.Object {
+	t.Helper()
+	var objs []runtime.Object
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cls []resourceapi.DeviceClass
+	for _, c := range classes {
+		objs = append(objs, c)
+		cls = append(cls, *c)
+	}
+	var all []resourceapi.ResourceSlice
+	for _, n := range []string{"n1", "n2"} {
+		_, sl, err := simulated.Slices("hgx-h100-4gpu", n, driver.RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sl {
+			objs = append(objs, s)
+			all = append(all, *s)
+		}
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}})
+	}
+	st, _ := allocation.FromCluster(cls, all, nil)
+	run := func(name, node string, gpus int, milli int64, pin []int, movable bool) {
+		pp := &placement.Pod{Name: name, GPUs: gpus, GPUMilli: milli}
+		pinned, err := sim.Claim(pp, pin, int64(len(objs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := st.AllocateAndCommit(context.Background(), node, pinned)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		claim, _ := sim.Claim(pp, nil, 0)
+		claim.ObjectMeta = metav1.ObjectMeta{Namespace: "team", Name: name + "-gpu", UID: types.UID("c-" + name)}
+		claim.Status.Allocation = &res[0]
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{}},
+			Spec:   corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: new("gpu")}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new(claim.Name)}}}}
+		if movable {
+			pod.Labels[api.LabelMovable] = "true"
+		}
+		objs = append(objs, claim, pod)
+	}
+	run("share-1", "n1", 1, 500, []int{0}, true)
+	run("train", "n2", 2, 1000, []int{0, 1}, false)
+	run("share-2", "n2", 1, 500, []int{2}, false)
+	return objs
+}
+
+func TestDefragPlanFreesANodeOnAFakeCluster(t *testing.T) {
+	c := &clients{kube: fake.NewClientset(fragmentedCluster(t)...)}
+	res, err := defragPlan(context.Background(), c, "team", defragGoalFlags{freeNode: true, maxEvictions: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	if err := printDefrag(&text, res, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"8 GPUs on 2 nodes: 3.00 allocated, 4 free, at most 3 free on one node",
+		"stranded: 2 GPUs part-used by shares (1.00 GPUs left on them), 4 free GPUs on 2 partly used nodes",
+		"plan on n1: 1 move, 1 pod evicted",
+		"pod team/share-1  team/share-1  n1    n2  gpu-2-share",
+		"after the moves:\n  8 GPUs on 2 nodes: 3.00 allocated, 5 free, at most 4 free on one node",
+		"stranded: 0 GPUs part-used by shares",
+		"not movable (2):\n  pod team/share-2 has no label gpudra.dev/movable=\"true\"",
+	} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, text.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := printDefrag(&js, res, "json"); err != nil {
+		t.Fatal(err)
+	}
+	var back defrag.Result
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !back.Found || back.Target != "n1" || len(back.Moves) != 1 || back.Moves[0].Pods[0].To != "n2" {
+		t.Errorf("-o json read back %+v, want n1 freed by moving share-1 to n2", back)
+	}
+}
+
+func TestDefragPlanForAPendingWorkload(t *testing.T) {
+	objs := fragmentedCluster(t)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := allocation.ParseClaimSpec([]byte("devices:\n  requests:\n  - name: gpus\n    exactly: {deviceClassName: gpu.gpudra.dev, count: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "big"}, Spec: kueue.WorkloadSpec{PodSets: []kueue.PodSet{{Name: "main", Count: 1,
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "trainer"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: new("four")}}}}}}}}
+	ctrl := ctrlfake.NewClientBuilder().WithScheme(scheme).WithObjects(wl,
+		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "four"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}).Build()
+	c := &clients{kube: fake.NewClientset(objs...), ctrl: ctrl}
+	res, err := defragPlan(context.Background(), c, "team", defragGoalFlags{forWorkload: "workload/big", maxEvictions: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Found || len(res.Moves) != 1 || res.Moves[0].Unit != "pod team/share-1" || res.Goal != "room for workload team/big" {
+		t.Errorf("plan %+v, want share-1 moved to make room for team/big", res)
+	}
+	if _, err := defragPlan(context.Background(), c, "team", defragGoalFlags{forWorkload: "workload/none", maxEvictions: 16}); err == nil || !strings.Contains(err.Error(), "--for workload/none") {
+		t.Errorf("missing workload: error %v, want one naming --for", err)
+	}
+}
+
+func TestDefragPlanFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "exactly one of --free-gpus N, --free-node and --for workload/NAME"},
+		{[]string{"--free-node", "--free-gpus", "2"}, "exactly one of"},
+		{[]string{"--for", "job/train"}, `--for "job/train": want workload/NAME`},
+		{[]string{"--free-node", "-o", "wide"}, `--output "wide": accepted values are json, yaml`},
+		{[]string{"--free-gpus", "-3"}, "--free-gpus -3: must be at least 1"},
+	} {
+		cmd := newDefragCommandWith(func(*clientFlags) (*clients, error) { return &clients{kube: fake.NewClientset()}, nil })
+		cmd.SetArgs(append([]string{"plan"}, tc.args...))
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
