@@ -1,4 +1,4 @@
-package defrag
+package defrag_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/gpudra/gpudra/defrag"
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
@@ -28,7 +29,7 @@ import (
 type lab struct {
 	t  *testing.T
 	st *allocation.State
-	c  Cluster
+	c  defrag.Cluster
 }
 
 var slicesByNode = map[string][]resourceapi.ResourceSlice{}
@@ -117,9 +118,9 @@ func scattered(t *testing.T) *lab {
 }
 
 // gang8 is a pending workload of one pod asking for 8 whole GPUs.
-func gang8(pods int) *Workload {
+func gang8(pods int) *defrag.Workload {
 	spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpus", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: api.DeviceClassGPU, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 8,
 	}}}}}
-	return &Workload{Name: "team/big", PodSets: []gang.PodSet{{Name: "workers", Count: pods, Claims: []resourceapi.ResourceClaimSpec{spec}}}}
+	return &defrag.Workload{Name: "team/big", PodSets: []gang.PodSet{{Name: "workers", Count: pods, Claims: []resourceapi.ResourceClaimSpec{spec}}}}
 }

@@ -1,14 +1,16 @@
-package defrag
+package defrag_test
 
 import (
 	"context"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpudra/gpudra/defrag"
 )
 
 // movedPods lists the pods a plan evicts.
-func movedPods(r *Result) []string {
+func movedPods(r *defrag.Result) []string {
 	var out []string
 	for _, m := range r.Moves {
 		for _, p := range m.Pods {
@@ -21,15 +23,15 @@ func movedPods(r *Result) []string {
 func TestPlanFreesAWholeNodeForAPendingEightGPUGang(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		goal Goal
+		goal defrag.Goal
 	}{
-		{"free node", Goal{FreeNode: true}},
-		{"free 8 GPUs", Goal{FreeGPUs: 8}},
-		{"for the workload", Goal{Workload: gang8(1)}},
+		{"free node", defrag.Goal{FreeNode: true}},
+		{"free 8 GPUs", defrag.Goal{FreeGPUs: 8}},
+		{"for the workload", defrag.Goal{Workload: gang8(1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := scattered(t)
-			res, err := Plan(context.Background(), &l.c, tc.goal, Options{})
+			res, err := defrag.Plan(context.Background(), &l.c, tc.goal, defrag.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +68,7 @@ func TestPlanNeverMovesAPodWithoutTheOptIn(t *testing.T) {
 			delete(l.c.Pods[k].Labels, "gpudra.dev/movable")
 		}
 	}
-	res, err := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
+	res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestPlanNeverMovesAPodWithoutTheOptIn(t *testing.T) {
 		t.Errorf("reason %q does not name the pod without the opt-in", res.Reason)
 	}
 	// Six GPUs are still free on n1 without moving s1b.
-	res, err = Plan(context.Background(), &l.c, Goal{FreeGPUs: 7}, Options{})
+	res, err = defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeGPUs: 7}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestPlanIsNotProposedWhenAnEvictedPodWouldRunNowhere(t *testing.T) {
 	l.run("s1b", "n1", 1, 500, []int{1}, true)
 	l.run("train-n2", "n2", 8, 1000, []int{0, 1, 2, 3, 4, 5, 6, 7}, false)
 	l.run("train-n3", "n3", 8, 1000, []int{0, 1, 2, 3, 4, 5, 6, 7}, false)
-	res, err := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
+	res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func TestPlanIsNotProposedWhenAnEvictedPodWouldRunNowhere(t *testing.T) {
 		t.Errorf("reason %q does not say an evicted pod fits nowhere", res.Reason)
 	}
 	// With room for one share elsewhere the plan frees GPU 0 on n1 (7 free) but not the node.
-	res, err = Plan(context.Background(), &l.c, Goal{FreeGPUs: 7}, Options{})
+	res, err = defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeGPUs: 7}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func TestPDBWithNoAllowedDisruptionBlocksAMove(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := scattered(t)
 			l.pdb("s1a", tc.allowed)
-			res, err := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
+			res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,7 +158,7 @@ func TestKueueWorkloadMovesAsAWholeGang(t *testing.T) {
 			l.run("train", "n2", 6, 1000, []int{0, 1, 2, 3, 4, 5}, false)
 			l.run("s2a", "n2", 1, 500, []int{6}, false)
 			l.run("s2b", "n2", 1, 500, []int{7}, false)
-			res, err := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
+			res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +177,7 @@ func TestKueueWorkloadMovesAsAWholeGang(t *testing.T) {
 
 func TestPlanForAGangThatCannotGetRoomSaysWhy(t *testing.T) {
 	l := scattered(t)
-	res, err := Plan(context.Background(), &l.c, Goal{Workload: gang8(2)}, Options{})
+	res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{Workload: gang8(2)}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,19 +188,19 @@ func TestPlanForAGangThatCannotGetRoomSaysWhy(t *testing.T) {
 
 func TestPlanIsDeterministicAndBounded(t *testing.T) {
 	l := scattered(t)
-	first, err := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
+	first, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		again, _ := Plan(context.Background(), &l.c, Goal{FreeNode: true}, Options{})
-		if !slices.EqualFunc(first.Moves, again.Moves, func(a, b Move) bool {
+		again, _ := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
+		if !slices.EqualFunc(first.Moves, again.Moves, func(a, b defrag.Move) bool {
 			return a.Unit == b.Unit && slices.Equal(a.Pods[0].Devices, b.Pods[0].Devices) && a.Pods[0].To == b.Pods[0].To
 		}) {
 			t.Fatalf("plans differ: %+v then %+v", first.Moves, again.Moves)
 		}
 	}
-	res, err := Plan(context.Background(), &l.c, Goal{FreeNode: true, MaxEvictions: 1}, Options{})
+	res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true, MaxEvictions: 1}, defrag.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,15 +211,15 @@ func TestPlanIsDeterministicAndBounded(t *testing.T) {
 
 func TestGoalValidation(t *testing.T) {
 	for _, tc := range []struct {
-		goal Goal
+		goal defrag.Goal
 		want string
 	}{
-		{Goal{}, "exactly one of freeGPUs, freeNode and workload"},
-		{Goal{FreeGPUs: 2, FreeNode: true}, "exactly one of"},
-		{Goal{FreeGPUs: -1}, "goal.freeGPUs -1: must be at least 1"},
-		{Goal{FreeNode: true, MaxEvictions: -2}, "goal.maxEvictions -2"},
+		{defrag.Goal{}, "exactly one of freeGPUs, freeNode and workload"},
+		{defrag.Goal{FreeGPUs: 2, FreeNode: true}, "exactly one of"},
+		{defrag.Goal{FreeGPUs: -1}, "goal.freeGPUs -1: must be at least 1"},
+		{defrag.Goal{FreeNode: true, MaxEvictions: -2}, "goal.maxEvictions -2"},
 	} {
-		_, err := Plan(context.Background(), &Cluster{}, tc.goal, Options{})
+		_, err := defrag.Plan(context.Background(), &defrag.Cluster{}, tc.goal, defrag.Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.goal, err, tc.want)
 		}

@@ -54,6 +54,9 @@ type PodMove struct {
 	To   string `json:"to"`
 	// Devices are the devices the allocator gives it there.
 	Devices []string `json:"devices"`
+	// Allocations are the allocator's results for the pod's claims there, in the order of
+	// its claims: what a simulation applies to carry the move out.
+	Allocations []resourceapi.AllocationResult `json:"-"`
 }
 
 // errNowhere: a pod of the unit fits on no node.
@@ -84,7 +87,7 @@ func (p *projection) rerun(ctx context.Context, u *unit) ([]PodMove, []resourcea
 		for _, r := range results {
 			devices = append(devices, allocation.Devices(r)...)
 		}
-		out = append(out, PodMove{Pod: rp.key(), From: rp.node, To: node, Devices: devices})
+		out = append(out, PodMove{Pod: rp.key(), From: rp.node, To: node, Devices: devices, Allocations: results})
 	}
 	return out, all, nil
 }

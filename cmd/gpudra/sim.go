@@ -120,6 +120,7 @@ as in a real cluster. Mode none skips the allocator (the policy's own accounting
 	f.Int64SliceVar(&seeds, "seeds", reproduction.Seeds, fmt.Sprintf("1..%d distinct random seeds (the paper's are 42-51)", maxSeeds))
 	f.IntVar(&e.Parallel, "parallel", max(1, runtime.NumCPU()/2), fmt.Sprintf("replays run at once, 1..%d (the CPUs)", runtime.NumCPU()))
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
+	cmd.AddCommand(newSimDefragCommand())
 	f.StringVar(&out, "out", "sim-out", "output directory for runs.csv (each replay as it ends), table.csv, table.md, curves.csv and one SVG per trace and mode")
 	return cmd
 }
