@@ -3,7 +3,8 @@
 // node topology labels, the webhook that validates gpu.gpudra.dev configs, (--hami-pods,
 // feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with
 // claims, (gate JobDependencies) the Jobs that wait at a Kueue admission gate for
-// others to succeed, and (gate LargeJobsFirst) the bands that order large jobs first.
+// others to succeed, (gate LargeJobsFirst) the bands that order large jobs first, and (gate
+// Defragmentation) the moves that make room for a Workload whose gang does not fit.
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +27,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+	"github.com/gpudra/gpudra/defrag/mover"
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/features"
 	"github.com/gpudra/gpudra/internal/logoptions"
@@ -72,7 +75,7 @@ func newCommand() *cobra.Command {
 func run(o options) error {
 	ctrl.SetLogger(klog.NewKlogr())
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, batchv1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return err
 		}
@@ -111,6 +114,12 @@ func run(o options) error {
 		}
 	} else {
 		klog.InfoS("The Kueue admission check is off: Workloads waiting for it stay pending", "admissionCheck", api.AdmissionCheckController, "featureGate", features.TopologyAdmissionCheck)
+	}
+	if o.enabled(features.Defragmentation) {
+		m := &mover.Mover{Client: mgr.GetClient(), Labels: o.labels, Interval: o.defragInterval, EvictionsPerMinute: o.defragEvictionsPerMinute, MaxEvictions: o.defragMaxEvictions}
+		if err := mgr.Add(m); err != nil {
+			return err
+		}
 	}
 	if o.enabled(features.JobDependencies) {
 		deps := &dependencies.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("gpudra-controller")}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/gpudra/gpudra/defrag"
 	"github.com/gpudra/gpudra/internal/bindaddr"
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/features"
@@ -52,6 +53,9 @@ type options struct {
 	hamiPods                                  bool
 	largeJobsFirstBands                       string
 	largeJobsFirstMaxWait                     time.Duration
+	defragInterval                            time.Duration
+	defragEvictionsPerMinute                  int
+	defragMaxEvictions                        int
 	logging                                   *logsapi.LoggingConfiguration
 	// gates are --feature-gates (features.New when nil).
 	gates featuregate.MutableVersionedFeatureGate
@@ -82,6 +86,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.hamiPods, "hami-pods", false, "serve the webhook that rewrites pods written for HAMi into pods with gpudra claims at "+configwebhook.HAMiPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+configwebhook.HAMiConfigurationName+"; needs --feature-gates=HAMiPods=true")
 	fs.StringVar(&o.largeJobsFirstBands, "large-jobs-first-bands", "", "bands of GPU demand, minGPUs:priorityClass comma-separated by ascending minGPUs (16:gpudra-large,64:gpudra-huge): a new queued Job without a priority of its own gets the WorkloadPriorityClass of the last band it reaches, at "+largefirst.WebhookPath+" (with --webhook-port), its CA put into MutatingWebhookConfiguration "+largefirst.WebhookConfigurationName+"; needs --feature-gates=LargeJobsFirst=true")
 	fs.DurationVar(&o.largeJobsFirstMaxWait, "large-jobs-first-max-wait", time.Hour, "how long a queued Job that --large-jobs-first-bands looked at may wait before it is lifted to the top band, so that large jobs cannot keep it waiting for ever (at least 1m)")
+	fs.DurationVar(&o.defragInterval, "defrag-interval", time.Minute, "with --feature-gates=Defragmentation=true, how often a plan is made for the Workloads waiting for room (at least 10s)")
+	fs.IntVar(&o.defragEvictionsPerMinute, "defrag-evictions-per-minute", 6, "with --feature-gates=Defragmentation=true, the most pods evicted per minute (at least 1)")
+	fs.IntVar(&o.defragMaxEvictions, "defrag-max-evictions", defrag.DefaultMaxEvictions, "with --feature-gates=Defragmentation=true, the most pods one plan moves (at least 1)")
 	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
 	fs.StringVar(&o.dashboardCertDir, "dashboard-cert-dir", "", "directory with the dashboard's tls.crt and tls.key, for --dashboard-bind-address (empty: a self-signed certificate made at start)")
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
@@ -126,6 +133,9 @@ func (o options) validate() error {
 	}
 	if o.hamiPods && o.webhookPort <= 0 {
 		return fmt.Errorf("--hami-pods needs --webhook-port (the webhook is off)")
+	}
+	if err := o.validateDefrag(); err != nil {
+		return err
 	}
 	if err := o.validateLargeJobsFirst(); err != nil {
 		return err
@@ -287,4 +297,23 @@ func (o options) managerOptions(scheme *runtime.Scheme) ctrl.Options {
 		}
 	}
 	return opts
+}
+
+// minDefragInterval is the shortest --defrag-interval: a plan reads the whole cluster.
+const minDefragInterval = 10 * time.Second
+
+// validateDefrag refuses defragmentation flags the controller cannot run with, and the gate
+// without the admission check it moves Workloads through.
+func (o options) validateDefrag() error {
+	switch {
+	case o.defragInterval < minDefragInterval:
+		return fmt.Errorf("--defrag-interval=%s: want at least %s", o.defragInterval, minDefragInterval)
+	case o.defragEvictionsPerMinute < 1:
+		return fmt.Errorf("--defrag-evictions-per-minute=%d: want at least 1", o.defragEvictionsPerMinute)
+	case o.defragMaxEvictions < 1:
+		return fmt.Errorf("--defrag-max-evictions=%d: want at least 1", o.defragMaxEvictions)
+	case o.enabled(features.Defragmentation) && !o.enabled(features.TopologyAdmissionCheck):
+		return fmt.Errorf("--feature-gates=Defragmentation=true needs TopologyAdmissionCheck on: it plans for the Workloads that check keeps waiting and requeues admitted ones through it")
+	}
+	return nil
 }

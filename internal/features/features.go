@@ -56,6 +56,10 @@ const (
 	LargeJobsFirst featuregate.Feature = "LargeJobsFirst"
 	// WebView: --dashboard-bind-address, the read-only web view (gpudra-controller).
 	WebView featuregate.Feature = "WebView"
+	// Defragmentation: moves opted-in pods (gpudra.dev/movable) through the Eviction API, and
+	// admitted Kueue Workloads through the topology check's Retry, to make room for a
+	// Workload whose gang does not fit (gpudra-controller).
+	Defragmentation featuregate.Feature = "Defragmentation"
 	// HAMiPods: the mutating webhook that rewrites pods written for HAMi into pods with
 	// gpudra claims as they are created (gpudra-controller, with --webhook-port).
 	HAMiPods featuregate.Feature = "HAMiPods"
@@ -77,6 +81,7 @@ var specs = map[featuregate.Feature]featuregate.VersionedSpecs{
 	HAMiPods:               {alpha("0.1")},
 	JobDependencies:        {alpha("0.1")},
 	LargeJobsFirst:         {alpha("0.1")},
+	Defragmentation:        {alpha("0.1")},
 }
 
 func alpha(since string) featuregate.FeatureSpec {

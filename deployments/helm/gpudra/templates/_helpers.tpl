@@ -132,6 +132,7 @@ gpudra-controller
 {{- end -}}
 {{- end -}}
 {{- $_ := include "gpudra.largeJobsFirstBands" . -}}
+{{- $_ := include "gpudra.defragArgs" . -}}
 {{- if and .Values.topology.blocks .Values.topology.existingConfigMap -}}
 {{- fail "topology.blocks and topology.existingConfigMap: set at most one" -}}
 {{- end -}}
@@ -157,6 +158,7 @@ gpudra-controller
        them off. */}}
 {{- define "gpudra.featureGateStages" -}}
 ClaimUsage: beta
+Defragmentation: alpha
 DynamicMIG: alpha
 HAMiCoreEnforcement: alpha
 HAMiPods: alpha
@@ -263,5 +265,25 @@ WebView: alpha
 {{- $pairs = append $pairs (printf "%d:%s" (int $b.minGPUs) $b.priorityClass) -}}
 {{- end -}}
 {{- join "," $pairs -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The controller's defragmentation flags when it moves pods (featureGates.Defragmentation,
+       docs/defrag.md), else empty; fails naming the value that cannot work. */}}
+{{- define "gpudra.defragArgs" -}}
+{{- if and .Values.controller.enabled (include "gpudra.gateOn" (dict "root" . "name" "Defragmentation")) -}}
+{{- if not (include "gpudra.gateOn" (dict "root" . "name" "TopologyAdmissionCheck")) -}}
+{{- fail "featureGates.Defragmentation needs featureGates.TopologyAdmissionCheck on: it plans for the Workloads that check keeps waiting" -}}
+{{- end -}}
+{{- $d := .Values.defrag -}}
+{{- range $key := list "evictionsPerMinute" "maxEvictions" -}}
+{{- $v := get $d $key -}}
+{{- if not (and (regexMatch "^[0-9]+$" (toString $v)) (ge (int $v) 1)) -}}
+{{- fail (printf "defrag.%s=%v: want a whole number of at least 1" $key $v) -}}
+{{- end -}}
+{{- end -}}
+- --defrag-interval={{ $d.interval }}
+- --defrag-evictions-per-minute={{ int $d.evictionsPerMinute }}
+- --defrag-max-evictions={{ int $d.maxEvictions }}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,196 @@
+package mover
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
+	"github.com/gpudra/gpudra/sim"
+	"github.com/gpudra/gpudra/topology"
+	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
+)
+
+// world is two 4-GPU nodes: n1 runs a half-GPU share (GPU 0) of a pod or of an admitted
+// Workload; n2 a 2-GPU job and a half-GPU share (GPU 2), neither movable. Workload big
+// (one pod, 4 GPUs) waits: the topology check answered Retry.
+type world struct {
+	objs []client.Object
+	st   *allocation.State
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{}
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cls []resourceapi.DeviceClass
+	for _, c := range classes {
+		w.objs = append(w.objs, c)
+		cls = append(cls, *c)
+	}
+	var all []resourceapi.ResourceSlice
+	for _, n := range []string{"n1", "n2"} {
+		_, sl, err := simulated.Slices("hgx-h100-4gpu", n, driver.RenderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sl {
+			w.objs = append(w.objs, s)
+			all = append(all, *s)
+		}
+		w.objs = append(w.objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}})
+	}
+	w.st, _ = allocation.FromCluster(cls, all, nil)
+	w.objs = append(w.objs, &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}})
+	spec, err := allocation.ParseClaimSpec([]byte("devices:\n  requests:\n  - name: gpus\n    exactly: {deviceClassName: gpu.gpudra.dev, count: 4}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.objs = append(w.objs, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "four"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}})
+	big := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "big", UID: "uid-big"}, Spec: kueue.WorkloadSpec{PodSets: []kueue.PodSet{{Name: "main", Count: 1,
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "w", Image: "trainer"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: new("four")}}}}}}}}
+	big.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStateRetry, Message: "podSet main (1 pods) does not fit in the cluster"}}
+	w.objs = append(w.objs, big)
+	w.run(t, "train", "n2", 2, 1000, []int{0, 1}, false, "")
+	w.run(t, "share-2", "n2", 1, 500, []int{2}, false, "")
+	return w
+}
+
+// run adds a running pod with a claim pinned to GPUs; workload, if set, is the UID label
+// of the admitted Workload it belongs to.
+func (w *world) run(t *testing.T, name, node string, gpus int, milli int64, pin []int, movable bool, workload string) {
+	t.Helper()
+	pp := &placement.Pod{Name: name, GPUs: gpus, GPUMilli: milli}
+	pinned, err := sim.Claim(pp, pin, int64(len(w.objs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.st.AllocateAndCommit(context.Background(), node, pinned)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	claim, _ := sim.Claim(pp, nil, 0)
+	claim.ObjectMeta = metav1.ObjectMeta{Namespace: "team", Name: name + "-gpu", UID: types.UID("c-" + name)}
+	claim.Status.Allocation = &res[0]
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{}},
+		Spec:   corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: new("gpu")}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new(claim.Name)}}}}
+	if movable {
+		pod.Labels[api.LabelMovable] = "true"
+	}
+	if workload != "" {
+		pod.Labels[api.LabelWorkload] = workload
+		wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "small", UID: types.UID(workload)}}
+		wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue, Reason: "Admitted", LastTransitionTime: metav1.Now()}}
+		wl.Status.AdmissionChecks = []kueue.AdmissionCheckState{{Name: "gpudra-topology", State: kueue.CheckStateReady}}
+		w.objs = append(w.objs, wl)
+	}
+	w.objs = append(w.objs, claim, pod)
+}
+
+func (w *world) client(t *testing.T) client.Client {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, resourceapi.AddToScheme, kueue.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctrlfake.NewClientBuilder().WithScheme(scheme).WithObjects(w.objs...).WithStatusSubresource(&kueue.Workload{}).Build()
+}
+
+func newMover(c client.Client) *Mover {
+	return &Mover{Client: c, Labels: topology.DefaultLabelKeys, Interval: time.Minute, EvictionsPerMinute: 600, MaxEvictions: 16}
+}
+
+func podGone(t *testing.T, c client.Client, name string) bool {
+	t.Helper()
+	err := c.Get(context.Background(), types.NamespacedName{Namespace: "team", Name: name}, &corev1.Pod{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return apierrors.IsNotFound(err)
+}
+
+func TestMoverEvictsOnlyOptedInPodsForAWaitingWorkload(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		movable bool
+		evicted bool
+	}{
+		{"opted in: evicted", true, true},
+		{"not opted in: never touched", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.run(t, "share-1", "n1", 1, 500, []int{0}, tc.movable, "")
+			c := w.client(t)
+			if err := newMover(c).Once(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := podGone(t, c, "share-1"); got != tc.evicted {
+				t.Errorf("share-1 evicted %v, want %v", got, tc.evicted)
+			}
+			for _, p := range []string{"train", "share-2"} {
+				if podGone(t, c, p) {
+					t.Errorf("pod %s without the opt-in was evicted", p)
+				}
+			}
+		})
+	}
+}
+
+func TestMoverRequeuesAnAdmittedWorkloadWholeThroughItsCheck(t *testing.T) {
+	w := newWorld(t)
+	w.run(t, "small-0", "n1", 1, 500, []int{0}, true, "uid-small")
+	c := w.client(t)
+	if err := newMover(c).Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if podGone(t, c, "small-0") {
+		t.Errorf("a pod of admitted Workload small was evicted pod by pod")
+	}
+	var wl kueue.Workload
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team", Name: "small"}, &wl); err != nil {
+		t.Fatal(err)
+	}
+	if s := wl.Status.AdmissionChecks[0]; s.State != kueue.CheckStateRetry || s.Message != "moved by defragmentation to make room for workload team/big" {
+		t.Errorf("Workload small's check %+v, want Retry naming team/big", s)
+	}
+}
+
+func TestMoverDoesNothingWithoutAWaitingWorkload(t *testing.T) {
+	w := newWorld(t)
+	w.run(t, "share-1", "n1", 1, 500, []int{0}, true, "")
+	for _, o := range w.objs {
+		if wl, ok := o.(*kueue.Workload); ok {
+			wl.Status.AdmissionChecks[0].State = kueue.CheckStatePending
+		}
+	}
+	c := w.client(t)
+	if err := newMover(c).Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if podGone(t, c, "share-1") {
+		t.Errorf("share-1 evicted though no Workload waits for room")
+	}
+}
