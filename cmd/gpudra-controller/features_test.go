@@ -154,3 +154,28 @@ func TestLargeJobsFirstFlags(t *testing.T) {
 		}
 	}
 }
+
+// Defragmentation runs with its gate and the admission check; bad bounds are refused naming
+// the flag.
+func TestDefragmentationFlags(t *testing.T) {
+	const on = "--feature-gates=Defragmentation=true"
+	for _, tc := range []struct {
+		args []string
+		want string // "" for accepted
+	}{
+		{args: []string{on}},
+		{args: []string{on, "--defrag-interval=30s", "--defrag-evictions-per-minute=2", "--defrag-max-evictions=4"}},
+		{args: []string{"--feature-gates=Defragmentation=true,TopologyAdmissionCheck=false"}, want: "--feature-gates=Defragmentation=true needs TopologyAdmissionCheck on"},
+		{args: []string{on, "--defrag-interval=1s"}, want: "--defrag-interval=1s: want at least 10s"},
+		{args: []string{on, "--defrag-evictions-per-minute=0"}, want: "--defrag-evictions-per-minute=0: want at least 1"},
+		{args: []string{on, "--defrag-max-evictions=-1"}, want: "--defrag-max-evictions=-1: want at least 1"},
+	} {
+		err := parse(t, tc.args...).validate()
+		if tc.want == "" && err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: err %v, want one saying %q", tc.args, err, tc.want)
+		}
+	}
+}
