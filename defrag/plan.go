@@ -277,10 +277,14 @@ func (p *planner) onOneNode(ctx context.Context, goal Goal, res *Result) error {
 		return nil
 	}
 	if len(cands) == 0 && len(why) == 0 {
-		res.Reason = fmt.Sprintf("no node has %d GPUs", goal.FreeGPUs)
+		if goal.FreeNode {
+			res.Reason = "no node has GPUs"
+		} else {
+			res.Reason = fmt.Sprintf("no node has %d GPUs", goal.FreeGPUs)
+		}
 		return nil
 	}
-	res.Reason = "no plan within " + fmt.Sprint(p.max) + " evictions: " + strings.Join(why, "; ")
+	res.Reason = fmt.Sprintf("no plan within %d evictions: %s", p.max, firstReasons(why))
 	return nil
 }
 
@@ -485,4 +489,15 @@ func (p *planner) occupied(node string, i int) int {
 		return o[i]
 	}
 	return 0
+}
+
+// shownReasons bounds the reasons a Result gives, one per node or attempt.
+const shownReasons = 8
+
+// firstReasons joins the first reasons, saying how many more there are.
+func firstReasons(why []string) string {
+	if len(why) <= shownReasons {
+		return strings.Join(why, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(why[:shownReasons], "; "), len(why)-shownReasons)
 }

@@ -80,7 +80,7 @@ func (p *planner) forWorkload(ctx context.Context, wl *Workload, res *Result) er
 			}
 		}
 		if best == nil {
-			res.Reason = fmt.Sprintf("no plan within %d evictions: %s", p.max, strings.Join(why, "; "))
+			res.Reason = fmt.Sprintf("no plan within %d evictions: %s", p.max, firstReasons(why))
 			return nil
 		}
 		targets[best.node] = true

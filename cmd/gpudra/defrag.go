@@ -169,6 +169,9 @@ func readDefragCluster(ctx context.Context, kube kubernetes.Interface) (*defrag.
 	return &c, nil
 }
 
+// shownUnmovable bounds the pods the text lists as not movable.
+const shownUnmovable = 10
+
 // printDefrag writes the result as text, JSON or YAML.
 func printDefrag(w io.Writer, res *defrag.Result, output string) error {
 	switch output {
@@ -222,7 +225,11 @@ func printDefrag(w io.Writer, res *defrag.Result, output string) error {
 	}
 	if len(res.Unmovable) > 0 {
 		fmt.Fprintf(w, "\nnot movable (%d):\n", len(res.Unmovable))
-		for _, u := range res.Unmovable {
+		for k, u := range res.Unmovable {
+			if k == shownUnmovable {
+				fmt.Fprintf(w, "  ... and %d more (-o json lists them all)\n", len(res.Unmovable)-k)
+				break
+			}
 			fmt.Fprintf(w, "  %s\n", u)
 		}
 	}
