@@ -104,6 +104,11 @@ func (m *Mover) Once(ctx context.Context) error {
 			plans.WithLabelValues("fits").Inc()
 			continue
 		}
+		if why := m.unmovable(ctx, res.Moves); why != "" {
+			plans.WithLabelValues("none").Inc()
+			logger.V(2).Info("Plan not carried out", "workload", klog.KObj(wl), "reason", why)
+			continue
+		}
 		plans.WithLabelValues("moved").Inc()
 		logger.Info("Moving pods to make room", "workload", klog.KObj(wl), "moves", len(res.Moves), "evictions", res.Evictions)
 		return m.carryOut(ctx, name, res.Moves)
@@ -217,10 +222,6 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 			logger.Info("Requeued a Workload to make room", "unit", mv.Unit, "for", forWorkload)
 			continue
 		}
-		if strings.HasPrefix(mv.Unit, "workload ") {
-			// A gang the topology check did not admit: its pods cannot be moved together.
-			return fmt.Errorf("move %s: a Kueue gang without the %s label moves only through the topology check", mv.Unit, api.LabelWorkload)
-		}
 		for _, p := range mv.Pods {
 			if err := m.limiter.Wait(ctx); err != nil {
 				return err
@@ -241,6 +242,25 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 		}
 	}
 	return nil
+}
+
+// unmovable says why the controller cannot carry a move out ("" when it can): a Kueue gang
+// moves only through the topology check, so its pods must carry the Workload UID it set.
+func (m *Mover) unmovable(ctx context.Context, moves []defrag.Move) string {
+	for _, mv := range moves {
+		if !strings.HasPrefix(mv.Unit, "workload ") {
+			continue
+		}
+		ns, name, _ := strings.Cut(mv.Pods[0].Pod, "/")
+		var pod corev1.Pod
+		if err := m.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+			return fmt.Sprintf("move %s: %v", mv.Unit, err)
+		}
+		if pod.Labels[api.LabelWorkload] == "" {
+			return fmt.Sprintf("move %s: a Kueue gang the topology check did not admit (no %s label) cannot be moved whole", mv.Unit, api.LabelWorkload)
+		}
+	}
+	return ""
 }
 
 // requeue sets the gpudra.dev/topology check of the Workload with the UID to Retry: Kueue
