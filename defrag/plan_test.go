@@ -6,7 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpudra/gpudra/defrag"
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 // movedPods lists the pods a plan evicts.
@@ -223,5 +230,40 @@ func TestGoalValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.goal, err, tc.want)
 		}
+	}
+}
+
+func TestReportCountsAHalfUsedMIGGPU(t *testing.T) {
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c defrag.Cluster
+	for _, cl := range classes {
+		c.Classes = append(c.Classes, *cl)
+	}
+	_, sl, err := simulated.Slices("dgx-a100", "m1", driver.RenderOptions{MIG: driver.MIGDynamic, NoGroups: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sl {
+		c.Slices = append(c.Slices, *s)
+	}
+	st, _ := allocation.FromCluster(c.Classes, c.Slices, nil)
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "mig", UID: "mig"}}
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "mig", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "mig.gpudra.dev", AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}}}
+	res, err := st.Allocate(context.Background(), "m1", claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &res[0]
+	c.Claims = append(c.Claims, *claim)
+	r, err := defrag.Plan(context.Background(), &c, defrag.Goal{FreeGPUs: 1}, defrag.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Before.Stranded.MIGPartialGPUs != 1 || r.Before.FreeGPUs != r.Before.GPUs-1 || !r.Found || len(r.Moves) != 0 {
+		t.Errorf("one MIG device on m1: %+v (found %v, moves %v); want one half-used MIG GPU, the other GPUs free and nothing to move", r.Before, r.Found, r.Moves)
 	}
 }
