@@ -112,7 +112,7 @@ spec:
 		name    string
 		movable bool
 	}{{"movable-a", true}, {"movable-b", true}, {"fixed-c", false}, {"fixed-d", false}}
-	fixed := map[string]types.UID{}
+	fixed, movable := map[string]types.UID{}, map[string]types.UID{}
 	for k, s := range shares {
 		if err := labelDefragNode(t.Context(), nodes[k], true); err != nil {
 			t.Fatal(err)
@@ -135,7 +135,9 @@ spec:
 			if p.Spec.NodeName != nodes[k] {
 				return fmt.Errorf("on %s", p.Spec.NodeName)
 			}
-			if !s.movable {
+			if s.movable {
+				movable[s.name] = p.UID
+			} else {
 				fixed[s.name] = p.UID
 			}
 			return nil
@@ -146,6 +148,10 @@ spec:
 			t.Fatal(err)
 		}
 	}
+
+	// Before any Workload waits (the controller acts only for one), the plan to free a
+	// whole node moves opted-in pods only.
+	checkPlan(t, ns, nil, "--free-node")
 
 	applyForTest(t, decode(t, clusterQueue("e2e-defrag", true, 16, 8))...)
 	apply(t, teamQueue(ns, "e2e-defrag")+fmt.Sprintf(`
@@ -192,25 +198,16 @@ spec:
 		return fmt.Errorf("checks %+v", wl.Status.AdmissionChecks)
 	})
 
-	out, err := exec.CommandContext(t.Context(), gpudraCLI, "defrag", "plan", "--for", "workload/"+wlName, "-n", ns, "-o", "json",
-		"--kubeconfig", lab.Layout{Root: state.Dir}.Kubeconfig()).Output()
-	if err != nil {
-		t.Fatalf("gpudra defrag plan: %v\n%s", err, out)
-	}
-	var plan defrag.Result
-	if err := json.Unmarshal(out, &plan); err != nil {
-		t.Fatalf("gpudra defrag plan -o json: %v\n%s", err, out)
-	}
-	if !plan.Found || len(plan.Moves) == 0 {
-		t.Errorf("the plan moves nothing: %s", out)
-	}
-	for _, m := range plan.Moves {
-		for _, p := range m.Pods {
-			if !strings.HasPrefix(p.Pod, ns+"/movable-") {
-				t.Errorf("the plan moves %s, which did not opt in: %s", p.Pod, out)
+	// The plan for the waiting gang, unless the controller has carried it out already
+	// (it plans once a minute): then a movable pod was evicted and none is left to move.
+	checkPlan(t, ns, func(ctx context.Context) bool {
+		for name, uid := range movable {
+			if p, err := deploymentPod(ctx, ns, name); err != nil || p.UID != uid {
+				return true
 			}
 		}
-	}
+		return false
+	}, "--for", "workload/"+wlName)
 
 	// Until the gang runs: the budget holds (a movable pod always runs) and the pods
 	// without the opt-in keep running, untouched.
@@ -270,4 +267,30 @@ spec:
 		}
 		return nil
 	})
+}
+
+// checkPlan runs `gpudra defrag plan ARGS -n ns -o json` and checks that it finds moves,
+// of the namespace's opted-in pods (movable-*) only. done, unless nil, says that the plan
+// was carried out already, in which case no moves are expected.
+func checkPlan(t *testing.T, ns string, done func(context.Context) bool, args ...string) {
+	t.Helper()
+	args = append(append([]string{"defrag", "plan"}, args...), "-n", ns, "-o", "json", "--kubeconfig", lab.Layout{Root: state.Dir}.Kubeconfig())
+	out, err := exec.CommandContext(t.Context(), gpudraCLI, args...).Output()
+	if err != nil {
+		t.Fatalf("gpudra %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	var plan defrag.Result
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatalf("gpudra defrag plan -o json: %v\n%s", err, out)
+	}
+	if (!plan.Found || len(plan.Moves) == 0) && (done == nil || !done(t.Context())) {
+		t.Errorf("gpudra %s moves nothing: %s", strings.Join(args[:3], " "), out)
+	}
+	for _, m := range plan.Moves {
+		for _, p := range m.Pods {
+			if !strings.HasPrefix(p.Pod, ns+"/movable-") {
+				t.Errorf("the plan moves %s, which did not opt in: %s", p.Pod, out)
+			}
+		}
+	}
 }
