@@ -95,8 +95,9 @@ func (u *upper) startJobKinds(ctx context.Context) error {
 		}
 	}
 	if u.file.Kueue.runsTrainingOperator() {
-		u.step("starting the Kubeflow training operator (PyTorchJob)")
-		return u.startTrainingOperator(ctx)
+		kinds := u.file.Kueue.kubeflowKinds()
+		u.step("starting the Kubeflow training operator (%s)", strings.Join(kinds, ", "))
+		return u.startTrainingOperator(ctx, kinds)
 	}
 	return nil
 }

@@ -85,18 +85,19 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 			t.Errorf("ClusterRole kueue-manager-role names no %s: Kueue could not put its certificate in it (resourceNames %v)", name, mayUpdate)
 		}
 	}
-	sawJob, sawJobSet, sawPyTorchJob := false, false, false
+	sawJob, sawJobSet, sawPyTorchJob, sawTFJob := false, false, false, false
 	for _, k := range []string{"MutatingWebhookConfiguration/kueue-mutating-webhook-configuration", "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration"} {
 		hooks, _, _ := unstructured.NestedSlice(kinds[k].Object, "webhooks")
 		for _, h := range hooks {
 			path, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "path")
-			otherKubeflow := strings.Contains(path, "kubeflow-org") && !strings.HasSuffix(path, "-pytorchjob")
+			otherKubeflow := strings.Contains(path, "kubeflow-org") && !strings.HasSuffix(path, "-pytorchjob") && !strings.HasSuffix(path, "-tfjob")
 			if strings.HasSuffix(path, "-pod") || strings.Contains(path, "deployment") || otherKubeflow {
 				t.Errorf("%s keeps webhook %s, which the lab does not serve", k, path)
 			}
 			sawJob = sawJob || strings.HasSuffix(path, "batch-v1-job")
 			sawJobSet = sawJobSet || strings.HasSuffix(path, "jobset-x-k8s-io-v1alpha2-jobset")
 			sawPyTorchJob = sawPyTorchJob || strings.HasSuffix(path, "kubeflow-org-v1-pytorchjob")
+			sawTFJob = sawTFJob || strings.HasSuffix(path, "kubeflow-org-v1-tfjob")
 		}
 	}
 	if !sawJob {
@@ -107,6 +108,9 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	}
 	if !sawPyTorchJob {
 		t.Error("the PyTorchJob webhooks are missing; Kueue would not suspend PyTorchJobs")
+	}
+	if !sawTFJob {
+		t.Error("the TFJob webhooks are missing; Kueue would not suspend TFJobs")
 	}
 }
 

@@ -92,12 +92,16 @@ type KueueSpec struct {
 // JobSet controller and keeps Kueue's JobSet webhook.
 const JobKindJobSet = "jobset"
 
-// JobKindPyTorchJob is the lab file's name of Kubeflow's PyTorchJob (kubeflow.org/v1): the
-// lab runs the Kubeflow training operator's PyTorchJob controller and webhook.
-const JobKindPyTorchJob = "pytorchjob"
+// JobKindPyTorchJob and JobKindTFJob are the lab file's names of Kubeflow's PyTorchJob and
+// TFJob (kubeflow.org/v1): the lab runs the Kubeflow training operator with the controllers
+// and webhooks of the kinds named.
+const (
+	JobKindPyTorchJob = "pytorchjob"
+	JobKindTFJob      = "tfjob"
+)
 
 // JobKinds are the values kueue.jobKinds accepts.
-var JobKinds = []string{JobKindJobSet, JobKindPyTorchJob}
+var JobKinds = []string{JobKindJobSet, JobKindPyTorchJob, JobKindTFJob}
 
 // runsJobSet is whether the lab runs the JobSet controller.
 func (k KueueSpec) runsJobSet() bool {
@@ -106,7 +110,22 @@ func (k KueueSpec) runsJobSet() bool {
 
 // runsTrainingOperator is whether the lab runs the Kubeflow training operator.
 func (k KueueSpec) runsTrainingOperator() bool {
-	return k.Enabled && slices.Contains(k.JobKinds, JobKindPyTorchJob)
+	return len(k.kubeflowKinds()) > 0
+}
+
+// kubeflowKinds are the training operator's kinds the lab runs, as the operator names them.
+func (k KueueSpec) kubeflowKinds() []string {
+	if !k.Enabled {
+		return nil
+	}
+	var out []string
+	for kind, name := range map[string]string{JobKindPyTorchJob: "PyTorchJob", JobKindTFJob: "TFJob"} {
+		if slices.Contains(k.JobKinds, kind) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // The waitForPodsReady timeouts a lab file may give Kueue: long enough for a gang of the

@@ -81,7 +81,7 @@ func TestParseFileRejects(t *testing.T) {
 		{"pods-ready timeout without Kueue", head + "kueue: {podsReadyTimeout: 1m}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.podsReadyTimeout: Invalid value: "1m": needs kueue.enabled: true`},
 		{"unknown job kind", head + "kueue: {enabled: true, jobKinds: [jobset, mpijob]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
-			`kueue.jobKinds[1]: Unsupported value: "mpijob": supported values: "jobset", "pytorchjob"`},
+			`kueue.jobKinds[1]: Unsupported value: "mpijob": supported values: "jobset", "pytorchjob", "tfjob"`},
 		{"job kind twice", head + "kueue: {enabled: true, jobKinds: [jobset, jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.jobKinds[1]: Duplicate value: "jobset"`},
 		{"job kind without Kueue", head + "kueue: {jobKinds: [jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",

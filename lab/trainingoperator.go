@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,26 +18,29 @@ import (
 // The Kubeflow training operator runs out of cluster under the lab's main
 // (trainingoperator_main.go): its webhook server on 127.0.0.1 with a certificate the lab's
 // CA issues, the API server reaching it through an ExternalName Service pointing at
-// localhost. It runs the PyTorchJob controller, the kind Kueue's lab configuration
-// integrates (kubeflow.org/pytorchjob), in namespace kubeflow as its standalone install does.
+// localhost. It runs the controllers of the kinds the lab file names (PyTorchJob, TFJob: the
+// kinds Kueue's configuration integrates) in namespace kubeflow, as its standalone install
+// does.
 const (
 	trainingOperatorNamespace = "kubeflow"
 	trainingOperatorService   = "training-operator"
 	trainingOperatorUser      = "system:serviceaccount:" + trainingOperatorNamespace + ":training-operator"
-	// trainingOperatorKinds are the kinds the lab's operator runs, by kind and resource.
-	trainingOperatorKind     = "PyTorchJob"
-	trainingOperatorResource = "pytorchjobs"
 )
 
-var pytorchJobsGVR = schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: trainingOperatorResource}
+// kubeflowResource is the resource of a training operator kind (PyTorchJob: pytorchjobs).
+func kubeflowResource(kind string) string { return strings.ToLower(kind) + "s" }
 
 // trainingOperatorManifests renders what the operator's manifests/base would install for
-// the kinds the lab runs: their CRD, the namespace, RBAC, an ExternalName webhook Service
+// the kinds the lab runs: their CRDs, the namespace, RBAC, an ExternalName webhook Service
 // pointing at localhost and the validating webhooks of those kinds trusting caBundle.
-func trainingOperatorManifests(configDir string, webhookPort int, caBundle []byte) (crds, rest []*unstructured.Unstructured, err error) {
+func trainingOperatorManifests(configDir string, kinds []string, webhookPort int, caBundle []byte) (crds, rest []*unstructured.Unstructured, err error) {
 	read := manifestReader(configDir)
-	if crds, err = read("crds/kubeflow.org_" + trainingOperatorResource + ".yaml"); err != nil {
-		return nil, nil, err
+	for _, kind := range kinds {
+		crd, err := read("crds/kubeflow.org_" + kubeflowResource(kind) + ".yaml")
+		if err != nil {
+			return nil, nil, err
+		}
+		crds = append(crds, crd...)
 	}
 	k := kustomization{namespace: trainingOperatorNamespace}
 	if rest, err = kustomizedObjects(read, k, "rbac/service-account.yaml", "rbac/role.yaml", "rbac/cluster-role-binding.yaml"); err != nil {
@@ -56,15 +60,15 @@ func trainingOperatorManifests(configDir string, webhookPort int, caBundle []byt
 		for _, w := range list {
 			m, _ := w.(map[string]any)
 			path, _, _ := unstructured.NestedString(m, "clientConfig", "service", "path")
-			if !strings.HasSuffix(path, "-kubeflow-org-v1-"+strings.ToLower(trainingOperatorKind)) {
+			if !slices.ContainsFunc(kinds, func(kind string) bool { return strings.HasSuffix(path, "-kubeflow-org-v1-"+strings.ToLower(kind)) }) {
 				continue
 			}
 			_ = unstructured.SetNestedField(m, map[string]any{"namespace": trainingOperatorNamespace, "name": trainingOperatorService, "path": path, "port": int64(webhookPort)}, "clientConfig", "service")
 			_ = unstructured.SetNestedField(m, base64.StdEncoding.EncodeToString(caBundle), "clientConfig", "caBundle")
 			kept = append(kept, m)
 		}
-		if len(kept) == 0 {
-			return nil, nil, fmt.Errorf("webhook/manifests.yaml has no webhook for %s", trainingOperatorKind)
+		if len(kept) != len(kinds) {
+			return nil, nil, fmt.Errorf("webhook/manifests.yaml has %d webhooks for %s", len(kept), strings.Join(kinds, ", "))
 		}
 		_ = unstructured.SetNestedSlice(o.Object, kept, "webhooks")
 		rest = append(rest, o)
@@ -72,9 +76,9 @@ func trainingOperatorManifests(configDir string, webhookPort int, caBundle []byt
 	return crds, rest, nil
 }
 
-// startTrainingOperator applies the operator's manifests, starts it and waits until a
-// PyTorchJob passes its webhook and Kueue's.
-func (u *upper) startTrainingOperator(ctx context.Context) error {
+// startTrainingOperator applies the operator's manifests for kinds, starts it and waits
+// until a job of each kind passes its webhook and Kueue's.
+func (u *upper) startTrainingOperator(ctx context.Context, kinds []string) error {
 	certDir, err := u.componentCertDir("training-operator")
 	if err != nil {
 		return err
@@ -90,11 +94,11 @@ func (u *upper) startTrainingOperator(ctx context.Context) error {
 		}
 	}
 	webhookPort, healthPort := u.port("training-operator-webhook"), u.port("training-operator-health")
-	crds, rest, err := trainingOperatorManifests(u.tc.TrainingOperatorConfig, webhookPort, u.pki.CA.CertPEM())
+	crds, rest, err := trainingOperatorManifests(u.tc.TrainingOperatorConfig, kinds, webhookPort, u.pki.CA.CertPEM())
 	if err != nil {
 		return &ComponentError{Component: "training-operator", Err: fmt.Errorf("the training operator's manifests in %s: %w", u.tc.TrainingOperatorConfig, err)}
 	}
-	dyn, err := u.applyWithCRDs(ctx, "training-operator", "serving the PyTorchJob CRD", crds, rest)
+	dyn, err := u.applyWithCRDs(ctx, "training-operator", "serving the CRDs of "+strings.Join(kinds, ", "), crds, rest)
 	if err != nil {
 		return err
 	}
@@ -103,7 +107,7 @@ func (u *upper) startTrainingOperator(ctx context.Context) error {
 		return err
 	}
 	c, err := u.start("training-operator", []string{u.tc.TrainingOperator,
-		"--kinds=" + trainingOperatorKind, "--webhook-port=" + strconv.Itoa(webhookPort), "--cert-dir=" + certDir,
+		"--kinds=" + strings.Join(kinds, ","), "--webhook-port=" + strconv.Itoa(webhookPort), "--cert-dir=" + certDir,
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(healthPort)},
 		[]string{"KUBECONFIG=" + kc}, map[string]int{"health": healthPort, "webhook": webhookPort})
 	if err != nil {
@@ -112,13 +116,21 @@ func (u *upper) startTrainingOperator(ctx context.Context) error {
 	if err := waitReady(ctx, c, "ready", componentTimeout, httpGetter("http://127.0.0.1:"+strconv.Itoa(healthPort)+"/readyz", nil, "ok")); err != nil {
 		return err
 	}
-	// A dry-run create goes through the operator's webhook and Kueue's.
-	probe := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kubeflow.org/v1", "kind": trainingOperatorKind,
-		"metadata": map[string]any{"name": "gpudra-lab-webhook-probe", "namespace": "default"},
-		"spec": map[string]any{"pytorchReplicaSpecs": map[string]any{"Master": map[string]any{"replicas": int64(1),
-			"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "pytorch", "image": "busybox"}}}},
-		}}},
-	}}
-	return waitWebhooksAnswer(ctx, c, dyn, pytorchJobsGVR, "default", probe)
+	// A dry-run create of each kind goes through the operator's webhook and Kueue's.
+	for _, kind := range kinds {
+		replicas := map[string]string{"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs"}[kind]
+		container := map[string]string{"PyTorchJob": "pytorch", "TFJob": "tensorflow"}[kind]
+		probe := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kubeflow.org/v1", "kind": kind,
+			"metadata": map[string]any{"name": "gpudra-lab-webhook-probe", "namespace": "default"},
+			"spec": map[string]any{replicas: map[string]any{"Worker": map[string]any{"replicas": int64(1),
+				"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": container, "image": "busybox"}}}},
+			}}},
+		}}
+		gvr := schema.GroupVersionResource{Group: "kubeflow.org", Version: "v1", Resource: kubeflowResource(kind)}
+		if err := waitWebhooksAnswer(ctx, c, dyn, gvr, "default", probe); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -2,9 +2,11 @@ package lab
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,19 +31,19 @@ func trainingOperatorConfigDir(t *testing.T) string {
 	return ""
 }
 
-// The lab installs the training operator for PyTorchJobs only, for a controller out of
-// cluster: the PyTorchJob CRD alone, its validating webhook (and no other kind's, whose
+// The lab installs the training operator for the kinds it runs, for a controller out of
+// cluster: their CRDs alone, their validating webhooks (and no other kind's, whose
 // controller does not run) reaching localhost on the lab's port through the ExternalName
 // Service and trusting the lab's CA, and RBAC bound to the service account whose name the
 // lab's client certificate carries.
 func TestTrainingOperatorManifestsServeTheLabsController(t *testing.T) {
 	ca := []byte("-----BEGIN CERTIFICATE-----\nlab CA\n-----END CERTIFICATE-----\n")
-	crds, rest, err := trainingOperatorManifests(trainingOperatorConfigDir(t), 4343, ca)
+	crds, rest, err := trainingOperatorManifests(trainingOperatorConfigDir(t), []string{"PyTorchJob", "TFJob"}, 4343, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(crds) != 1 || crds[0].GetName() != "pytorchjobs.kubeflow.org" {
-		t.Errorf("CRDs %v, want pytorchjobs.kubeflow.org", crds)
+	if len(crds) != 2 || crds[0].GetName() != "pytorchjobs.kubeflow.org" || crds[1].GetName() != "tfjobs.kubeflow.org" {
+		t.Errorf("CRDs %v, want pytorchjobs.kubeflow.org and tfjobs.kubeflow.org", crds)
 	}
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, o := range rest {
@@ -72,17 +74,20 @@ func TestTrainingOperatorManifestsServeTheLabsController(t *testing.T) {
 		t.Fatalf("no ValidatingWebhookConfiguration; got %v", keys(kinds))
 	}
 	list, _, _ := unstructured.NestedSlice(hooks.Object, "webhooks")
-	if len(list) != 1 {
-		t.Fatalf("%d webhooks, want the PyTorchJob one only", len(list))
+	var paths []string
+	for _, w := range list {
+		w := w.(map[string]any)
+		svc, _, _ := unstructured.NestedMap(w, "clientConfig", "service")
+		if svc["name"] != trainingOperatorService || svc["namespace"] != trainingOperatorNamespace || svc["port"] != int64(4343) {
+			t.Errorf("webhook service %v", svc)
+		}
+		paths = append(paths, fmt.Sprint(svc["path"]))
+		if got, _, _ := unstructured.NestedString(w, "clientConfig", "caBundle"); got != base64.StdEncoding.EncodeToString(ca) {
+			t.Errorf("webhook trusts %q, want the lab's CA", got)
+		}
 	}
-	w := list[0].(map[string]any)
-	svc, _, _ := unstructured.NestedMap(w, "clientConfig", "service")
-	if svc["name"] != trainingOperatorService || svc["namespace"] != trainingOperatorNamespace || svc["port"] != int64(4343) ||
-		svc["path"] != "/validate-kubeflow-org-v1-pytorchjob" {
-		t.Errorf("webhook service %v", svc)
-	}
-	if got, _, _ := unstructured.NestedString(w, "clientConfig", "caBundle"); got != base64.StdEncoding.EncodeToString(ca) {
-		t.Errorf("webhook trusts %q, want the lab's CA", got)
+	if want := []string{"/validate-kubeflow-org-v1-pytorchjob", "/validate-kubeflow-org-v1-tfjob"}; !slices.Equal(paths, want) {
+		t.Errorf("webhooks %v, want those of the kinds the lab runs only, %v", paths, want)
 	}
 }
 

@@ -139,10 +139,11 @@ var (
 	BatchJob   = JobKind{Group: batchv1.GroupName, Kind: "Job", Name: "job"}
 	JobSet     = JobKind{Group: "jobset.x-k8s.io", Kind: "JobSet", Name: "jobset"}
 	PyTorchJob = JobKind{Group: "kubeflow.org", Kind: "PyTorchJob", Name: "pytorchjob"}
+	TFJob      = JobKind{Group: "kubeflow.org", Kind: "TFJob", Name: "tfjob"}
 )
 
 // JobKinds are the job kinds explain resolves.
-var JobKinds = []JobKind{BatchJob, JobSet, PyTorchJob}
+var JobKinds = []JobKind{BatchJob, JobSet, PyTorchJob, TFJob}
 
 // JobOf is the job that owns the Workload, as KIND/NAME (job/train, jobset/train), or "".
 func JobOf(wl *kueue.Workload) string {
