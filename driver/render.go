@@ -43,6 +43,45 @@ const (
 // MIGStrategies lists the accepted MIGStrategy values.
 var MIGStrategies = []MIGStrategy{MIGStatic, MIGDynamic, MIGNone}
 
+// Publication says which kinds of devices a node pool publishes: every kind, or fewer so
+// that every scheduling decision on the pool's nodes costs less (docs/scale.md).
+type Publication string
+
+const (
+	// PublishAll (the default) publishes whole GPUs, shares, NVLink groups and the MIG
+	// devices the MIG strategy asks for.
+	PublishAll Publication = "all"
+	// PublishTraining publishes whole GPUs and NVLink groups: no shares, no MIG devices.
+	// A pool for multi-GPU training, where every node a one-GPU pod cannot use costs the
+	// scheduler a look at each of its shares.
+	PublishTraining Publication = "training"
+	// PublishWhole publishes whole GPUs only, without counters (nothing else uses a GPU
+	// to count against): what the scheduler sees is a plain driver's slices.
+	PublishWhole Publication = "whole"
+)
+
+// Publications lists the accepted Publication values.
+var Publications = []Publication{PublishAll, PublishTraining, PublishWhole}
+
+// Options sets what the publication leaves out in o: shares and MIG devices for
+// training, shares, MIG devices and NVLink groups for whole. A publication without MIG
+// devices refuses a MIG strategy other than none or the default (static).
+func (p Publication) Options(o RenderOptions) (RenderOptions, error) {
+	switch p {
+	case "", PublishAll:
+		return o, nil
+	case PublishTraining, PublishWhole:
+	default:
+		return o, fmt.Errorf("publication %q: accepted values are %s, %s, %s", p, PublishAll, PublishTraining, PublishWhole)
+	}
+	if o.MIG == MIGDynamic {
+		return o, fmt.Errorf("publication %q publishes no MIG devices: it takes mig strategy %s or %s, not %s", p, MIGStatic, MIGNone, o.MIG)
+	}
+	o.MIG, o.NoShares = MIGNone, true
+	o.NoGroups = o.NoGroups || p == PublishWhole
+	return o, nil
+}
+
 // RenderOptions controls what a node publishes. The zero value is the default.
 type RenderOptions struct {
 	// MIG is the MIG strategy; "" means MIGStatic.
@@ -165,6 +204,14 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 		}
 	}
 	pool := &Pool{}
+	if len(shares)+len(groups)+len(migs) == 0 {
+		// Whole GPUs alone never take one GPU twice: without counters the scheduler reads
+		// one slice instead of two and checks no counter per allocation.
+		for k := range whole {
+			whole[k].ConsumesCounters = nil
+		}
+		counters.sets = nil
+	}
 	for _, sets := range chunk(counters.sets, resourceapi.ResourceSliceMaxCounterSets) {
 		pool.Slices = append(pool.Slices, resourceslice.Slice{SharedCounters: sets})
 	}
