@@ -56,7 +56,7 @@ type flags struct {
 	mpsNamespace, mpsPriorityClass    string
 	mpsPullPolicy, mpsServiceAccount  string
 	mpsPullSecrets                    []string
-	migLayouts                        string
+	migLayouts, publish               string
 	podResourcesSocket                string
 	// sharePriorityThreshold is --share-priority-threshold; nil when not given.
 	sharePriorityThreshold *int32
@@ -108,6 +108,7 @@ func newCommandFor(f *flags) *cobra.Command {
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
 	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
 	fs.StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
+	fs.StringVar(&f.publish, "publish", string(driver.PublishAll), "which devices this node publishes: all (whole GPUs, shares, NVLink groups and the MIG devices --mig asks for), training (whole GPUs and NVLink groups) or whole (whole GPUs only, without counters); fewer devices make every scheduling decision on the node cheaper (docs/devices.md, Node pools)")
 	fs.StringVar(&f.migLayouts, "mig-layouts", "", `file of named MIG layouts in mig-parted's format (version: v1, mig-configs: ...); with --mig=static the plugin partitions the node's free GPUs as the layout its Node's label `+api.LabelMIGConfig+` names, and reports progress in the label `+api.LabelMIGConfigState+` (the chart mounts its ConfigMap at /etc/gpudra/mig-layouts.yaml; empty: no layouts)`)
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", filepath.Join(kubeletplugin.KubeletPluginsDir, api.DriverName), "directory for the plugin's DRA socket")
@@ -142,7 +143,8 @@ func newCommandFor(f *flags) *cobra.Command {
 	return cmd
 }
 
-// renderOptions are what the node publishes, from --mig and --memory-oversubscription.
+// renderOptions are what the node publishes, from --mig, --memory-oversubscription and
+// --publish.
 func renderOptions(f flags) (driver.RenderOptions, error) {
 	if o := f.memoryOversubscription; !(o >= 1 && o <= driver.MaxMemoryOversubscription) {
 		return driver.RenderOptions{}, fmt.Errorf("--memory-oversubscription=%v: accepted range is 1 to %v (1: off)", o, driver.MaxMemoryOversubscription)
@@ -150,6 +152,19 @@ func renderOptions(f flags) (driver.RenderOptions, error) {
 	render := driver.RenderOptions{MIG: driver.MIGStrategy(f.mig), MemoryOversubscription: f.memoryOversubscription}
 	if err := render.Validate(); err != nil {
 		return driver.RenderOptions{}, fmt.Errorf("--mig: %w", err)
+	}
+	publish := driver.Publication(f.publish)
+	render, err := publish.Options(render)
+	if err != nil {
+		return driver.RenderOptions{}, fmt.Errorf("--publish: %w", err)
+	}
+	if publish != "" && publish != driver.PublishAll {
+		switch {
+		case f.migLayouts != "":
+			return driver.RenderOptions{}, fmt.Errorf("--publish=%s publishes no MIG devices: --mig-layouts must be empty", publish)
+		case f.memoryOversubscription > 1:
+			return driver.RenderOptions{}, fmt.Errorf("--publish=%s publishes no shares: --memory-oversubscription must be 1", publish)
+		}
 	}
 	return render, nil
 }
