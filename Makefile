@@ -31,7 +31,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
+.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -75,6 +75,9 @@ e2e: build ## only the lab end-to-end tests (-tags e2e)
 
 bench: ## allocator benchmarks: gpudra slices vs plain 8-device slices (ratios printed)
 	go test -run '^$$' -bench . -benchtime 2s ./driver/... ./kubeletplugin/...
+
+bench-scale: ## the scheduler's DRA work per pod at 1024, 3200 and 4096 GPUs, in-process: gpudra's slices and each node-pool publication against plain slices, and GPUFragmentation's share (GPUDRA_SCALE_NODES=128,512 picks the sizes)
+	go test -run '^$$' -bench SchedulingScale -benchtime 2x -timeout 30m ./scheduler/fragmentation/
 
 browser: ## install Debian's chromium for the web view's browser test, unless it is there
 	hack/install-chromium.sh

@@ -44,7 +44,8 @@ const (
 var MIGStrategies = []MIGStrategy{MIGStatic, MIGDynamic, MIGNone}
 
 // Publication says which kinds of devices a node pool publishes: every kind, or fewer so
-// that every scheduling decision on the pool's nodes costs less (docs/scale.md).
+// that every scheduling decision on the pool's nodes costs less (docs/devices.md, Node
+// pools).
 type Publication string
 
 const (
