@@ -315,6 +315,20 @@ func TestPoolOverridesHostNetworkAndDirs(t *testing.T) {
 	}
 }
 
+// TestPoolPublishes: a training pool's plugin publishes fewer devices and reads no MIG
+// layouts; the default pool publishes everything.
+func TestPoolPublishes(t *testing.T) {
+	m := render(t, `kubeletPlugin.pools=[{"name":"training","publish":"training","nodeSelector":{"gpudra.dev/node-pool":"training"}}]`)
+	pool := m.get("DaemonSet", "gpudra-kubelet-plugin-training").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(pool, "--publish=training") || slices.ContainsFunc(pool, func(a string) bool { return strings.HasPrefix(a, "--mig-layouts") }) {
+		t.Errorf("training pool args %v: want --publish=training and no --mig-layouts", pool)
+	}
+	def := m.get("DaemonSet", "gpudra-kubelet-plugin").(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0].Args
+	if slices.ContainsFunc(def, func(a string) bool { return strings.HasPrefix(a, "--publish") }) || !slices.Contains(def, "--mig-layouts=/etc/gpudra/mig-layouts.yaml") {
+		t.Errorf("default pool args %v: want every device published and the MIG layouts", def)
+	}
+}
+
 // TestControllerIsUnprivileged proves the controller runs non-root, read-only, without
 // privilege escalation, and serves the webhook on the Service's port 9443.
 func TestControllerIsUnprivileged(t *testing.T) {
@@ -510,6 +524,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 	for _, tc := range []struct{ set, want string }{
 		{"kubeletPlugin.nvml=cuda", `kubeletPlugin.nvml="cuda"`},
 		{"kubeletPlugin.mig=mixed", `kubeletPlugin.mig="mixed"`},
+		{"kubeletPlugin.publish=inference", `kubeletPlugin.publish="inference": accepted values are all, training, whole`},
+		{`kubeletPlugin.pools=[{"name":"t","publish":"training","mig":"dynamic"}]`, "kubeletPlugin.pools[t].publish=training publishes no MIG devices: kubeletPlugin.pools[t].mig must be static or none, not dynamic"},
 		{"kubeletPlugin.mpsControlDaemons=thread", `kubeletPlugin.mpsControlDaemons="thread": accepted values are pod, process`},
 		{`kubeletPlugin.pools=[{"name":"p","mpsControlDaemons":"host"}]`, `kubeletPlugin.pools[p].mpsControlDaemons="host"`},
 		{`kubeletPlugin.pools=[{"name":"Big_Pool"}]`, "kubeletPlugin.pools[].name"},

@@ -75,7 +75,7 @@ gpudra-controller
 {{/* Refuse values that would install something broken, naming the value and what is accepted. */}}
 {{- define "gpudra.validate" -}}
 {{- $k := .Values.kubeletPlugin -}}
-{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "mig" $k.mig "mpsControlDaemons" $k.mpsControlDaemons)) -}}
+{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "mig" $k.mig "publish" $k.publish "mpsControlDaemons" $k.mpsControlDaemons)) -}}
 {{- $where := ternary "kubeletPlugin" (printf "kubeletPlugin.pools[%s]" $p.name) (eq $p.name "") -}}
 {{- $nvml := $p.nvml | default $k.nvml -}}
 {{- if not (or (eq $nvml "nvml") (hasPrefix "sim:" $nvml)) -}}
@@ -84,6 +84,13 @@ gpudra-controller
 {{- $mig := $p.mig | default $k.mig -}}
 {{- if not (has $mig (list "static" "dynamic" "none")) -}}
 {{- fail (printf "%s.mig=%q: accepted values are static, dynamic, none" $where $mig) -}}
+{{- end -}}
+{{- $publish := $p.publish | default $k.publish | default "all" -}}
+{{- if not (has $publish (list "all" "training" "whole")) -}}
+{{- fail (printf "%s.publish=%q: accepted values are all, training, whole" $where $publish) -}}
+{{- end -}}
+{{- if and (ne $publish "all") (eq $mig "dynamic") -}}
+{{- fail (printf "%s.publish=%s publishes no MIG devices: %s.mig must be static or none, not dynamic" $where $publish $where) -}}
 {{- end -}}
 {{- $mps := $p.mpsControlDaemons | default $k.mpsControlDaemons -}}
 {{- if not (has $mps (list "pod" "process")) -}}
