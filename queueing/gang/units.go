@@ -142,7 +142,8 @@ func placeSet(ctx context.Context, st *allocation.State, net *topology.Network, 
 
 // placeUnits places pods first..first+count-1 on nodes, in units[0] groups (each inside one
 // of the nodes' domains at its level), each group split by the rest of units. It appends
-// to res and commits to st what it placed; it reports whether all pods fitted.
+// to res and commits to st what it placed; it reports whether all pods fitted. When they
+// did not, what stays committed to st is exactly res.allocs (the caller releases it).
 func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network, set PodSet, units []unit, lvl, first, count int, nodes []string, res *setResult) (bool, error) {
 	if len(units) == 0 {
 		// The pods of a set ask for the same claims and each one only adds allocations, so
@@ -179,17 +180,23 @@ func placeUnits(ctx context.Context, st *allocation.State, net *topology.Network
 		best := 0 // most pods of this unit any group took, for the reason
 		placed := false
 		for _, g := range groups {
-			trial := st.Clone()
+			// A trial commits to st and, when it fails, releases what it committed: a
+			// copy of the cluster's allocations per trial made a gang's planning grow
+			// with its units times the allocated devices.
 			sub := setResult{kept: map[int][][]string{}}
-			ok, err := placeUnits(ctx, trial, net, set, units[1:], lvl+1, first+k*u.size, u.size, g.nodes, &sub)
+			ok, err := placeUnits(ctx, st, net, set, units[1:], lvl+1, first+k*u.size, u.size, g.nodes, &sub)
 			if err != nil {
 				return false, err
 			}
 			best = max(best, sub.got)
 			if !ok {
+				for _, allocs := range sub.allocs {
+					for j := range allocs {
+						st.Release(&allocs[j])
+					}
+				}
 				continue
 			}
-			*st = *trial
 			res.nodes = append(res.nodes, sub.nodes...)
 			res.allocs = append(res.allocs, sub.allocs...)
 			res.got += sub.got
