@@ -198,3 +198,31 @@ func TestNodeSelectorLimitsCandidates(t *testing.T) {
 		t.Errorf("4 pods on 3 selectable nodes: err = %v", err)
 	}
 }
+
+// TestFailedSliceLeavesNothingBehind: a slice that fits only partly in the first rack it
+// tries goes to the next rack, and the GPUs the failed try took in the first rack are free
+// again in the state the plan returns.
+func TestFailedSliceLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	st, net := cluster(t, 2, 2)
+	busy := &resourceapi.ResourceClaim{Spec: spec(t, tensorParallel4)}
+	busy.Name, busy.Namespace, busy.UID = "busy", "other", "busy"
+	if _, err := st.AllocateAndCommit(ctx, "r1-n2", busy); err != nil {
+		t.Fatal(err)
+	}
+	set := gang.PodSet{Name: "workers", Count: 2, Claims: []resourceapi.ResourceClaimSpec{spec(t, tensorParallel4)},
+		Required: topology.LevelBlock, SliceSize: 2, SliceRequired: topology.LevelRack}
+	p, after, err := gang.Plan(ctx, st, net, nil, []gang.PodSet{set})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.Nodes["workers"], ","); got != "r2-n1,r2-n2" {
+		t.Fatalf("slice on %s, want r2-n1,r2-n2 (rack r1 has one free node)", got)
+	}
+	// The first try put pod 0 on r1-n1 before pod 1 found r1-n2 full.
+	again := &resourceapi.ResourceClaim{Spec: spec(t, tensorParallel4)}
+	again.Name, again.Namespace, again.UID = "again", "other", "again"
+	if _, err := after.Allocate(ctx, "r1-n1", again); err != nil {
+		t.Errorf("r1-n1 after the plan: %v; want its GPUs free (the failed try released them)", err)
+	}
+}
