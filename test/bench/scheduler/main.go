@@ -3,7 +3,7 @@
 // slices of the same GPUs, in one run on one lab, in the spirit of kube-scheduler's
 // scheduler_perf (SchedulingThroughput):
 //
-//	go run ./test/bench/scheduler [-nodes 100] [-pods 600]
+//	go run ./test/bench/scheduler [-nodes 100] [-pods 600] [-publish all]
 //
 // It starts a lab (gpudra-scheduler built from this repository), adds four sets of -nodes
 // kwok nodes of 8 H100 GPUs: two with the slices gpudra's plugin publishes for a DGX H100
@@ -16,6 +16,8 @@
 // with the shipped GPUFragmentation profile) for that name, and records when each pod is
 // bound. Throughput is bound pods over the time from the first bind to the last; the
 // report gives each round's pods/s and its ratio to kube-scheduler on plain slices.
+// -publish renders the gpudra node sets as a node pool with that --publish would publish
+// them (training: whole GPUs and NVLink groups; whole: whole GPUs only).
 package main
 
 import (
@@ -89,7 +91,13 @@ func main() {
 	nodes := flag.Int("nodes", 100, "kwok nodes of 8 GPUs in each round's node set (four sets)")
 	pods := flag.Int("pods", 600, "one-GPU pods each round schedules (at most 8 × -nodes)")
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
+	publish := flag.String("publish", string(driver.PublishAll), "what the gpudra node sets publish, as the plugin's --publish: all, training or whole")
 	flag.Parse()
+	var err error
+	if gpudraRender, err = driver.Publication(*publish).Options(driver.RenderOptions{}); err != nil {
+		fmt.Fprintf(os.Stderr, "scheduler benchmark: -publish: %v\n", err)
+		os.Exit(2)
+	}
 	if *nodes < 1 || *nodes > 1000 {
 		fmt.Fprintf(os.Stderr, "scheduler benchmark: -nodes %d: accepted 1 to 1000\n", *nodes)
 		os.Exit(2)
@@ -200,10 +208,13 @@ func addNode(ctx context.Context, cs kubernetes.Interface, r round, name string)
 	return nil
 }
 
+// gpudraRender is what the gpudra node sets publish (-publish).
+var gpudraRender driver.RenderOptions
+
 // nodeSlices renders a node's slices: gpudra's for the profile, or driver.PlainSlices of the
 // same GPUs.
 func nodeSlices(node, kind string) ([]*resourceapi.ResourceSlice, error) {
-	inv, rs, err := simulated.Slices(profile, node, driver.RenderOptions{})
+	inv, rs, err := simulated.Slices(profile, node, gpudraRender)
 	if err != nil || kind == "gpudra" {
 		return rs, err
 	}
@@ -410,7 +421,7 @@ func report(w *os.File, nodes, pods int, results []result) {
 			base = r.rate()
 		}
 	}
-	fmt.Fprintf(w, "\n%d nodes of 8 GPUs per round, %d one-GPU pods per round (claims from a template)\n\n", nodes, pods)
+	fmt.Fprintf(w, "\n%d nodes of 8 GPUs per round, %d one-GPU pods per round (claims from a template); gpudra's slices: %d devices a node\n\n", nodes, pods, devicesPerNode())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scheduler\tslices\tpods/s\tx kube-scheduler on plain slices\t")
 	for _, r := range results {
@@ -421,4 +432,17 @@ func report(w *os.File, nodes, pods int, results []result) {
 		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%s\t\n", r.scheduler, r.slices, r.rate(), ratio)
 	}
 	tw.Flush()
+}
+
+// devicesPerNode is how many devices a gpudra node set's node publishes.
+func devicesPerNode() int {
+	rs, err := nodeSlices("count", "gpudra")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range rs {
+		n += len(s.Spec.Devices)
+	}
+	return n
 }
