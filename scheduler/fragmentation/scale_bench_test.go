@@ -55,7 +55,7 @@ import (
 // scaleVariant is one way the cluster's nodes publish their GPUs.
 type scaleVariant struct {
 	name string
-	// slices renders one node; nil is the plain baseline.
+	// opts renders one node; nil is the plain baseline.
 	opts *driver.RenderOptions
 	// alter and reorder change what Render made: levers measured before gpudra adopts them.
 	alter   func(*resourceapi.Device)
@@ -63,14 +63,21 @@ type scaleVariant struct {
 }
 
 // scaleVariants are the publications measured against plain slices: gpudra's default
-// (whole GPUs, shares, NVLink groups), a training pool's (whole GPUs and NVLink
-// groups), and whole GPUs only (with their counters).
+// (whole GPUs, shares, NVLink groups), a training pool's (whole GPUs and NVLink groups),
+// and a pool of whole GPUs only (without counters).
 func scaleVariants() []scaleVariant {
+	published := func(p driver.Publication) *driver.RenderOptions {
+		o, err := p.Options(driver.RenderOptions{})
+		if err != nil {
+			panic(err)
+		}
+		return &o
+	}
 	return []scaleVariant{
 		{name: "plain"},
-		{name: "gpudra", opts: &driver.RenderOptions{}},
-		{name: "training", opts: &driver.RenderOptions{MIG: driver.MIGNone, NoShares: true}},
-		{name: "whole", opts: &driver.RenderOptions{MIG: driver.MIGNone, NoShares: true, NoGroups: true}},
+		{name: "gpudra", opts: published(driver.PublishAll)},
+		{name: "training", opts: published(driver.PublishTraining)},
+		{name: "whole", opts: published(driver.PublishWhole)},
 		// Levers measured, not adopted: shares and groups with only the attributes their
 		// selectors need, and NVLink groups ahead of whole GPUs.
 		{name: "gpudra-lean", opts: &driver.RenderOptions{}, alter: leanAttributes},
