@@ -23,11 +23,15 @@ type Inventory struct {
 	PCIe [][]PCIeLevel `json:"pcie"`
 }
 
-// GPU is one physical GPU.
+// GPU is one physical GPU, or one compute partition of an AMD GPU that the kernel shows
+// as a GPU of its own.
 type GPU struct {
-	Index int    `json:"index"`
-	Minor int    `json:"minor"`
-	UUID  string `json:"uuid"`
+	Index int `json:"index"`
+	// Vendor is VendorNVIDIA, VendorAMD or VendorHygon ("" is NVIDIA: inventories written
+	// before AMD GPUs were discovered).
+	Vendor string `json:"vendor,omitempty"`
+	Minor  int    `json:"minor"`
+	UUID   string `json:"uuid"`
 	// ProductName is NVML's name, e.g. "NVIDIA H100 80GB HBM3".
 	ProductName  string `json:"productName"`
 	Brand        string `json:"brand"`
@@ -44,6 +48,55 @@ type GPU struct {
 	NUMANode *int `json:"numaNode,omitempty"`
 	// MIG is set for MIG-capable GPUs.
 	MIG *MIGInfo `json:"mig,omitempty"`
+	// KFD is set for GPUs discovered through the kernel's KFD topology (AMD, Hygon).
+	KFD *KFDInfo `json:"kfd,omitempty"`
+}
+
+// GPU vendors, the value of the vendor attribute.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+	VendorHygon  = "hygon"
+)
+
+// VendorOf is g's vendor, NVIDIA where the inventory did not say.
+func (g *GPU) VendorOf() string {
+	if g.Vendor == "" {
+		return VendorNVIDIA
+	}
+	return g.Vendor
+}
+
+// IsNVIDIA says whether g is an NVIDIA GPU (NVML's).
+func (g *GPU) IsNVIDIA() bool { return g.KFD == nil && g.VendorOf() == VendorNVIDIA }
+
+// KFDInfo is what the kernel's KFD topology and DRM class say about an AMD or Hygon GPU.
+type KFDInfo struct {
+	// Node is the KFD topology node (/sys/class/kfd/kfd/topology/nodes/<Node>).
+	Node int `json:"node"`
+	// GPUID is the node's gpu_id, which changes when the GPU goes away and comes back.
+	GPUID uint64 `json:"gpuID"`
+	// RenderMinor is the DRM render node's minor: /dev/dri/renderD<RenderMinor>.
+	RenderMinor int `json:"renderMinor"`
+	// Card is the DRM card: /dev/dri/card<Card>; -1 when sysfs shows none.
+	Card int `json:"card"`
+	// GFXTarget is the ISA, e.g. "gfx942".
+	GFXTarget string `json:"gfxTarget"`
+	// ComputePartition and MemoryPartition are the GPU's partition modes ("SPX", "CPX";
+	// "NPS1", "NPS4"), "" where the GPU has none.
+	ComputePartition string `json:"computePartition,omitempty"`
+	MemoryPartition  string `json:"memoryPartition,omitempty"`
+	// Partition is this device's place among the KFD nodes of one physical GPU (0 for a
+	// GPU that is not partitioned); Partitions is how many there are.
+	Partition  int `json:"partition"`
+	Partitions int `json:"partitions"`
+	// XGMIHive is the XGMI hive's id in hex, "" when the GPU is in none.
+	XGMIHive string `json:"xgmiHive,omitempty"`
+	// XGMIPeers are the indices of the GPUs this one has a direct XGMI link to (one hop).
+	XGMIPeers []int `json:"xgmiPeers,omitempty"`
+	// WholeUUID is true when UUID is the physical GPU's own unique id, as ROCm's
+	// ROCR_VISIBLE_DEVICES accepts it (false for partitions and GPUs without one).
+	WholeUUID bool `json:"wholeUUID,omitempty"`
 }
 
 // migMode says whether the GPU's MIG mode is enabled.
