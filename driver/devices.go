@@ -57,17 +57,30 @@ func Semver(v string) string {
 
 // common sets the attributes every device derived from GPU g carries.
 func common(a attrs, inv *Inventory, g *GPU) {
+	a.str(api.AttrVendor, g.VendorOf())
 	a.str(api.AttrProductName, g.ProductName)
 	a.str(api.AttrBrand, g.Brand)
 	a.str(api.AttrArchitecture, g.Architecture)
 	a.version(api.AttrCUDAComputeCapability, g.CUDAComputeCapability)
-	a.version(api.AttrDriverVersion, inv.DriverVersion)
-	a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
+	if g.IsNVIDIA() { // the inventory's driver is NVIDIA's
+		a.version(api.AttrDriverVersion, inv.DriverVersion)
+		a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
+	}
 	if g.PCIeRoot != "" {
 		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), g.PCIeRoot)
 	}
 	if g.NUMANode != nil {
 		a.int(string(deviceattribute.StandardDeviceAttributeNUMANode), *g.NUMANode)
+	}
+	if k := g.KFD; k != nil {
+		a.str(api.AttrGFXTarget, k.GFXTarget)
+		a.str(api.AttrComputePartition, k.ComputePartition)
+		a.str(api.AttrMemoryPartition, k.MemoryPartition)
+		if k.XGMIHive != "" {
+			a.str(api.AttrXGMIHive, k.XGMIHive)
+			a.str(api.AttrLinkDomain, "xgmi-"+k.XGMIHive)
+		}
+		a.int(api.AttrXGMILinks, len(k.XGMIPeers))
 	}
 }
 
@@ -85,6 +98,7 @@ func topologyAttrs(a attrs, inv *Inventory, index int) {
 	}
 	if d := inv.NVLink.Domains()[pos]; d != nil {
 		a.str(api.AttrNVLinkDomain, "nvlink-"+inv.indexList(d))
+		a.str(api.AttrLinkDomain, "nvlink-"+inv.indexList(d))
 	}
 }
 
@@ -153,7 +167,9 @@ func gpuDevice(inv *Inventory, g *GPU, counters counterPlan) resourceapi.Device 
 	a.bool(api.AttrMIGCapable, g.MIG != nil)
 	a.str(string(deviceattribute.StandardDeviceAttributePCIBusID), g.PCIBusID)
 	common(a, inv, g)
-	topologyAttrs(a, inv, g.Index)
+	if g.IsNVIDIA() {
+		topologyAttrs(a, inv, g.Index)
+	}
 	return resourceapi.Device{
 		Name:       GPUDeviceName(g.Index),
 		Attributes: a,
@@ -290,6 +306,7 @@ func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable
 	a.str(api.AttrMembers, inv.indexList(gr.Members))
 	a.int(api.AttrNVLinkMinLinks, gr.MinLinks)
 	a.str(api.AttrNVLinkFabric, gr.Fabric)
+	a.str(api.AttrVendor, first.VendorOf())
 	a.str(api.AttrProductName, first.ProductName)
 	a.str(api.AttrBrand, first.Brand)
 	a.str(api.AttrArchitecture, first.Architecture)

@@ -168,7 +168,8 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 		if opts.MIG != MIGStatic || !g.migMode() {
 			usable[g.Index] = true
 			whole = append(whole, opts.tainted(gpuDevice(inv, g, counters), g.Index))
-			if !opts.NoShares {
+			// Nothing enforces a share's limits on AMD and Hygon GPUs: they are used whole.
+			if !opts.NoShares && g.IsNVIDIA() {
 				shares = append(shares, opts.tainted(shareDevice(inv, g, counters, opts.memoryOversubscriptionPPM()), g.Index))
 			}
 		}

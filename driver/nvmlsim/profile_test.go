@@ -116,7 +116,7 @@ func TestParseAcceptsAllMatrixSpellings(t *testing.T) {
 }
 
 func TestBuiltinsAndExampleParse(t *testing.T) {
-	if got, want := BuiltinNames(), []string{"dgx-a100", "dgx-h100", "dgx-v100", "hgx-a100-4gpu", "hgx-h100-4gpu", "l40s-pcie"}; !slices.Equal(got, want) {
+	if got, want := BuiltinNames(), []string{"dgx-a100", "dgx-h100", "dgx-v100", "hgx-a100-4gpu", "hgx-h100-4gpu", "l40s-1", "l40s-pcie"}; !slices.Equal(got, want) {
 		t.Errorf("BuiltinNames() = %v, want %v", got, want)
 	}
 	for _, name := range BuiltinNames() {
@@ -148,7 +148,7 @@ func TestOpenTakesABuiltinNameOrAFile(t *testing.T) {
 	}{
 		{"built-in name", "l40s-pcie", ""},
 		{"profile file", file, ""},
-		{"unknown built-in lists the built-ins", "dgx-v200", "built-in profiles are dgx-a100, dgx-h100, dgx-v100, hgx-a100-4gpu, hgx-h100-4gpu, l40s-pcie"},
+		{"unknown built-in lists the built-ins", "dgx-v200", "built-in profiles are dgx-a100, dgx-h100, dgx-v100, hgx-a100-4gpu, hgx-h100-4gpu, l40s-1, l40s-pcie"},
 		{"missing file", filepath.Join(dir, "none.yaml"), "no such file"},
 		{"path traversal is not a built-in", "../profiles/dgx-v100", "no such file"},
 	}

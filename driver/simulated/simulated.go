@@ -11,6 +11,8 @@ import (
 
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/discover"
+	"github.com/gpudra/gpudra/driver/kfd"
+	"github.com/gpudra/gpudra/driver/kfdsim"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 )
 
@@ -50,4 +52,27 @@ func Slices(profile, nodeName string, opts driver.RenderOptions) (*driver.Invent
 		return nil, nil, err
 	}
 	return inv, pool.ResourceSlices(nodeName, 1), nil
+}
+
+// KFDInventory discovers a simulated AMD or Hygon node (a driver/kfdsim profile, seeded
+// with seed): its NVIDIA GPUs from the simulated NVML profile it names, if any, then its
+// KFD GPUs.
+func KFDInventory(profile, seed string) (*driver.Inventory, error) {
+	p, err := kfdsim.Load(profile)
+	if err != nil {
+		return nil, err
+	}
+	inv := &driver.Inventory{Backend: "kfd-sim:" + profile}
+	if p.NVIDIA != "" {
+		if inv, err = Inventory(p.NVIDIA, seed); err != nil {
+			return nil, fmt.Errorf("%s: nvidia %s: %w", profile, p.NVIDIA, err)
+		}
+		inv.Backend = "sim:" + p.NVIDIA + "+kfd-sim:" + profile
+	}
+	res, err := kfd.Discover(p.Tree(seed))
+	if err != nil {
+		return nil, err
+	}
+	inv.AddGPUs(res.GPUs, res.Unreadable)
+	return inv, nil
 }

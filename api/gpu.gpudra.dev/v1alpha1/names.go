@@ -19,6 +19,12 @@ const (
 	DeviceClassMIG = "mig.gpudra.dev"
 	// DeviceClassNVLinkGroup selects NVLink groups of any size.
 	DeviceClassNVLinkGroup = "nvlink-group.gpudra.dev"
+	// DeviceClassAMDGPU and DeviceClassHygonGPU select whole AMD Instinct GPUs and Hygon
+	// DCUs (DeviceClassGPU selects NVIDIA's); DeviceClassAnyGPU selects a whole GPU of any
+	// vendor.
+	DeviceClassAMDGPU   = "amd-gpu.gpudra.dev"
+	DeviceClassHygonGPU = "hygon-gpu.gpudra.dev"
+	DeviceClassAnyGPU   = "any-gpu.gpudra.dev"
 )
 
 // DeviceClassNVLinkGroupOf is the DeviceClass of NVLink groups of n GPUs
@@ -31,7 +37,7 @@ func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.I
 // capacity.requests ask, so a capacity request means nothing there.
 func WholeDeviceClass(class string) bool {
 	switch class {
-	case DeviceClassGPU, DeviceClassMIG, DeviceClassNVLinkGroup:
+	case DeviceClassGPU, DeviceClassMIG, DeviceClassNVLinkGroup, DeviceClassAMDGPU, DeviceClassHygonGPU, DeviceClassAnyGPU:
 		return true
 	}
 	name, ok := strings.CutSuffix(class, ".gpudra.dev")
@@ -84,6 +90,39 @@ const (
 	AttrNVLinkMinLinks        = "nvlinkMinLinks"
 	AttrGPUCount              = "gpuCount"
 	AttrMembers               = "members"
+)
+
+// Attributes of GPUs of every vendor (AMD and Hygon GPUs publish the common ones above too:
+// type, index, uuid, productName, migCapable, the standard PCI attributes; and the
+// capacities memory, multiprocessors, compute).
+const (
+	// AttrVendor is VendorNVIDIA, VendorAMD or VendorHygon, on every device.
+	AttrVendor = "vendor"
+	// AttrLinkDomain has the same value on GPUs that reach each other over a GPU link
+	// without PCIe: an NVLink domain ("nvlink-0-1-2-3") or an XGMI hive ("xgmi-<hive id>").
+	// A matchAttribute on it keeps a claim's GPUs on one fabric, whatever the vendor.
+	AttrLinkDomain = "linkDomain"
+)
+
+// Vendors, the values of AttrVendor.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+	VendorHygon  = "hygon"
+)
+
+// Attributes of AMD and Hygon GPUs (read from the kernel's KFD topology and DRM class).
+const (
+	// AttrGFXTarget is the GPU's ISA as ROCm names it, e.g. "gfx942", "gfx90a".
+	AttrGFXTarget = "gfxTarget"
+	// AttrComputePartition and AttrMemoryPartition are the GPU's partition modes
+	// ("SPX", "DPX", "QPX", "CPX"; "NPS1", "NPS4") where it has them.
+	AttrComputePartition = "computePartition"
+	AttrMemoryPartition  = "memoryPartition"
+	// AttrXGMIHive is the XGMI hive's id (hex); GPUs of one hive are XGMI-connected.
+	AttrXGMIHive = "xgmiHive"
+	// AttrXGMILinks is how many GPUs this one has a direct XGMI link to.
+	AttrXGMILinks = "xgmiLinks"
 )
 
 // Capacity names, in the driver's domain.
@@ -166,6 +205,12 @@ const (
 	// ExtendedResourceNVIDIAGPU is a whole GPU: the extendedResourceName of DeviceClassGPU.
 	// Kueue charges it as 100 QuotaGPUPercent.
 	ExtendedResourceNVIDIAGPU = "nvidia.com/gpu"
+	// ExtendedResourceAMDGPU is a whole AMD GPU, AMD's device plugin's name: the
+	// extendedResourceName of DeviceClassAMDGPU.
+	ExtendedResourceAMDGPU = "amd.com/gpu"
+	// ExtendedResourceHygonDCU is a whole Hygon DCU, Hygon's device plugin's name: the
+	// extendedResourceName of DeviceClassHygonGPU.
+	ExtendedResourceHygonDCU = "hygon.com/dcu"
 )
 
 // MIGProfileName is a MIG profile's name as Kubernetes resource and object names spell it,
