@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -391,9 +392,11 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 	}
 	for _, c := range shippedClasses(t) {
 		m, ok := mapped[c.Name]
-		if deviceType(c) == api.TypeMIG && c.Spec.ExtendedResourceName != nil {
+		if deviceType(c) == api.TypeMIG && c.Spec.ExtendedResourceName != nil || c.Name == api.DeviceClassAMDGPU || c.Name == api.DeviceClassHygonGPU {
+			// Kueue takes 8 classes a mapping: claims for one vendor's GPUs name
+			// any-gpu.gpudra.dev with a vendor selector.
 			if ok {
-				t.Errorf("MIG-profile class %s is mapped: it is charged through its extended resource", c.Name)
+				t.Errorf("class %s is mapped: it is charged through its extended resource", c.Name)
 			}
 			continue
 		}
@@ -467,6 +470,13 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 		tr := transforms[corev1.ResourceName(api.ExtendedResourceNVLinkGroupOf(n))]
 		if q := tr.Outputs[api.QuotaGPUPercent]; q.Value() != int64(100*n) {
 			t.Errorf("transformation of %s: outputs %v, want {%s: %d}", api.ExtendedResourceNVLinkGroupOf(n), tr.Outputs, api.QuotaGPUPercent, 100*n)
+		}
+	}
+	// AMD's and Hygon's device plugins' names are a whole GPU, charged like a whole GPU of
+	// any vendor.
+	for _, ext := range []corev1.ResourceName{api.ExtendedResourceAMDGPU, api.ExtendedResourceHygonDCU} {
+		if tr := transforms[ext]; len(tr.Outputs) != 1 || tr.Outputs.Name(api.QuotaGPUPercent, resource.DecimalSI).Value() != 100 {
+			t.Errorf("transformation of %s: outputs %v, want {%s: 100}", ext, tr.Outputs, api.QuotaGPUPercent)
 		}
 	}
 }
