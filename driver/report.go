@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +29,8 @@ func WriteTopology(w io.Writer, inv *Inventory) error {
 			switch {
 			case i == j:
 				row = append(row, "X")
+			case g.KFD != nil && slices.Contains(g.KFD.XGMIPeers, inv.GPUs[j].Index):
+				row = append(row, "XGMI")
 			case inv.NVLink.PairLinks(i, j) > 0:
 				row = append(row, fmt.Sprintf("NV%d", inv.NVLink.PairLinks(i, j)))
 			case inv.PCIe != nil:
@@ -47,6 +50,9 @@ func WriteTopology(w io.Writer, inv *Inventory) error {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\nLegend: X = self, NV# = # NVLinks (%s fabric), PIX = one PCIe switch, PXB = several PCIe switches,\n        PHB = PCIe host bridge, NODE = within a NUMA node, SYS = across NUMA nodes\n", inv.NVLink.Fabric())
+	if err == nil && slices.ContainsFunc(inv.GPUs, func(g GPU) bool { return g.KFD != nil && len(g.KFD.XGMIPeers) > 0 }) {
+		_, err = fmt.Fprintln(w, "        XGMI = a direct XGMI link (AMD)")
+	}
 	return err
 }
 
@@ -59,7 +65,11 @@ func orNA(s string) string {
 
 // WriteInventory prints the GPUs, their MIG options and what the node publishes.
 func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
-	fmt.Fprintf(w, "Backend %s, driver %s, CUDA %s\n\n", inv.Backend, inv.DriverVersion, inv.CUDADriverVersion)
+	if inv.DriverVersion != "" {
+		fmt.Fprintf(w, "Backend %s, driver %s, CUDA %s\n\n", inv.Backend, inv.DriverVersion, inv.CUDADriverVersion)
+	} else {
+		fmt.Fprintf(w, "Backend %s\n\n", inv.Backend)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tPRODUCT\tARCH\tCC\tMEMORY\tSMs\tBUS ID\tMIG\tUUID")
 	for _, g := range inv.GPUs {
@@ -70,7 +80,15 @@ func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
 				mig = "enabled"
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%dMiB\t%d\t%s\t%s\t%s\n", g.Index, g.ProductName, g.Architecture, g.CUDAComputeCapability,
+		arch, cc := g.Architecture, g.CUDAComputeCapability
+		if k := g.KFD; k != nil {
+			// AMD: the ISA, and the partition instead of MIG.
+			arch, cc = k.GFXTarget, "-"
+			if k.Partitions > 1 {
+				mig = fmt.Sprintf("%s %d/%d", orNA(k.ComputePartition), k.Partition+1, k.Partitions)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%dMiB\t%d\t%s\t%s\t%s\n", g.Index, g.ProductName, arch, cc,
 			g.MemoryBytes>>20, g.Multiprocessors, g.PCIBusID, mig, g.UUID)
 	}
 	if err := tw.Flush(); err != nil {

@@ -9,9 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/cmd/internal/nvmlbackend"
 	"github.com/gpudra/gpudra/driver"
-	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/nvmlsim"
 )
 
@@ -20,6 +18,8 @@ type nodeFlags struct {
 	nvml     string
 	nodeName string
 	mig      string
+	// kfd and sysfs choose where AMD and Hygon GPUs are read from (kfd.go).
+	kfd, sysfs string
 }
 
 func (f *nodeFlags) register(cmd *cobra.Command) {
@@ -43,14 +43,11 @@ func newInspectCommand() *cobra.Command {
 		Use:   "inspect",
 		Short: "Show a node's GPUs, topology and the ResourceSlices gpudra publishes for it",
 		Example: `  gpudra inspect --nvml=sim:dgx-v100
-  gpudra inspect --nvml=sim:dgx-h100 --node-name=node-1 -o yaml`,
+  gpudra inspect --nvml=sim:dgx-h100 --node-name=node-1 -o yaml
+  gpudra inspect --kfd=sim:mi300x-8
+  gpudra inspect --sysfs=captured-sys   # a copy of an AMD node's /sys/class/kfd and /sys/class/drm`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := nvmlbackend.Open(f.nvml, f.nodeName)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			inv, err := discover.Discover(b)
+			inv, err := f.inventory(cmd.Flags().Changed("nvml"))
 			if err != nil {
 				return err
 			}
@@ -86,6 +83,7 @@ func newInspectCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.registerKFD(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, yaml (the ResourceSlices), json (inventory and slices)")
 	return cmd
 }
