@@ -3,6 +3,7 @@ package cdi
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -46,6 +47,65 @@ type GPU struct {
 	Index int
 	Minor int
 	UUID  string
+	// AMD is set for AMD and Hygon GPUs (the kernel's KFD), which have no /dev/nvidia<Minor>.
+	AMD *AMDNodes `json:",omitempty"`
+}
+
+// AMDNodes are an AMD or Hygon GPU's device files: /dev/dri/renderD<RenderMinor> and
+// /dev/dri/card<Card> (none when Card < 0), beside /dev/kfd, which every ROCm process opens.
+type AMDNodes struct {
+	RenderMinor int
+	Card        int
+	// ROCmUUID says UUID is the GPU's own unique id, as ROCR_VISIBLE_DEVICES takes it
+	// (false for compute partitions and GPUs without one).
+	ROCmUUID bool `json:",omitempty"`
+}
+
+// KFDPath is the device file through which ROCm talks to every AMD GPU.
+const KFDPath = "/dev/kfd"
+
+// hasNVIDIA says whether any of devs uses an NVIDIA GPU (a MIG device, or a GPU that is
+// not AMD's), which needs NVIDIA's control device files.
+func hasNVIDIA(devs []Device) bool {
+	for _, d := range devs {
+		if d.MIG != nil {
+			return true
+		}
+		for _, g := range d.GPUs {
+			if g.AMD == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// allAMD says whether every one of devs uses AMD GPUs only.
+func allAMD(devs []Device) bool {
+	return len(devs) > 0 && !slices.ContainsFunc(devs, func(d Device) bool { return !d.amdOnly() })
+}
+
+// amdOnly says whether dev uses AMD GPUs only.
+func (d Device) amdOnly() bool { return d.MIG == nil && len(d.GPUs) > 0 && !hasNVIDIA([]Device{d}) }
+
+// rocrVisible is ROCR_VISIBLE_DEVICES for a claim's devices: the UUIDs of its AMD GPUs,
+// in order, which ROCm's runtime takes in place of indices; "" when one of them has no
+// UUID ROCm knows (a compute partition), and then only the device files decide what the
+// container sees.
+func rocrVisible(devs []Device) string {
+	var ids []string
+	for _, d := range devs {
+		for _, g := range d.GPUs {
+			if g.AMD == nil {
+				continue
+			}
+			if !g.AMD.ROCmUUID {
+				return ""
+			}
+			ids = append(ids, g.UUID)
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // MIG is a MIG device: a GPU instance with one compute instance on Parent.
@@ -158,6 +218,15 @@ const VisibleDevicesGuard = "NVIDIA_VISIBLE_DEVICES=void"
 // SpecEdits are the edits of the whole spec: nvcdi's common edits when it found a
 // driver, else the control device nodes; and VisibleDevicesGuard.
 func (n Node) SpecEdits() cdispec.ContainerEdits {
+	return n.specEdits(true)
+}
+
+// specEdits are SpecEdits, without NVIDIA's control device files and nvcdi's edits when
+// nvidia is false (a claim of AMD GPUs only: a node without NVIDIA GPUs has none).
+func (n Node) specEdits(nvidia bool) cdispec.ContainerEdits {
+	if !nvidia {
+		return cdispec.ContainerEdits{Env: []string{VisibleDevicesGuard}}
+	}
 	e := cdispec.ContainerEdits{DeviceNodes: n.ControlNodes()}
 	if n.Driver != nil && n.Driver.Common() != nil {
 		e = merged(cdispec.ContainerEdits{}, *n.Driver.Common())
@@ -169,7 +238,7 @@ func (n Node) SpecEdits() cdispec.ContainerEdits {
 // DeviceEdits are dev's edits: own (from ClaimEdits) with its device nodes replaced by
 // nvcdi's device nodes and hooks when nvcdi describes the device.
 func (n Node) DeviceEdits(dev Device, own cdispec.ContainerEdits) (cdispec.ContainerEdits, error) {
-	if n.Driver == nil {
+	if n.Driver == nil || dev.amdOnly() {
 		return own, nil
 	}
 	gpu, err := n.Driver.deviceEdits(dev)
@@ -278,7 +347,22 @@ func (n Node) ClaimEdits(claim string, devs []Device) []cdispec.ContainerEdits {
 			e.Env = append(e.Env, "GPUDRA_TIMESLICE="+d.TimeSlice)
 		}
 		for _, g := range d.GPUs {
+			if a := g.AMD; a != nil {
+				if !slices.ContainsFunc(e.DeviceNodes, func(dn *cdispec.DeviceNode) bool { return dn.Path == KFDPath }) {
+					e.DeviceNodes = append(e.DeviceNodes, n.node(KFDPath))
+				}
+				e.DeviceNodes = append(e.DeviceNodes, n.node(fmt.Sprintf("/dev/dri/renderD%d", a.RenderMinor)))
+				if a.Card >= 0 {
+					e.DeviceNodes = append(e.DeviceNodes, n.node(fmt.Sprintf("/dev/dri/card%d", a.Card)))
+				}
+				continue
+			}
 			e.DeviceNodes = append(e.DeviceNodes, n.node(fmt.Sprintf("/dev/nvidia%d", g.Minor)))
+		}
+		if d.amdOnly() {
+			if v := rocrVisible(devs); v != "" {
+				e.Env = append(e.Env, "ROCR_VISIBLE_DEVICES="+v)
+			}
 		}
 		if m := d.MIG; m != nil {
 			e.DeviceNodes = append(e.DeviceNodes,

@@ -61,7 +61,7 @@ func (s *Specs) Path(claimUID string) string { return filepath.Join(s.dir, specN
 func (s *Specs) Write(claimUID, claim string, node Node, devs []Device, record []byte) ([]string, error) {
 	spec := &cdispec.Spec{
 		Kind:           Kind,
-		ContainerEdits: node.SpecEdits(),
+		ContainerEdits: node.specEdits(!allAMD(devs)),
 	}
 	if record != nil {
 		spec.Annotations = map[string]string{api.AnnotationPreparedClaim: string(record)}

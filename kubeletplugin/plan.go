@@ -144,7 +144,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 			return prepared.Device{}, fmt.Errorf("GPU %d is not in the inventory", idx)
 		}
 		pd.GPUs = []int{idx}
-		pd.CDI.GPUs = []cdi.GPU{{Index: g.Index, Minor: g.Minor, UUID: g.UUID}}
+		pd.CDI.GPUs = []cdi.GPU{cdiGPU(g)}
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = int64(g.MemoryBytes), 100
 	case api.TypeNVLinkGroup:
 		for _, idx := range info.Members {
@@ -153,7 +153,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 				return prepared.Device{}, fmt.Errorf("device %s: attribute %s: group member %d is not a GPU of this node", r.Device, api.AttrMembers, idx)
 			}
 			pd.GPUs = append(pd.GPUs, idx)
-			pd.CDI.GPUs = append(pd.CDI.GPUs, cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID})
+			pd.CDI.GPUs = append(pd.CDI.GPUs, cdiGPU(g))
 			pd.CDI.MemoryBytes = int64(g.MemoryBytes)
 		}
 		pd.CDI.ComputePercent = 100
@@ -335,3 +335,12 @@ func conflict(a, b prepared.Device) bool {
 // maxShareMemory bounds a share's memory far above any GPU's (1 PiB), so that no consumed
 // capacity overflows the limits made of it.
 var maxShareMemory = *resource.NewQuantity(1<<50, resource.BinarySI)
+
+// cdiGPU is g as its CDI device sees it: an AMD or Hygon GPU with its DRM nodes.
+func cdiGPU(g *driver.GPU) cdi.GPU {
+	out := cdi.GPU{Index: g.Index, Minor: g.Minor, UUID: g.UUID}
+	if k := g.KFD; k != nil {
+		out.AMD = &cdi.AMDNodes{RenderMinor: k.RenderMinor, Card: k.Card, ROCmUUID: k.WholeUUID}
+	}
+	return out
+}

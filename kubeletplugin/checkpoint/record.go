@@ -93,6 +93,15 @@ type cdiGPURecord struct {
 	Index int    `json:"Index"`
 	Minor int    `json:"Minor"`
 	UUID  string `json:"UUID"`
+	// AMD is a cdi.AMDNodes; absent for NVIDIA GPUs.
+	AMD *cdiAMDRecord `json:"AMD,omitempty"`
+}
+
+// cdiAMDRecord is a cdi.AMDNodes.
+type cdiAMDRecord struct {
+	RenderMinor int  `json:"RenderMinor"`
+	Card        int  `json:"Card"`
+	ROCmUUID    bool `json:"ROCmUUID,omitempty"`
 }
 
 // cdiMIGRecord is a cdi.MIG.
@@ -256,10 +265,20 @@ func (r cdiDeviceRecord) device() cdi.Device {
 }
 
 func cdiGPURecordOf(g cdi.GPU) cdiGPURecord {
-	return cdiGPURecord{Index: g.Index, Minor: g.Minor, UUID: g.UUID}
+	r := cdiGPURecord{Index: g.Index, Minor: g.Minor, UUID: g.UUID}
+	if a := g.AMD; a != nil {
+		r.AMD = &cdiAMDRecord{RenderMinor: a.RenderMinor, Card: a.Card, ROCmUUID: a.ROCmUUID}
+	}
+	return r
 }
 
-func (r cdiGPURecord) gpu() cdi.GPU { return cdi.GPU{Index: r.Index, Minor: r.Minor, UUID: r.UUID} }
+func (r cdiGPURecord) gpu() cdi.GPU {
+	g := cdi.GPU{Index: r.Index, Minor: r.Minor, UUID: r.UUID}
+	if a := r.AMD; a != nil {
+		g.AMD = &cdi.AMDNodes{RenderMinor: a.RenderMinor, Card: a.Card, ROCmUUID: a.ROCmUUID}
+	}
+	return g
+}
 
 func copyInt(p *int) *int {
 	if p == nil {
