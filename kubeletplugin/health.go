@@ -173,17 +173,27 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 // the lab's injection file.
 func (d *Driver) startHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, logger, &d.health.loops)
-	if err != nil {
-		logger.Error(err, "GPU health is not watched: devices are reported with unknown health")
-	} else {
-		d.health.SetWatching(true)
+	if d.cfg.Backend.NVML != nil {
+		wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, logger, &d.health.loops)
+		if err != nil {
+			logger.Error(err, "GPU health is not watched: devices are reported with unknown health")
+		} else {
+			d.health.SetWatching(true)
+			d.health.watchers.Go(func() {
+				defer d.health.SetWatching(false)
+				wait(ctx, func(ev health.Event) { d.handleHealthEvent(ctx, ev) })
+			})
+		}
+	}
+	if sys := d.cfg.Backend.KFD; sys != nil {
+		if d.cfg.Backend.NVML == nil {
+			d.health.SetWatching(true)
+		}
 		d.health.watchers.Go(func() {
-			defer d.health.SetWatching(false)
-			wait(ctx, func(ev health.Event) { d.handleHealthEvent(ctx, ev) })
+			watchKFDHealth(ctx, sys, d.inventory, kfdHealthInterval, func(ev health.Event) { d.handleHealthEvent(ctx, ev) })
 		})
 	}
-	if d.cfg.HealthInjectionFile != "" {
+	if d.cfg.HealthInjectionFile != "" && d.cfg.Backend.NVML != nil {
 		d.health.watchers.Go(func() { watchInjections(ctx, d.cfg.Backend.NVML, d.cfg.HealthInjectionFile, &d.health.loops) })
 	}
 	d.health.watchers.Go(func() { d.followHealthFile(ctx) })

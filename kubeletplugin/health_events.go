@@ -31,6 +31,9 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 	}
 	gpus := map[nvml.Device]int{}
 	for _, g := range inv.GPUs {
+		if !g.IsNVIDIA() {
+			continue // AMD GPUs: watchKFDHealth
+		}
 		dev, ret := lib.DeviceGetHandleByUUID(g.UUID)
 		if ret != nvml.SUCCESS {
 			logger.Error(nil, "GPU health is not watched: no NVML handle", "gpu", g.Index, "uuid", g.UUID, "nvml", ret.Error())

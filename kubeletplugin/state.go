@@ -471,10 +471,12 @@ func newStateFor(cfg Config, inv *driver.Inventory, pool *driver.Pool, logger kl
 	if err != nil {
 		return nil, err
 	}
-	gpuParts, err := cdi.NewDriver(cdi.DriverOptions{Root: cfg.DriverRoot, ContainerRoot: cfg.ContainerDriverRoot,
-		NVML: cfg.Backend.NVML, HookPath: cfg.CDIHookPath, Simulated: cfg.Backend.Simulated, Logger: logger})
-	if err != nil {
-		return nil, err
+	var gpuParts *cdi.Driver // nvcdi's parts of NVIDIA GPUs' specs; none without NVML
+	if cfg.Backend.NVML != nil {
+		if gpuParts, err = cdi.NewDriver(cdi.DriverOptions{Root: cfg.DriverRoot, ContainerRoot: cfg.ContainerDriverRoot,
+			NVML: cfg.Backend.NVML, HookPath: cfg.CDIHookPath, Simulated: cfg.Backend.Simulated, Logger: logger}); err != nil {
+			return nil, err
+		}
 	}
 	node := cdi.Node{DriverRoot: cfg.DriverRoot, ContainerDriverRoot: cfg.ContainerDriverRoot, VGPULibrary: cfg.VGPULibrary, Driver: gpuParts}
 	tools := cmp.Or(cfg.ContainerDriverRoot, cfg.DriverRoot)

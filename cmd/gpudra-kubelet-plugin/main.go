@@ -46,6 +46,7 @@ func main() {
 
 type flags struct {
 	nodeName, nvml, mig, kubeconfig   string
+	kfd                               string
 	pluginDataDir, registrarDir       string
 	cdiRoot, checkpointDir, metricsAt string
 	driverRoot, containerDriverRoot   string
@@ -106,7 +107,8 @@ func newCommandFor(f *flags) *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on (required; env NODE_NAME)")
-	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests`)
+	fs.StringVar(&f.nvml, "nvml", "nvml", `NVML backend: "nvml" (the real library), a simulated node "sim:<profile>" / "sim:<profile.yaml>" for labs and tests, or "none" (no NVIDIA GPUs; needs --kfd)`)
+	fs.StringVar(&f.kfd, "kfd", "", `AMD and Hygon GPUs: "" (none), "sysfs" (the KFD topology in /sys; an error where there is none), or a simulated node "sim:<profile>" / "sim:<profile.yaml>" (with --nvml=none, also the NVIDIA GPUs its profile names)`)
 	fs.StringVar(&f.mig, "mig", string(driver.MIGStatic), "MIG strategy: static (follow each GPU's MIG mode), dynamic (publish whole GPUs and every MIG placement) or none")
 	fs.StringVar(&f.publish, "publish", string(driver.PublishAll), "which devices this node publishes: all (whole GPUs, shares, NVLink groups and the MIG devices --mig asks for), training (whole GPUs and NVLink groups) or whole (whole GPUs only, without counters); fewer devices make every scheduling decision on the node cheaper (docs/devices.md, Node pools)")
 	fs.StringVar(&f.migLayouts, "mig-layouts", "", `file of named MIG layouts in mig-parted's format (version: v1, mig-configs: ...); with --mig=static the plugin partitions the node's free GPUs as the layout its Node's label `+api.LabelMIGConfig+` names, and reports progress in the label `+api.LabelMIGConfigState+` (the chart mounts its ConfigMap at /etc/gpudra/mig-layouts.yaml; empty: no layouts)`)
@@ -223,14 +225,14 @@ func run(ctx context.Context, f flags) error {
 			return err
 		}
 	}
-	backend, err := nvmlbackend.Open(f.nvml, f.nodeName)
+	backend, err := nvmlbackend.OpenNode(f.nvml, f.kfd, f.nodeName)
 	if err != nil {
 		return err
 	}
 	defer backend.Close()
 	if backend.Simulated {
-		klog.InfoS("Using a SIMULATED NVML backend: no real GPU is used", "backend", backend.Name)
-		if f.healthInjectionFile == "" {
+		klog.InfoS("Using a SIMULATED backend: no real GPU is used", "backend", backend.Name)
+		if f.healthInjectionFile == "" && backend.NVML != nil {
 			f.healthInjectionFile = filepath.Join(f.pluginDataDir, "inject-health")
 		}
 	} else if f.healthInjectionFile != "" {

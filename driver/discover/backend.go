@@ -19,6 +19,9 @@ type Backend struct {
 	SysFS fs.ReadLinkFS
 	// Simulated is true for simulated backends (test doubles and demos, never a fallback).
 	Simulated bool
+	// KFD, when set, is the sysfs tree (rooted like /sys) AMD and Hygon GPUs are read
+	// from (driver/kfd); nil: none. NVML may then be nil, for a node without NVIDIA GPUs.
+	KFD fs.FS
 }
 
 // ErrNVMLUnavailable is wrapped by OpenNVML when the real NVML library cannot be used.
@@ -39,6 +42,9 @@ func OpenNVML() (*Backend, error) {
 
 // Close shuts NVML down.
 func (b *Backend) Close() error {
+	if b.NVML == nil {
+		return nil
+	}
 	if ret := b.NVML.Shutdown(); ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML shutdown: %v", ret)
 	}

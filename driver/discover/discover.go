@@ -11,16 +11,38 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/kfd"
 	"github.com/gpudra/gpudra/topology"
 )
 
-// Discover reads the node's GPUs, MIG options and topology from the backend. A GPU that
+// Discover reads the node's GPUs, MIG options and topology from the backend: NVIDIA's
+// through NVML, then AMD's and Hygon's from the KFD topology when the backend has one
+// (numbered after NVIDIA's). A GPU that
 // NVML lists but cannot read (lost, fallen off the bus, in a bad state) does not fail
 // discovery: it goes in Inventory.Unreadable with the call that failed, and is left out
 // of GPUs, NVLink and PCIe, so that the node keeps serving its other GPUs. System-level
 // failures (driver version, device count) and topology between readable GPUs that NVML
 // cannot report are errors. Errors name the GPU and the NVML call that failed.
 func Discover(b *Backend) (*driver.Inventory, error) {
+	inv := &driver.Inventory{Backend: b.Name}
+	if b.NVML != nil {
+		var err error
+		if inv, err = discoverNVML(b); err != nil {
+			return nil, err
+		}
+	}
+	if b.KFD != nil {
+		res, err := kfd.Discover(b.KFD)
+		if err != nil {
+			return nil, err
+		}
+		inv.AddGPUs(res.GPUs, res.Unreadable)
+	}
+	return inv, nil
+}
+
+// discoverNVML reads the NVIDIA GPUs.
+func discoverNVML(b *Backend) (*driver.Inventory, error) {
 	lib := b.NVML
 	inv := &driver.Inventory{Backend: b.Name}
 	var ret nvml.Return

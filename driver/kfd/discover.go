@@ -363,3 +363,22 @@ func exists(sys fs.FS, name string) bool {
 	_, err := fs.Stat(sys, name)
 	return err == nil
 }
+
+// Check re-reads the KFD node of g, a GPU of an earlier discovery: an error, naming the
+// file, when the node is gone, no longer readable, or now another GPU (gpu_id changes when
+// a GPU is reset away or replaced). The kubelet plugin takes such a GPU out of scheduling.
+func Check(sys fs.FS, g *driver.GPU) error {
+	if g.KFD == nil {
+		return nil
+	}
+	n, err := readNode(sys, g.KFD.Node)
+	switch {
+	case err != nil:
+		return err
+	case n == nil:
+		return fmt.Errorf("%s/%d is no longer a GPU", TopologyNodes, g.KFD.Node)
+	case n.gpuID != g.KFD.GPUID:
+		return fmt.Errorf("%s/%d/gpu_id is %d, was %d: the GPU went away", TopologyNodes, g.KFD.Node, n.gpuID, g.KFD.GPUID)
+	}
+	return nil
+}

@@ -2,6 +2,7 @@ package kfd_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -193,4 +194,34 @@ func FuzzDiscover(f *testing.F) {
 			t.Fatalf("%d GPUs and %d unreadable: the other nodes went missing", len(res.GPUs), len(res.Unreadable))
 		}
 	})
+}
+
+// A GPU whose KFD node goes away or changes gpu_id fails Check; the others pass.
+func TestCheckNoticesAGPUThatWentAway(t *testing.T) {
+	p, err := kfdsim.Load("mi300x-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := p.Tree("node-a")
+	res, err := kfd.Discover(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range res.GPUs {
+		if err := kfd.Check(tree, &res.GPUs[k]); err != nil {
+			t.Fatalf("GPU %d: %v", k, err)
+		}
+	}
+	gone, replaced := &res.GPUs[2], &res.GPUs[5]
+	delete(tree, fmt.Sprintf("%s/%d/properties", kfd.TopologyNodes, gone.KFD.Node))
+	tree[fmt.Sprintf("%s/%d/gpu_id", kfd.TopologyNodes, replaced.KFD.Node)] = &fstest.MapFile{Data: []byte("7\n")}
+	if err := kfd.Check(tree, gone); err == nil || !strings.Contains(err.Error(), "properties") {
+		t.Errorf("a GPU whose node is gone: %v", err)
+	}
+	if err := kfd.Check(tree, replaced); err == nil || !strings.Contains(err.Error(), "gpu_id is 7") {
+		t.Errorf("a GPU whose gpu_id changed: %v", err)
+	}
+	if err := kfd.Check(tree, &res.GPUs[0]); err != nil {
+		t.Errorf("a GPU that is still there: %v", err)
+	}
 }

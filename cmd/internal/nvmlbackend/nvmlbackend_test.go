@@ -39,3 +39,33 @@ func TestBackendSpecErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestKFDBackendSpecs(t *testing.T) {
+	for _, tc := range []struct{ nvml, kfd, want string }{
+		{"none", "", "--nvml=none needs --kfd"},
+		{"none", "rocm", `accepted values are "" (none), "sysfs"`},
+		{"none", "sim:mi999", "mi300x-8"},
+		{"nvml", "sim:mi300x-8", "libnvidia-ml.so.1"},
+	} {
+		if b, err := nvmlbackend.OpenNode(tc.nvml, tc.kfd, "n"); err == nil {
+			b.Close()
+			if tc.want != "libnvidia-ml.so.1" {
+				t.Errorf("OpenNode(%q, %q) succeeded, want an error mentioning %q", tc.nvml, tc.kfd, tc.want)
+			}
+		} else if !strings.Contains(err.Error(), tc.want) && !strings.Contains(err.Error(), "simulated or real") {
+			t.Errorf("OpenNode(%q, %q) = %v, want an error mentioning %q", tc.nvml, tc.kfd, err, tc.want)
+		}
+	}
+	b, err := nvmlbackend.OpenNode("none", "sim:mixed-l40s-mi210", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	inv, err := discover.Discover(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.GPUs) != 2 || inv.GPUs[0].VendorOf() != "nvidia" || inv.GPUs[1].Vendor != "amd" || !b.Simulated {
+		t.Fatalf("the mixed simulated node: %+v", inv.GPUs)
+	}
+}
