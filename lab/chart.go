@@ -78,6 +78,7 @@ func (u *upper) chartValues() ([]byte, error) {
 	type pool struct {
 		Name               string              `json:"name"`
 		NVML               string              `json:"nvml"`
+		KFD                string              `json:"kfd,omitempty"`
 		MIG                string              `json:"mig,omitempty"`
 		NodeSelector       map[string]string   `json:"nodeSelector"`
 		Tolerations        []corev1.Toleration `json:"tolerations,omitempty"`
@@ -93,11 +94,16 @@ func (u *upper) chartValues() ([]byte, error) {
 		MPSControlDaemons  string              `json:"mpsControlDaemons,omitempty"`
 	}
 	mig := map[string]string{}
+	nodeOf := map[string]Node{} // a node of each profile label
 	for _, n := range u.kwokNodes() {
-		if m, ok := mig[n.Profile]; ok && m != n.MIG {
-			return nil, fmt.Errorf("install: chart needs one MIG strategy per profile (the chart's plugin pools select nodes by profile); profile %s has %q and %q", n.Profile, m, n.MIG)
+		profile := n.ProfileLabel()
+		if m, ok := mig[profile]; ok && m != n.MIG {
+			return nil, fmt.Errorf("install: chart needs one MIG strategy per profile (the chart's plugin pools select nodes by profile); profile %s has %q and %q", profile, m, n.MIG)
 		}
-		mig[n.Profile] = n.MIG
+		if o, ok := nodeOf[profile]; ok && o.Profile != n.Profile {
+			return nil, fmt.Errorf("install: chart needs one NVML profile per KFD profile (the chart's plugin pools select nodes by profile); kfd %s has %q and %q", profile, o.Profile, n.Profile)
+		}
+		mig[profile], nodeOf[profile] = n.MIG, n
 	}
 	var pools []pool
 	for profile, m := range mig {
@@ -107,7 +113,14 @@ func (u *upper) chartValues() ([]byte, error) {
 		}
 		// kwok runs no pods: the MPS control daemons of kwok nodes' plugins (processes
 		// here) are their children. A real node runs them in pods (the chart's default).
-		pools = append(pools, pool{Name: name, NVML: "sim:" + profile, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}, MPSControlDaemons: "process"})
+		nvml, kfd := "sim:"+nodeOf[profile].Profile, ""
+		if n := nodeOf[profile]; n.KFD != "" {
+			kfd = "sim:" + n.KFD
+			if n.Profile == "" {
+				nvml = "none"
+			}
+		}
+		pools = append(pools, pool{Name: name, NVML: nvml, KFD: kfd, MIG: m, NodeSelector: map[string]string{LabelProfile: profile}, MPSControlDaemons: "process"})
 	}
 	sort.Slice(pools, func(i, j int) bool { return pools[i].Name < pools[j].Name })
 	// A real node's kubelet runs its pool's pod as a container of the plugin's image

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -204,7 +205,11 @@ type Rack struct {
 type NodeSpec struct {
 	Name string `json:"name"`
 	// Profile is the simulated NVML profile, passed to the plugin as --nvml=sim:<profile>.
-	Profile string `json:"profile"`
+	Profile string `json:"profile,omitempty"`
+	// KFD is a simulated AMD or Hygon profile (driver/kfdsim), passed to the plugin as
+	// --kfd=sim:<kfd>; without Profile the node has no NVML (--nvml=none), and the NVIDIA
+	// GPUs the KFD profile names, if any, are simulated too.
+	KFD string `json:"kfd,omitempty"`
 	// MIG overrides the lab's MIG strategy for this node's plugin.
 	MIG string `json:"mig,omitempty"`
 	// ToR overrides the rack's ToR: a rack with several ToRs.
@@ -217,9 +222,15 @@ type NodeSpec struct {
 	NodeResources `json:",inline"`
 }
 
+// ProfileLabel is the node's LabelProfile: its simulated AMD profile if it has one (a
+// mixed node's KFD profile names its NVIDIA profile), else its NVML profile.
+func (n Node) ProfileLabel() string { return cmp.Or(n.KFD, n.Profile) }
+
 // Node is a lab node with everything it inherits from its rack, block and the defaults.
 type Node struct {
 	Name, Profile, Block, Rack, ToR string
+	// KFD is the simulated AMD profile (NodeSpec.KFD), "" for none.
+	KFD string
 	// ToROversubscription and BlockOversubscription are the ratios of its ToR and its
 	// block's spine as label values ("3"), "" when not given.
 	ToROversubscription, BlockOversubscription string
@@ -232,7 +243,7 @@ type Node struct {
 func (n Node) Labels() map[string]string {
 	l := map[string]string{
 		api.LabelBlock: n.Block, api.LabelRack: n.Rack, api.LabelToR: n.ToR,
-		LabelHostname: n.Name, LabelProfile: n.Profile,
+		LabelHostname: n.Name, LabelProfile: n.ProfileLabel(),
 	}
 	if n.ToROversubscription != "" {
 		l[api.LabelToROversubscription] = n.ToROversubscription
@@ -387,8 +398,11 @@ func (f *File) validate() field.ErrorList {
 				if n.ToR != "" {
 					errs = append(errs, dnsLabel(np.Child("tor"), n.ToR)...)
 				}
-				if n.Profile == "" {
-					errs = append(errs, field.Required(np.Child("profile"), "a simulated NVML profile such as dgx-h100, dgx-v100 or l40s-pcie"))
+				if n.Profile == "" && n.KFD == "" {
+					errs = append(errs, field.Required(np.Child("profile"), "a simulated NVML profile such as dgx-h100, dgx-v100 or l40s-pcie, or kfd: a simulated AMD profile such as mi300x-8"))
+				}
+				if n.KFD != "" && n.Real {
+					errs = append(errs, field.Invalid(np.Child("kfd"), n.KFD, "a real node runs simulated NVIDIA GPUs only: drop kfd or real"))
 				}
 				errs = append(errs, n.NodeResources.validate(np)...)
 			}
@@ -463,7 +477,7 @@ func (f *File) Nodes() []Node {
 					nodeToR = n.ToR
 				}
 				out = append(out, Node{
-					Name: n.Name, Profile: n.Profile, Block: b.Name, Rack: r.Name, ToR: nodeToR, MIG: mig, Real: n.Real,
+					Name: n.Name, Profile: n.Profile, KFD: n.KFD, Block: b.Name, Rack: r.Name, ToR: nodeToR, MIG: mig, Real: n.Real,
 					ToROversubscription: ratioLabel(r.Oversubscription), BlockOversubscription: ratioLabel(b.Oversubscription),
 					Resources: mergeResources(n.NodeResources, f.NodeDefaults, defaultNodeResources),
 				})

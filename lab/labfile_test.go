@@ -60,6 +60,7 @@ func TestParseFileRejects(t *testing.T) {
 		{"unknown install", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\ninstall: kustomize\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `install: Unsupported value: "kustomize": supported values: "processes", "chart"`},
 		{"no blocks", head, "blocks: Required value"},
 		{"missing profile", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1}]}]}]\n", "blocks[0].racks[0].nodes[0].profile: Required value"},
+		{"AMD node that is real", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, kfd: mi300x-8, real: true}]}]}]\n", "blocks[0].racks[0].nodes[0].kfd: Invalid value: \"mi300x-8\""},
 		{"duplicate node", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}, {name: n1, profile: p}]}]}]\n", `blocks[0].racks[0].nodes[1].name: Duplicate value: "n1"`},
 		{"bad name", head + "blocks: [{name: A_1, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", `blocks[0].name: Invalid value: "A_1"`},
 		{"bad ToR oversubscription", head + "blocks: [{name: a, racks: [{name: r, oversubscription: lots, nodes: [{name: n1, profile: p}]}]}]\n",
@@ -180,5 +181,41 @@ func TestE2ETrainingBlockHasTwoToRsInARack(t *testing.T) {
 	}
 	if fmt.Sprint(tors) != fmt.Sprint(want) {
 		t.Errorf("training block ToRs %v, want %v", tors, want)
+	}
+}
+
+// A node with a simulated AMD profile only runs its plugin without NVML; a node with both
+// runs both, and is selected by its AMD profile.
+func TestAMDNodesPluginFlags(t *testing.T) {
+	f, err := ParseFile([]byte(`apiVersion: lab.gpudra.dev/v1alpha1
+kind: Lab
+blocks:
+- name: b
+  racks:
+  - name: r
+    nodes: [{name: amd, kfd: mi300x-8}, {name: both, profile: l40s-1, kfd: mixed-l40s-mi210}, {name: nv, profile: dgx-h100}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &upper{layout: Layout{Root: t.TempDir()}, ports: map[string]int{"metrics-amd": 1, "metrics-both": 2, "metrics-nv": 3}}
+	for _, n := range f.Nodes() {
+		argv := strings.Join(u.pluginArgv("plugin", n, "kc"), " ")
+		want := map[string][]string{
+			"amd":  {"--nvml=none", "--kfd=sim:mi300x-8"},
+			"both": {"--nvml=sim:l40s-1", "--kfd=sim:mixed-l40s-mi210"},
+			"nv":   {"--nvml=sim:dgx-h100"},
+		}[n.Name]
+		for _, w := range want {
+			if !strings.Contains(argv, w) {
+				t.Errorf("%s: plugin %s lacks %s", n.Name, argv, w)
+			}
+		}
+		if n.Name == "nv" && strings.Contains(argv, "--kfd") {
+			t.Errorf("nv: plugin %s reads KFD", argv)
+		}
+		if got := map[string]string{"amd": "mi300x-8", "both": "mixed-l40s-mi210", "nv": "dgx-h100"}[n.Name]; n.ProfileLabel() != got {
+			t.Errorf("%s: profile label %q, want %q", n.Name, n.ProfileLabel(), got)
+		}
 	}
 }

@@ -154,12 +154,20 @@ func notReadyNodes(ctx context.Context, cs kubernetes.Interface, nodes []Node) (
 func (u *upper) pluginArgv(binary string, n Node, kubeconfig string) []string {
 	d := u.layout.NodeDir(n.Name)
 	argv := []string{binary,
-		"--node-name=" + n.Name, "--nvml=sim:" + n.Profile, "--kubeconfig=" + kubeconfig,
+		"--node-name=" + n.Name, "--kubeconfig=" + kubeconfig,
 		"--plugin-data-dir=" + filepath.Join(d, "plugin"), "--registrar-dir=" + filepath.Join(d, "registry"),
 		"--cdi-root=" + filepath.Join(d, "cdi"), "--checkpoint-dir=" + filepath.Join(d, "checkpoint"),
 		// Plain HTTP, on loopback only: the lab's tests scrape it without a token.
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(u.port("metrics-"+n.Name)), "--metrics-secure=false",
 		gpudraFeatureGatesFlag(),
+	}
+	if n.Profile != "" {
+		argv = append(argv, "--nvml=sim:"+n.Profile)
+	} else {
+		argv = append(argv, "--nvml=none")
+	}
+	if n.KFD != "" {
+		argv = append(argv, "--kfd=sim:"+n.KFD)
 	}
 	if n.MIG != "" {
 		argv = append(argv, "--mig="+n.MIG)
