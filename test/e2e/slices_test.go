@@ -19,7 +19,13 @@ import (
 func TestEveryNodePublishesWhatInspectRenders(t *testing.T) {
 	for _, n := range state.Nodes {
 		t.Run(n.Name, func(t *testing.T) {
-			args := []string{"inspect", "--nvml=sim:" + n.Profile, "--node-name=" + n.Name, "-o", "yaml"}
+			args := []string{"inspect", "--node-name=" + n.Name, "-o", "yaml"}
+			if n.Profile != "" {
+				args = append(args, "--nvml=sim:"+n.Profile)
+			}
+			if n.KFD != "" {
+				args = append(args, "--kfd=sim:"+n.KFD)
+			}
 			if n.MIG != "" {
 				args = append(args, "--mig="+n.MIG)
 			}
