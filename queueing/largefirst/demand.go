@@ -124,7 +124,7 @@ func requestDemand(r *resourceapi.ExactDeviceRequest) int64 {
 // by their GPUs, anything else nothing (shares are counted by their request).
 func classDemand(class string) int64 {
 	switch class {
-	case api.DeviceClassGPU:
+	case api.DeviceClassGPU, api.DeviceClassAMDGPU, api.DeviceClassHygonGPU, api.DeviceClassAnyGPU:
 		return 100
 	case api.DeviceClassNVLinkGroup:
 		return 200
@@ -138,7 +138,8 @@ func classDemand(class string) int64 {
 // extendedDemand is what one unit of an extended resource is counted.
 func extendedDemand(name corev1.ResourceName) int64 {
 	s := string(name)
-	if s == api.ExtendedResourceNVIDIAGPU {
+	switch s {
+	case api.ExtendedResourceNVIDIAGPU, api.ExtendedResourceAMDGPU, api.ExtendedResourceHygonDCU:
 		return 100
 	}
 	if class, ok := strings.CutPrefix(s, resourceapi.ResourceDeviceClassPrefix); ok {

@@ -76,6 +76,8 @@ func TestDemandCountsGPUsAsKueueCharges(t *testing.T) {
 		template("mig", devices(api.DeviceClassMIG, 2)),
 		template("all-gpus", resourceapi.ExactDeviceRequest{DeviceClassName: api.DeviceClassGPU, AllocationMode: resourceapi.DeviceAllocationModeAll}),
 		template("gpu-and-share", devices(api.DeviceClassGPU, 1), share("25")),
+		template("any-vendor", devices(api.DeviceClassAnyGPU, 2)),
+		template("amd", devices(api.DeviceClassAMDGPU, 4)),
 	}
 	gpus := func(n int64) corev1.ResourceList {
 		return corev1.ResourceList{api.ExtendedResourceNVIDIAGPU: *resource.NewQuantity(n, resource.DecimalSI)}
@@ -98,6 +100,8 @@ func TestDemandCountsGPUsAsKueueCharges(t *testing.T) {
 		{name: "nvidia.com/gpu", job: limits(job("a", 4), gpus(8)), want: 3200},
 		{name: "an NVLink group extended resource", job: limits(job("a", 2), corev1.ResourceList{"gpudra.dev/nvlink-group-8": resource.MustParse("1")}), want: 1600},
 		{name: "a class's implicit extended resource", job: limits(job("a", 3), corev1.ResourceList{"deviceclass.resource.kubernetes.io/gpu.gpudra.dev": resource.MustParse("2")}), want: 600},
+		{name: "GPUs of any vendor count as NVIDIA's", job: job("a", 2, "any-vendor", "amd"), want: 2 * (200 + 400)},
+		{name: "AMD's and Hygon's device plugin names", job: limits(job("a", 1), corev1.ResourceList{api.ExtendedResourceAMDGPU: resource.MustParse("2"), api.ExtendedResourceHygonDCU: resource.MustParse("1")}), want: 300},
 		{name: "CPU and memory count nothing", job: limits(job("a", 64), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}), want: 0},
 		{name: "claims and extended resources add up", job: limits(job("a", 2, "one-gpu"), gpus(1)), want: 400},
 	} {

@@ -11,7 +11,7 @@ const DriverName = Group
 
 // DeviceClasses gpudra ships (deployments/deviceclasses). Each selects one device type.
 const (
-	// DeviceClassGPU selects whole GPUs.
+	// DeviceClassGPU selects whole NVIDIA GPUs (and is nvidia.com/gpu).
 	DeviceClassGPU = "gpu.gpudra.dev"
 	// DeviceClassShare selects fractional shares of a GPU (memory and compute capacity).
 	DeviceClassShare = "gpu-share.gpudra.dev"
