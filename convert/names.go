@@ -103,9 +103,9 @@ func (k kind) class() string {
 // What gpudra publishes on each kind of device (driver/devices.go): attribute and
 // capacity names by domain. A test checks these against the slices of simulated nodes.
 var (
-	gpudraIdentity = []string{api.AttrProductName, api.AttrBrand, api.AttrArchitecture,
+	gpudraIdentity = []string{api.AttrVendor, api.AttrProductName, api.AttrBrand, api.AttrArchitecture,
 		api.AttrCUDAComputeCapability, api.AttrDriverVersion, api.AttrCUDADriverVersion}
-	gpudraTopology = []string{api.AttrNVLinkFabric, api.AttrNVLinkLinks, api.AttrNVLinkClique, api.AttrNVLinkDomain}
+	gpudraTopology = []string{api.AttrNVLinkFabric, api.AttrNVLinkLinks, api.AttrNVLinkClique, api.AttrNVLinkDomain, api.AttrLinkDomain}
 
 	gpudraAttrs = map[kind]map[string][]string{
 		kindGPU: {
