@@ -43,6 +43,12 @@ type Mover struct {
 	Now func() time.Time
 
 	limiter flowcontrol.RateLimiter
+	// moved are, per waiting Workload, the owners (a pod's controller, else the pod) whose
+	// pods were evicted to make room for it. A plan that would evict one of them again is
+	// not carried out: the scheduler put its replacement back into the room it left (one
+	// that does not pack: the gpudra-fragmentation profile does), and evicting again would
+	// only go round.
+	moved map[string]map[types.UID]bool
 }
 
 // NeedLeaderElection: only the leader moves pods.
@@ -77,8 +83,12 @@ func (m *Mover) Once(ctx context.Context) error {
 		return err
 	}
 	waiting, err := m.waiting(ctx)
-	if err != nil || len(waiting) == 0 {
+	if err != nil {
 		return err
+	}
+	m.forgetAdmitted(waiting)
+	if len(waiting) == 0 {
+		return nil
 	}
 	cluster, err := m.cluster(ctx)
 	if err != nil {
@@ -102,6 +112,11 @@ func (m *Mover) Once(ctx context.Context) error {
 			continue
 		case len(res.Moves) == 0:
 			plans.WithLabelValues("fits").Inc()
+			continue
+		}
+		if again := m.movedBefore(ctx, name, res.Moves); again != "" {
+			plans.WithLabelValues("none").Inc()
+			logger.Info("Plan not carried out: a pod moved for this Workload came back to the room it left; defragmentation needs a scheduler that packs (the gpudra-fragmentation profile)", "workload", klog.KObj(wl), "pod", again)
 			continue
 		}
 		if why := m.unmovable(ctx, res.Moves); why != "" {
@@ -227,6 +242,7 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 				return err
 			}
 			ns, name, _ := strings.Cut(p.Pod, "/")
+			owner := ownerOf(ctx, m.Client, ns, name)
 			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			if err := m.Client.SubResource("eviction").Create(ctx, target, ev); err != nil {
@@ -238,6 +254,7 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 				return fmt.Errorf("evicting pod %s: %w", p.Pod, err)
 			}
 			evictions.WithLabelValues("evicted").Inc()
+			m.remember(forWorkload, owner)
 			logger.Info("Evicted to make room", "pod", p.Pod, "from", p.From, "plannedTo", p.To, "for", forWorkload)
 		}
 	}
@@ -298,4 +315,60 @@ func (m *Mover) now() time.Time {
 		return m.Now()
 	}
 	return time.Now()
+}
+
+// ownerOf is what replaces the pod when it is evicted: its controller's UID, else the
+// pod's own.
+func ownerOf(ctx context.Context, c client.Client, ns, name string) types.UID {
+	var pod corev1.Pod
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		return ""
+	}
+	if ref := metav1.GetControllerOf(&pod); ref != nil {
+		return ref.UID
+	}
+	return pod.UID
+}
+
+func (m *Mover) remember(forWorkload string, owner types.UID) {
+	if owner == "" {
+		return
+	}
+	if m.moved == nil {
+		m.moved = map[string]map[types.UID]bool{}
+	}
+	if m.moved[forWorkload] == nil {
+		m.moved[forWorkload] = map[types.UID]bool{}
+	}
+	m.moved[forWorkload][owner] = true
+}
+
+// movedBefore is a pod of moves whose owner was moved for forWorkload already ("" if none).
+func (m *Mover) movedBefore(ctx context.Context, forWorkload string, moves []defrag.Move) string {
+	done := m.moved[forWorkload]
+	if len(done) == 0 {
+		return ""
+	}
+	for _, mv := range moves {
+		for _, p := range mv.Pods {
+			ns, name, _ := strings.Cut(p.Pod, "/")
+			if done[ownerOf(ctx, m.Client, ns, name)] {
+				return p.Pod
+			}
+		}
+	}
+	return ""
+}
+
+// forgetAdmitted drops what was moved for Workloads no longer waiting.
+func (m *Mover) forgetAdmitted(waiting []*kueue.Workload) {
+	still := map[string]bool{}
+	for _, wl := range waiting {
+		still[wl.Namespace+"/"+wl.Name] = true
+	}
+	for name := range m.moved {
+		if !still[name] {
+			delete(m.moved, name)
+		}
+	}
 }

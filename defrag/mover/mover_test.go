@@ -194,3 +194,37 @@ func TestMoverDoesNothingWithoutAWaitingWorkload(t *testing.T) {
 		t.Errorf("share-1 evicted though no Workload waits for room")
 	}
 }
+
+// A pod whose replacement the scheduler put back into the room it was moved out of is not
+// evicted again for the same Workload: the mover would only go round.
+func TestMoverDoesNotEvictAgainWhatCameBack(t *testing.T) {
+	w := newWorld(t)
+	w.run(t, "share-1", "n1", 1, 500, []int{0}, true, "")
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "share", UID: "uid-rs", Controller: new(true)}
+	var back *corev1.Pod
+	for _, o := range w.objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Name == "share-1" {
+			p.OwnerReferences = []metav1.OwnerReference{rs}
+			back = p.DeepCopy()
+		}
+	}
+	c := w.client(t)
+	m := newMover(c)
+	if err := m.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !podGone(t, c, "share-1") {
+		t.Fatal("share-1 was not evicted for Workload big")
+	}
+	// The ReplicaSet's new pod lands where the old one was, on the same GPU.
+	back.Name, back.UID, back.ResourceVersion = "share-1-again", "uid-again", ""
+	if err := c.Create(context.Background(), back); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if podGone(t, c, "share-1-again") {
+		t.Error("the ReplicaSet's pod was evicted again for the same Workload")
+	}
+}
