@@ -530,6 +530,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{`kubeletPlugin.pools=[{"name":"p","mpsControlDaemons":"host"}]`, `kubeletPlugin.pools[p].mpsControlDaemons="host"`},
 		{`kubeletPlugin.pools=[{"name":"Big_Pool"}]`, "kubeletPlugin.pools[].name"},
 		{`kubeletPlugin.pools=[{"name":"p","nvml":"fake"}]`, `kubeletPlugin.pools[p].nvml="fake"`},
+		{`kubeletPlugin.pools=[{"name":"amd","nvml":"none"}]`, "kubeletPlugin.pools[amd].nvml=none publishes no GPU: set kubeletPlugin.pools[amd].kfd"},
+		{`kubeletPlugin.pools=[{"name":"amd","kfd":"rocm"}]`, `kubeletPlugin.pools[amd].kfd="rocm": accepted values are "", "sysfs" or "sim:<profile>"`},
 		{"kubeletPlugin.defaultPool=false", "no node would run the plugin"},
 		{`kubeletPlugin.pools=[{"name":"p","hostNetwrok":true}]`, "kubeletPlugin.pools[p].hostNetwrok: not a kubeletPlugin value; a pool may set"},
 		{"kubernetesService.host=10.0.0.1", "kubernetesService.port: required"},
@@ -644,4 +646,17 @@ func envOf(c corev1.Container, name string) *corev1.EnvVar {
 		}
 	}
 	return nil
+}
+
+// A pool of AMD nodes runs the plugin on the KFD topology and without NVML.
+func TestAMDPoolRunsThePluginOnKFD(t *testing.T) {
+	out, err := template(t, []string{`kubeletPlugin.pools=[{"name":"amd","nvml":"none","kfd":"sysfs","nodeSelector":{"gpudra.dev/node-pool":"amd"}}]`})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"--nvml=none", "--kfd=sysfs"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the AMD pool's plugin lacks %s", want)
+		}
+	}
 }

@@ -75,11 +75,18 @@ gpudra-controller
 {{/* Refuse values that would install something broken, naming the value and what is accepted. */}}
 {{- define "gpudra.validate" -}}
 {{- $k := .Values.kubeletPlugin -}}
-{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "mig" $k.mig "publish" $k.publish "mpsControlDaemons" $k.mpsControlDaemons)) -}}
+{{- range $p := (prepend $k.pools (dict "name" "" "nvml" $k.nvml "kfd" $k.kfd "mig" $k.mig "publish" $k.publish "mpsControlDaemons" $k.mpsControlDaemons)) -}}
 {{- $where := ternary "kubeletPlugin" (printf "kubeletPlugin.pools[%s]" $p.name) (eq $p.name "") -}}
 {{- $nvml := $p.nvml | default $k.nvml -}}
-{{- if not (or (eq $nvml "nvml") (hasPrefix "sim:" $nvml)) -}}
-{{- fail (printf "%s.nvml=%q: accepted values are \"nvml\" or \"sim:<profile>\"" $where $nvml) -}}
+{{- $kfd := $p.kfd | default $k.kfd | default "" -}}
+{{- if not (or (eq $nvml "nvml") (eq $nvml "none") (hasPrefix "sim:" $nvml)) -}}
+{{- fail (printf "%s.nvml=%q: accepted values are \"nvml\", \"sim:<profile>\" or \"none\" (with kfd set)" $where $nvml) -}}
+{{- end -}}
+{{- if not (or (eq $kfd "") (eq $kfd "sysfs") (hasPrefix "sim:" $kfd)) -}}
+{{- fail (printf "%s.kfd=%q: accepted values are \"\", \"sysfs\" or \"sim:<profile>\"" $where $kfd) -}}
+{{- end -}}
+{{- if and (eq $nvml "none") (eq $kfd "") -}}
+{{- fail (printf "%s.nvml=none publishes no GPU: set %s.kfd (sysfs or sim:<profile>)" $where $where) -}}
 {{- end -}}
 {{- $mig := $p.mig | default $k.mig -}}
 {{- if not (has $mig (list "static" "dynamic" "none")) -}}
