@@ -2,6 +2,7 @@ package mover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,6 +42,9 @@ type Mover struct {
 	MaxEvictions int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// HoldTimeout bounds how long the nodes a plan frees are held (tainted) while the
+	// evicted pods' replacements are placed elsewhere (2 minutes when 0).
+	HoldTimeout time.Duration
 
 	limiter flowcontrol.RateLimiter
 	// moved are, per waiting Workload, the owners (a pod's controller, else the pod) whose
@@ -57,6 +61,10 @@ func (m *Mover) NeedLeaderElection() bool { return true }
 // Start plans and moves every Interval until ctx ends.
 func (m *Mover) Start(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("defrag")
+	// A holder that stopped mid-plan (a restart, a lost lease) left its taints.
+	if err := m.release(ctx, nil); err != nil {
+		logger.Error(err, "Releasing the nodes an earlier plan held")
+	}
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	for {
@@ -220,8 +228,29 @@ func (m *Mover) cluster(ctx context.Context) (*defrag.Cluster, error) {
 // carryOut moves each unit: a Workload admitted by the topology check through its check
 // (Retry), every other pod through the Eviction API at the configured rate. It stops at
 // the first refusal: the rest of the plan no longer holds.
-func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag.Move) error {
+func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag.Move) (err error) {
 	logger := klog.FromContext(ctx).WithName("defrag")
+	// The nodes the evictions free are held until the evicted pods' replacements are
+	// placed elsewhere: the scheduler still counts an evicted pod's claim as allocated until
+	// it is released, and would put the replacement back next to it.
+	var held []string
+	owners := map[types.UID]string{}
+	for _, mv := range moves {
+		for _, p := range mv.Pods {
+			if p.From != "" && !slices.Contains(held, p.From) {
+				held = append(held, p.From)
+			}
+		}
+	}
+	if err := m.hold(ctx, held, forWorkload); err != nil {
+		return err
+	}
+	defer func() {
+		m.awaitReplacements(ctx, owners, held)
+		if rerr := m.release(context.WithoutCancel(ctx), held); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	for _, mv := range moves {
 		first := mv.Pods[0]
 		ns, name, _ := strings.Cut(first.Pod, "/")
@@ -242,7 +271,7 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 				return err
 			}
 			ns, name, _ := strings.Cut(p.Pod, "/")
-			owner := ownerOf(ctx, m.Client, ns, name)
+			owner, controlled := ownerOf(ctx, m.Client, ns, name)
 			ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			if err := m.Client.SubResource("eviction").Create(ctx, target, ev); err != nil {
@@ -255,6 +284,9 @@ func (m *Mover) carryOut(ctx context.Context, forWorkload string, moves []defrag
 			}
 			evictions.WithLabelValues("evicted").Inc()
 			m.remember(forWorkload, owner)
+			if controlled {
+				owners[owner] = p.Pod
+			}
 			logger.Info("Evicted to make room", "pod", p.Pod, "from", p.From, "plannedTo", p.To, "for", forWorkload)
 		}
 	}
@@ -317,17 +349,17 @@ func (m *Mover) now() time.Time {
 	return time.Now()
 }
 
-// ownerOf is what replaces the pod when it is evicted: its controller's UID, else the
-// pod's own.
-func ownerOf(ctx context.Context, c client.Client, ns, name string) types.UID {
+// ownerOf is what replaces the pod when it is evicted: its controller's UID (controlled),
+// else the pod's own.
+func ownerOf(ctx context.Context, c client.Client, ns, name string) (uid types.UID, controlled bool) {
 	var pod corev1.Pod
 	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
-		return ""
+		return "", false
 	}
 	if ref := metav1.GetControllerOf(&pod); ref != nil {
-		return ref.UID
+		return ref.UID, true
 	}
-	return pod.UID
+	return pod.UID, false
 }
 
 func (m *Mover) remember(forWorkload string, owner types.UID) {
@@ -352,7 +384,7 @@ func (m *Mover) movedBefore(ctx context.Context, forWorkload string, moves []def
 	for _, mv := range moves {
 		for _, p := range mv.Pods {
 			ns, name, _ := strings.Cut(p.Pod, "/")
-			if done[ownerOf(ctx, m.Client, ns, name)] {
+			if owner, _ := ownerOf(ctx, m.Client, ns, name); done[owner] {
 				return p.Pod
 			}
 		}
@@ -369,6 +401,90 @@ func (m *Mover) forgetAdmitted(waiting []*kueue.Workload) {
 	for name := range m.moved {
 		if !still[name] {
 			delete(m.moved, name)
+		}
+	}
+}
+
+func (m *Mover) holdTimeout() time.Duration {
+	if m.HoldTimeout <= 0 {
+		return 2 * time.Minute
+	}
+	return m.HoldTimeout
+}
+
+// hold taints nodes NoSchedule with TaintDefragHold for forWorkload.
+func (m *Mover) hold(ctx context.Context, nodes []string, forWorkload string) error {
+	value := strings.ReplaceAll(forWorkload, "/", ".")
+	for _, name := range nodes {
+		var node corev1.Node
+		if err := m.Client.Get(ctx, types.NamespacedName{Name: name}, &node); err != nil {
+			return fmt.Errorf("hold node %s: %w", name, err)
+		}
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == api.TaintDefragHold }) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: api.TaintDefragHold, Value: value, Effect: corev1.TaintEffectNoSchedule})
+		if err := m.Client.Patch(ctx, &node, patch); err != nil {
+			return fmt.Errorf("hold node %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// release removes TaintDefragHold from nodes (every node when nil).
+func (m *Mover) release(ctx context.Context, nodes []string) error {
+	var list corev1.NodeList
+	if err := m.Client.List(ctx, &list); err != nil {
+		return err
+	}
+	var errs []error
+	for k := range list.Items {
+		node := &list.Items[k]
+		if nodes != nil && !slices.Contains(nodes, node.Name) {
+			continue
+		}
+		if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == api.TaintDefragHold }) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == api.TaintDefragHold })
+		if err := m.Client.Patch(ctx, node, patch); err != nil {
+			errs = append(errs, fmt.Errorf("release node %s: %w", node.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// awaitReplacements waits, at most HoldTimeout, until every owner has a pod placed on a
+// node other than the held ones.
+func (m *Mover) awaitReplacements(ctx context.Context, owners map[types.UID]string, held []string) {
+	if len(owners) == 0 {
+		return
+	}
+	deadline := time.Now().Add(m.holdTimeout())
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := m.Client.List(ctx, &pods); err == nil {
+			placed := map[types.UID]bool{}
+			for _, p := range pods.Items {
+				ref := metav1.GetControllerOf(&p)
+				if ref == nil || p.DeletionTimestamp != nil || p.Spec.NodeName == "" || slices.Contains(held, p.Spec.NodeName) {
+					continue
+				}
+				placed[ref.UID] = true
+			}
+			all := true
+			for uid := range owners {
+				all = all && placed[uid]
+			}
+			if all {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -2,6 +2,8 @@ package mover
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -119,7 +122,7 @@ func (w *world) client(t *testing.T) client.Client {
 }
 
 func newMover(c client.Client) *Mover {
-	return &Mover{Client: c, Labels: topology.DefaultLabelKeys, Interval: time.Minute, EvictionsPerMinute: 600, MaxEvictions: 16}
+	return &Mover{Client: c, Labels: topology.DefaultLabelKeys, Interval: time.Minute, EvictionsPerMinute: 600, MaxEvictions: 16, HoldTimeout: 100 * time.Millisecond}
 }
 
 func podGone(t *testing.T, c client.Client, name string) bool {
@@ -226,5 +229,56 @@ func TestMoverDoesNotEvictAgainWhatCameBack(t *testing.T) {
 	}
 	if podGone(t, c, "share-1-again") {
 		t.Error("the ReplicaSet's pod was evicted again for the same Workload")
+	}
+}
+
+// The node a plan frees is held (tainted NoSchedule) from before the eviction until the
+// evicted pod's replacement is placed elsewhere, then released.
+func TestMoverHoldsTheFreedNodeWhileTheReplacementIsPlaced(t *testing.T) {
+	w := newWorld(t)
+	w.run(t, "share-1", "n1", 1, 500, []int{0}, true, "")
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "share", UID: "uid-rs", Controller: new(true)}
+	var replacement *corev1.Pod
+	for _, o := range w.objs {
+		if p, ok := o.(*corev1.Pod); ok && p.Name == "share-1" {
+			p.OwnerReferences = []metav1.OwnerReference{rs}
+			replacement = p.DeepCopy()
+		}
+	}
+	var steps []string
+	held := func(c client.WithWatch, name string) bool {
+		var n corev1.Node
+		if err := c.Get(context.Background(), types.NamespacedName{Name: name}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == api.TaintDefragHold && t.Effect == corev1.TaintEffectNoSchedule
+		})
+	}
+	c := interceptor.NewClient(w.client(t).(client.WithWatch), interceptor.Funcs{
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subRes client.Object, opts ...client.SubResourceCreateOption) error {
+			steps = append(steps, fmt.Sprintf("evict %s (n1 held: %v)", obj.GetName(), held(c.(client.WithWatch), "n1")))
+			if err := c.SubResource(sub).Create(ctx, obj, subRes, opts...); err != nil {
+				return err
+			}
+			// The ReplicaSet makes a new pod, which the scheduler places on n2.
+			replacement.Name, replacement.UID, replacement.ResourceVersion, replacement.Spec.NodeName = "share-1-new", "uid-new", "", "n2"
+			return c.Create(ctx, replacement)
+		},
+	})
+	m := newMover(c)
+	m.HoldTimeout = time.Minute
+	start := time.Now()
+	if err := m.Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"evict share-1 (n1 held: true)"}; !slices.Equal(steps, want) {
+		t.Errorf("steps %q, want %q", steps, want)
+	}
+	if held(c, "n1") {
+		t.Error("n1 is still held after the replacement was placed")
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the hold lasted %s, though the replacement was placed at once", d)
 	}
 }

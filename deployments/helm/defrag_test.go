@@ -30,6 +30,7 @@ func TestDefragmentationFollowsItsGate(t *testing.T) {
 		"/pods/eviction":              {"create"},
 		"policy/poddisruptionbudgets": {"list", "watch"},
 		"/pods":                       {"list", "update", "watch"},
+		"/nodes":                      {"list", "patch", "watch"},
 	})
 }
 

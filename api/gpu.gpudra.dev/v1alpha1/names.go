@@ -182,6 +182,10 @@ const (
 	// LabelMovable ("true") on a pod lets defragmentation evict it so that it runs again
 	// elsewhere; pods without it are never moved.
 	LabelMovable = "gpudra.dev/movable"
+	// TaintDefragHold (NoSchedule, the Workload's namespace/name as value, "/" as ".") is on
+	// the nodes a defragmentation plan frees while it is carried out, so that the evicted
+	// pods' replacements do not take the room back before their old claims are released.
+	TaintDefragHold = "gpudra.dev/defrag-hold"
 )
 
 // Objects the kubelet plugin makes.
