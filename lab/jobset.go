@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -105,19 +102,9 @@ func (u *upper) startJobKinds(ctx context.Context) error {
 // startJobSet applies JobSet's manifests, starts its controller and waits until a JobSet
 // passes its webhooks and Kueue's.
 func (u *upper) startJobSet(ctx context.Context) error {
-	certDir, err := u.componentCertDir("jobset")
+	certDir, err := u.webhookServingCert("jobset", jobsetNamespace, jobsetService)
 	if err != nil {
 		return err
-	}
-	serving, err := u.pki.CA.Issue(CertSpec{CommonName: jobsetService, Server: true,
-		DNSNames: []string{jobsetService + "." + jobsetNamespace + ".svc", "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		return fmt.Errorf("JobSet's webhook certificate: %w", err)
-	}
-	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
-			return err
-		}
 	}
 	crds, rest, err := jobsetManifests(u.tc.JobSetConfig, u.port("jobset-webhook"), u.pki.CA.CertPEM())
 	if err != nil {

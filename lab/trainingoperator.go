@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,19 +76,9 @@ func trainingOperatorManifests(configDir string, kinds []string, webhookPort int
 // startTrainingOperator applies the operator's manifests for kinds, starts it and waits
 // until a job of each kind passes its webhook and Kueue's.
 func (u *upper) startTrainingOperator(ctx context.Context, kinds []string) error {
-	certDir, err := u.componentCertDir("training-operator")
+	certDir, err := u.webhookServingCert("training-operator", trainingOperatorNamespace, trainingOperatorService)
 	if err != nil {
 		return err
-	}
-	serving, err := u.pki.CA.Issue(CertSpec{CommonName: trainingOperatorService, Server: true,
-		DNSNames: []string{trainingOperatorService + "." + trainingOperatorNamespace + ".svc", "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
-	if err != nil {
-		return fmt.Errorf("the training operator's webhook certificate: %w", err)
-	}
-	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
-			return err
-		}
 	}
 	webhookPort, healthPort := u.port("training-operator-webhook"), u.port("training-operator-health")
 	crds, rest, err := trainingOperatorManifests(u.tc.TrainingOperatorConfig, kinds, webhookPort, u.pki.CA.CertPEM())

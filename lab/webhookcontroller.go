@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -103,6 +104,27 @@ func (u *upper) applyWithCRDs(ctx context.Context, component, what string, crds,
 func (u *upper) componentCertDir(component string) (string, error) {
 	certDir := filepath.Join(u.layout.ComponentDir(component), "certs")
 	return certDir, os.MkdirAll(certDir, 0o700)
+}
+
+// webhookServingCert issues the serving certificate of a component's webhooks, reached as
+// Service namespace/service or on 127.0.0.1, from the lab's CA, and writes it as tls.crt and
+// tls.key into the component's certificate folder, which it returns.
+func (u *upper) webhookServingCert(component, namespace, service string) (string, error) {
+	certDir, err := u.componentCertDir(component)
+	if err != nil {
+		return "", err
+	}
+	serving, err := u.pki.CA.Issue(CertSpec{CommonName: service, Server: true,
+		DNSNames: []string{service + "." + namespace + ".svc", "localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		return "", fmt.Errorf("%s's webhook certificate: %w", component, err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	return certDir, nil
 }
 
 // startConfiguredController writes config as the component's config.yaml, starts binary

@@ -120,53 +120,8 @@ spec:
 		}
 		return fmt.Errorf("workload %s: checks %+v", wl.Name, wl.Status.AdmissionChecks)
 	})
-	selector := "jobset.sigs.k8s.io/jobset-name=" + name
-	eventually(t, 4*time.Minute, name+": all 6 pods run", func(ctx context.Context) error {
-		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				running++
-			}
-		}
-		if running != 6 {
-			return fmt.Errorf("%d of 6 pods run", running)
-		}
-		return nil
-	})
-	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	racks := map[string]bool{}
-	slots := map[string]map[int]string{}
-	for _, p := range pods.Items {
-		rj := p.Labels["jobset.sigs.k8s.io/replicatedjob-name"]
-		if got := p.Spec.NodeSelector[topology.LabelHostname]; got == "" || got != p.Spec.NodeName {
-			t.Errorf("pod %s runs on %s, pinned to %q", p.Name, p.Spec.NodeName, got)
-		}
-		slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot])
-		if err != nil {
-			t.Errorf("pod %s has no pinned slot (%v)", p.Name, p.Labels)
-			continue
-		}
-		if slots[rj] == nil {
-			slots[rj] = map[int]string{}
-		}
-		if other, dup := slots[rj][slot]; dup {
-			t.Errorf("pods %s and %s of %s share slot %d", other, p.Name, rj, slot)
-		}
-		slots[rj][slot] = p.Name
-		if rj == "workers" {
-			racks[nodeRack(p.Spec.NodeName)] = true
-		}
-	}
-	if len(slots["workers"]) != 4 || len(slots["eval"]) != 2 {
-		t.Errorf("pinned slots %v, want 4 workers and 2 eval", slots)
-	}
+	racks := allRunPinned(t, ns, "jobset.sigs.k8s.io/jobset-name="+name, "jobset.sigs.k8s.io/replicatedjob-name",
+		map[string]int{"workers": 4, "eval": 2}, "workers")
 	if len(racks) != 1 {
 		t.Errorf("workers run in racks %v, want one", racks)
 	}
@@ -214,4 +169,65 @@ spec:
 	eventually(t, time.Minute, "train waits for the JobSet, holding nothing", gatedByDependencies(ns, "train", "jobset/prepare (Running)"))
 	endPods(t, ns, "prepare-main-0", corev1.PodSucceeded)
 	eventually(t, 2*time.Minute, "train runs once the JobSet completed", jobRuns(ns, "train", 1))
+}
+
+// allRunPinned waits until the pods of selector in ns all run (as many as want counts), and
+// checks that each runs on the node the admission check pinned it to, in its own slot of its
+// group (the pods' label groupLabel: a replicated job, a replica type), want[group] pods of
+// each. It returns the racks the pods of group racked run in.
+func allRunPinned(t *testing.T, ns, selector, groupLabel string, want map[string]int, racked string) map[string]bool {
+	t.Helper()
+	total := 0
+	for _, n := range want {
+		total += n
+	}
+	eventually(t, 4*time.Minute, fmt.Sprintf("all %d pods of %s run", total, selector), func(ctx context.Context) error {
+		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		if running != total {
+			return fmt.Errorf("%d of %d pods run", running, total)
+		}
+		return nil
+	})
+	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	racks := map[string]bool{}
+	slots := map[string]map[int]string{}
+	for _, p := range pods.Items {
+		group := p.Labels[groupLabel]
+		if got := p.Spec.NodeSelector[topology.LabelHostname]; got == "" || got != p.Spec.NodeName {
+			t.Errorf("pod %s runs on %s, pinned to %q", p.Name, p.Spec.NodeName, got)
+		}
+		slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot])
+		if err != nil {
+			t.Errorf("pod %s has no pinned slot (%v)", p.Name, p.Labels)
+			continue
+		}
+		if slots[group] == nil {
+			slots[group] = map[int]string{}
+		}
+		if other, dup := slots[group][slot]; dup {
+			t.Errorf("pods %s and %s of %s share slot %d", other, p.Name, group, slot)
+		}
+		slots[group][slot] = p.Name
+		if group == racked {
+			racks[nodeRack(p.Spec.NodeName)] = true
+		}
+	}
+	for g, n := range want {
+		if len(slots[g]) != n {
+			t.Errorf("pinned slots %v, want %d pods of %s", slots, n, g)
+		}
+	}
+	return racks
 }

@@ -6,12 +6,10 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/lab"
-	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -124,53 +121,9 @@ spec:
 		}
 		return fmt.Errorf("no Kueue workload for %s %s yet", job.kind, name)
 	})
-	selector := "training.kubeflow.org/job-name=" + name
-	eventually(t, 4*time.Minute, name+": the "+strings.ToLower(job.leader)+" and 4 workers run", func(ctx context.Context) error {
-		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return err
-		}
-		running := 0
-		for _, p := range pods.Items {
-			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
-				running++
-			}
-		}
-		if running != 5 {
-			return fmt.Errorf("%d of 5 pods run", running)
-		}
-		return nil
-	})
-	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		t.Fatal(err)
-	}
-	racks := map[string]bool{}
-	slots := map[string]map[int]string{}
-	for _, p := range pods.Items {
-		role := p.Labels["training.kubeflow.org/replica-type"]
-		if got := p.Spec.NodeSelector[topology.LabelHostname]; got == "" || got != p.Spec.NodeName {
-			t.Errorf("pod %s runs on %s, pinned to %q", p.Name, p.Spec.NodeName, got)
-		}
-		slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot])
-		if err != nil {
-			t.Errorf("pod %s has no pinned slot (%v)", p.Name, p.Labels)
-			continue
-		}
-		if slots[role] == nil {
-			slots[role] = map[int]string{}
-		}
-		if other, dup := slots[role][slot]; dup {
-			t.Errorf("pods %s and %s of %s share slot %d", other, p.Name, role, slot)
-		}
-		slots[role][slot] = p.Name
-		if role == "worker" {
-			racks[nodeRack(p.Spec.NodeName)] = true
-		}
-	}
-	if len(slots[strings.ToLower(job.leader)]) != 1 || len(slots["worker"]) != 4 {
-		t.Errorf("pinned slots %v, want 1 %s and 4 workers", slots, strings.ToLower(job.leader))
-	}
+	leader := strings.ToLower(job.leader)
+	racks := allRunPinned(t, ns, "training.kubeflow.org/job-name="+name, "training.kubeflow.org/replica-type",
+		map[string]int{leader: 1, "worker": 4}, "worker")
 	if len(racks) != 1 {
 		t.Errorf("workers run in racks %v, want one", racks)
 	}
