@@ -1,7 +1,6 @@
 package defrag_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -9,17 +8,15 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gpudra/gpudra/defrag"
+	"github.com/gpudra/gpudra/defrag/defragtest"
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/queueing/gang"
-	"github.com/gpudra/gpudra/sim"
-	"github.com/gpudra/gpudra/topology/placement"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -65,31 +62,15 @@ func newLab(t *testing.T, nodes ...string) *lab {
 // (milli < 1000), pinned to the GPU indices given; movable labels it gpudra.dev/movable.
 func (l *lab) run(name, node string, gpus int, milli int64, pin []int, movable bool, labels ...string) *corev1.Pod {
 	l.t.Helper()
-	pp := &placement.Pod{Name: name, GPUs: gpus, GPUMilli: milli}
-	pinned, err := sim.Claim(pp, pin, int64(len(l.c.Claims)))
+	claim, pod, err := defragtest.Running(l.st, name, node, gpus, milli, pin, movable, int64(len(l.c.Claims)))
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	results, err := l.st.AllocateAndCommit(context.Background(), node, pinned)
-	if err != nil {
-		l.t.Fatalf("pod %s on %s GPUs %v: %v", name, node, pin, err)
-	}
-	claim, _ := sim.Claim(pp, nil, 0) // the spec as the user wrote it: no pin
-	claim.Name, claim.Namespace, claim.UID = name+"-gpu", "team", types.UID("claim-"+name)
-	claim.Status.Allocation = &results[0]
 	l.c.Claims = append(l.c.Claims, *claim)
-	pod := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", Labels: map[string]string{"app": name}},
-		Spec:       corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: new("gpu")}}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new(claim.Name)}}},
-	}
-	if movable {
-		pod.Labels[api.LabelMovable] = "true"
-	}
 	for k := 0; k+1 < len(labels); k += 2 {
 		pod.Labels[labels[k]] = labels[k+1]
 	}
-	l.c.Pods = append(l.c.Pods, pod)
+	l.c.Pods = append(l.c.Pods, *pod)
 	return &l.c.Pods[len(l.c.Pods)-1]
 }
 

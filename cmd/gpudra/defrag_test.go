@@ -11,20 +11,16 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	ctrlfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/defrag"
+	"github.com/gpudra/gpudra/defrag/defragtest"
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/simulated"
-	"github.com/gpudra/gpudra/sim"
-	"github.com/gpudra/gpudra/topology/placement"
-
-	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // fragmentedCluster is two 4-GPU H100 nodes: on n1 a movable half-GPU share (GPU 0); on n2
@@ -55,23 +51,9 @@ func fragmentedCluster(t *testing.T) []runtime.Object {
 	}
 	st, _ := allocation.FromCluster(cls, all, nil)
 	run := func(name, node string, gpus int, milli int64, pin []int, movable bool) {
-		pp := &placement.Pod{Name: name, GPUs: gpus, GPUMilli: milli}
-		pinned, err := sim.Claim(pp, pin, int64(len(objs)))
+		claim, pod, err := defragtest.Running(st, name, node, gpus, milli, pin, movable, int64(len(objs)))
 		if err != nil {
 			t.Fatal(err)
-		}
-		res, err := st.AllocateAndCommit(context.Background(), node, pinned)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		claim, _ := sim.Claim(pp, nil, 0)
-		claim.ObjectMeta = metav1.ObjectMeta{Namespace: "team", Name: name + "-gpu", UID: types.UID("c-" + name)}
-		claim.Status.Allocation = &res[0]
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{}},
-			Spec:   corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: new("gpu")}}},
-			Status: corev1.PodStatus{Phase: corev1.PodRunning, ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new(claim.Name)}}}}
-		if movable {
-			pod.Labels[api.LabelMovable] = "true"
 		}
 		objs = append(objs, claim, pod)
 	}

@@ -19,13 +19,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"github.com/gpudra/gpudra/defrag/defragtest"
 	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/simulated"
-	"github.com/gpudra/gpudra/sim"
 	"github.com/gpudra/gpudra/topology"
-	"github.com/gpudra/gpudra/topology/placement"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -83,23 +82,9 @@ func newWorld(t *testing.T) *world {
 // of the admitted Workload it belongs to.
 func (w *world) run(t *testing.T, name, node string, gpus int, milli int64, pin []int, movable bool, workload string) {
 	t.Helper()
-	pp := &placement.Pod{Name: name, GPUs: gpus, GPUMilli: milli}
-	pinned, err := sim.Claim(pp, pin, int64(len(w.objs)))
+	claim, pod, err := defragtest.Running(w.st, name, node, gpus, milli, pin, movable, int64(len(w.objs)))
 	if err != nil {
 		t.Fatal(err)
-	}
-	res, err := w.st.AllocateAndCommit(context.Background(), node, pinned)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	claim, _ := sim.Claim(pp, nil, 0)
-	claim.ObjectMeta = metav1.ObjectMeta{Namespace: "team", Name: name + "-gpu", UID: types.UID("c-" + name)}
-	claim.Status.Allocation = &res[0]
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Labels: map[string]string{}},
-		Spec:   corev1.PodSpec{NodeName: node, ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: new("gpu")}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: new(claim.Name)}}}}
-	if movable {
-		pod.Labels[api.LabelMovable] = "true"
 	}
 	if workload != "" {
 		pod.Labels[api.LabelWorkload] = workload
