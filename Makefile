@@ -82,8 +82,8 @@ bench-scale: ## the scheduler's DRA work per pod at 1024, 3200 and 4096 GPUs, in
 browser: ## install Debian's chromium for the web view's browser test, unless it is there
 	hack/install-chromium.sh
 
-toolchain: ## build and cache the lab's Kubernetes components
-	lab/toolchain.sh k8s etcd kwok kueue node cdihook
+toolchain: ## build and cache the lab's Kubernetes components and the job controllers the end-to-end lab runs
+	lab/toolchain.sh k8s etcd kwok kueue node cdihook jobset trainingoperator
 
 demo: ## bring up the local lab with simulated GPU nodes and walk through example claims
 	lab/demo.sh
