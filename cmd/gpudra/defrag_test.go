@@ -17,39 +17,21 @@ import (
 
 	"github.com/gpudra/gpudra/defrag"
 	"github.com/gpudra/gpudra/defrag/defragtest"
-	"github.com/gpudra/gpudra/deployments"
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
-	"github.com/gpudra/gpudra/driver/simulated"
 )
 
 // fragmentedCluster is two 4-GPU H100 nodes: on n1 a movable half-GPU share (GPU 0); on n2
 // a 2-GPU job and a half-GPU share (GPU 2) that may not move. No node has 4 GPUs free.
 func fragmentedCluster(t *testing.T) []runtime.Object {
 	t.Helper()
-	var objs []runtime.Object
-	classes, err := deployments.DeviceClasses()
+	cluster, st, err := defragtest.Cluster("hgx-h100-4gpu", "n1", "n2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cls []resourceapi.DeviceClass
-	for _, c := range classes {
-		objs = append(objs, c)
-		cls = append(cls, *c)
+	var objs []runtime.Object
+	for _, o := range cluster {
+		objs = append(objs, o)
 	}
-	var all []resourceapi.ResourceSlice
-	for _, n := range []string{"n1", "n2"} {
-		_, sl, err := simulated.Slices("hgx-h100-4gpu", n, driver.RenderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range sl {
-			objs = append(objs, s)
-			all = append(all, *s)
-		}
-		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}})
-	}
-	st, _ := allocation.FromCluster(cls, all, nil)
 	run := func(name, node string, gpus int, milli int64, pin []int, movable bool) {
 		claim, pod, err := defragtest.Running(st, name, node, gpus, milli, pin, movable, int64(len(objs)))
 		if err != nil {

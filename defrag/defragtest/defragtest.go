@@ -10,13 +10,46 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpudra/gpudra/deployments"
+	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/sim"
 	"github.com/gpudra/gpudra/topology/placement"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
+
+// Cluster is the DeviceClasses gpudra ships, and nodes of the simulated profile with the
+// ResourceSlices their plugin publishes, as API objects, with the allocation state over them.
+func Cluster(profile string, nodes ...string) ([]client.Object, *allocation.State, error) {
+	classes, err := deployments.DeviceClasses()
+	if err != nil {
+		return nil, nil, err
+	}
+	var objs []client.Object
+	var cls []resourceapi.DeviceClass
+	for _, c := range classes {
+		objs = append(objs, c)
+		cls = append(cls, *c)
+	}
+	var all []resourceapi.ResourceSlice
+	for _, n := range nodes {
+		_, sl, err := simulated.Slices(profile, n, driver.RenderOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, s := range sl {
+			objs = append(objs, s)
+			all = append(all, *s)
+		}
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}})
+	}
+	st, _ := allocation.FromCluster(cls, all, nil)
+	return objs, st, nil
+}
 
 // Running is pod team/name running on node (labelled app=name, and gpudra.dev/movable=true
 // when movable) with its claim team/<name>-gpu for gpus whole GPUs (milli 1000) or one share

@@ -20,10 +20,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/defrag/defragtest"
-	"github.com/gpudra/gpudra/deployments"
-	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/allocation"
-	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -40,28 +37,11 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{}
-	classes, err := deployments.DeviceClasses()
+	objs, st, err := defragtest.Cluster("hgx-h100-4gpu", "n1", "n2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cls []resourceapi.DeviceClass
-	for _, c := range classes {
-		w.objs = append(w.objs, c)
-		cls = append(cls, *c)
-	}
-	var all []resourceapi.ResourceSlice
-	for _, n := range []string{"n1", "n2"} {
-		_, sl, err := simulated.Slices("hgx-h100-4gpu", n, driver.RenderOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range sl {
-			w.objs = append(w.objs, s)
-			all = append(all, *s)
-		}
-		w.objs = append(w.objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"kubernetes.io/hostname": n}}})
-	}
-	w.st, _ = allocation.FromCluster(cls, all, nil)
+	w.objs, w.st = objs, st
 	w.objs = append(w.objs, &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}})
 	spec, err := allocation.ParseClaimSpec([]byte("devices:\n  requests:\n  - name: gpus\n    exactly: {deviceClassName: gpu.gpudra.dev, count: 4}\n"))
 	if err != nil {
