@@ -96,6 +96,15 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	for _, m := range mutate {
 		m(&cfg)
 	}
+	n := nodeOn(t, b, cfg)
+	n.mps, n.timeSlices = mps, ts
+	return n
+}
+
+// nodeOn is a node of the tests whose plugin runs with cfg on backend b: what b discovers,
+// rendered as cfg says, with an allocator over it.
+func nodeOn(t testing.TB, b *discover.Backend, cfg plugin.Config) *node {
+	t.Helper()
 	inv, err := discover.Discover(b)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +117,7 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1)), mps: mps, timeSlices: ts}
+	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1))}
 }
 
 var (

@@ -7,9 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpudra/gpudra/deployments"
-	"github.com/gpudra/gpudra/driver"
-	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/driver/discover"
 	"github.com/gpudra/gpudra/driver/kfdsim"
 	plugin "github.com/gpudra/gpudra/kubeletplugin"
@@ -31,19 +28,7 @@ func newKFDNode(t *testing.T, profile string) *node {
 	}
 	cfg := plugin.Config{NodeName: nodeName, Backend: b, CDIRoot: filepath.Join(dir, "cdi"), CheckpointDir: filepath.Join(dir, "checkpoint"),
 		DriverRoot: filepath.Join(dir, "root"), BootIDPath: bootID}
-	inv, err := discover.Discover(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := driver.Render(inv, cfg.Render)
-	if err != nil {
-		t.Fatal(err)
-	}
-	classes, err := deployments.DeviceClasses()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &node{t: t, backend: b, cfg: cfg, pool: pool, alloc: allocation.New(classes, pool.ResourceSlices(nodeName, 1))}
+	return nodeOn(t, b, cfg)
 }
 
 // The plugin runs on a node of AMD GPUs only and prepares a claim for two of them as a CDI
