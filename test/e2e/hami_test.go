@@ -56,12 +56,13 @@ func TestHAMiPodsGetWhatTheyAskedFor(t *testing.T) {
 		return nil
 	})
 
+	// HAMi pods are NVIDIA pods: the card type comes from an NVIDIA GPU, the one of the
+	// lowest name so that every run asks for the same type.
 	devices := publishedDevices(t.Context(), t)
-	var product string
-	for _, d := range devices {
-		if stringAttr(d, api.AttrType) == "gpu" {
-			product = stringAttr(d, api.AttrProductName)
-			break
+	var product, first string
+	for key, d := range devices {
+		if stringAttr(d, api.AttrType) == "gpu" && stringAttr(d, api.AttrVendor) == api.VendorNVIDIA && (first == "" || key < first) {
+			first, product = key, stringAttr(d, api.AttrProductName)
 		}
 	}
 	fields := strings.Fields(product)
