@@ -52,8 +52,18 @@ type File struct {
 	Install string `json:"install,omitempty"`
 	// Controller is how the lab runs gpudra-controller (with kueue.enabled).
 	Controller ControllerSpec `json:"controller,omitempty"`
-	Blocks     []Block        `json:"blocks"`
+	// CRDs names projects whose CustomResourceDefinitions the lab serves without their
+	// controllers, so that gpudra's use of their objects can be tried: CRDSets' values.
+	CRDs   []string `json:"crds,omitempty"`
+	Blocks []Block  `json:"blocks"`
 }
+
+// CRDsFluid is the lab file's name of Fluid's Dataset and DataLoad CRDs
+// (data.fluid.io/v1alpha1, Fluid v1.0.8).
+const CRDsFluid = "fluid"
+
+// CRDSets are the values crds accepts.
+var CRDSets = []string{CRDsFluid}
 
 // ControllerSpec shapes the lab's gpudra-controller.
 type ControllerSpec struct {
@@ -361,6 +371,17 @@ func (f *File) validate() field.ErrorList {
 	}
 	if f.Controller.Replicas > 1 && !f.Kueue.Enabled {
 		errs = append(errs, field.Invalid(field.NewPath("controller", "replicas"), f.Controller.Replicas, "needs kueue.enabled: true (the lab runs gpudra-controller only with Kueue)"))
+	}
+	seenCRDs := sets.New[string]()
+	for i, c := range f.CRDs {
+		fp := field.NewPath("crds").Index(i)
+		switch {
+		case !slices.Contains(CRDSets, c):
+			errs = append(errs, field.NotSupported(fp, c, CRDSets))
+		case seenCRDs.Has(c):
+			errs = append(errs, field.Duplicate(fp, c))
+		}
+		seenCRDs.Insert(c)
 	}
 	if len(f.Blocks) == 0 {
 		errs = append(errs, field.Required(field.NewPath("blocks"), "a lab needs at least one block with one rack and one node"))

@@ -87,6 +87,10 @@ func TestParseFileRejects(t *testing.T) {
 			`kueue.jobKinds[1]: Duplicate value: "jobset"`},
 		{"job kind without Kueue", head + "kueue: {jobKinds: [jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.jobKinds[0]: Invalid value: "jobset": needs kueue.enabled: true`},
+		{"unknown CRDs", head + "crds: [fluid, volcano]\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`crds[1]: Unsupported value: "volcano": supported values: "fluid"`},
+		{"CRDs twice", head + "crds: [fluid, fluid]\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`crds[1]: Duplicate value: "fluid"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

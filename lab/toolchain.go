@@ -46,6 +46,9 @@ type Toolchain struct {
 	// TrainingOperator is the Kubeflow training operator under the lab's main and
 	// TrainingOperatorConfig its manifests/base (only when kueue.jobKinds names pytorchjob).
 	TrainingOperator, TrainingOperatorConfig string
+	// FluidCRDs is the folder of Fluid's Dataset and DataLoad CRDs (only when the lab
+	// file's crds names fluid).
+	FluidCRDs string
 }
 
 // ToolchainNeeds says which optional components a lab needs besides the default ones.
@@ -53,6 +56,8 @@ type ToolchainNeeds struct {
 	// Kueue: the lab runs Kueue; JobSet: and the JobSet controller; TrainingOperator: and
 	// the Kubeflow training operator.
 	Kueue, JobSet, TrainingOperator bool
+	// Fluid: the lab serves Fluid's Dataset and DataLoad CRDs.
+	Fluid bool
 	// RealNodes: the lab has real nodes (kubelet, containerd, runc, CNI, nvidia-cdi-hook).
 	RealNodes bool
 }
@@ -99,6 +104,9 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 	}
 	if needs.TrainingOperator {
 		comps = append(comps, "trainingoperator")
+	}
+	if needs.Fluid {
+		comps = append(comps, "fluid")
 	}
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
@@ -169,7 +177,14 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 		}
 		t.TrainingOperator, t.TrainingOperatorConfig = filepath.Join(to, "bin/training-operator"), filepath.Join(to, "config")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet, t.TrainingOperator} {
+	if needs.Fluid {
+		fl, err := dir("fluid")
+		if err != nil {
+			return nil, err
+		}
+		t.FluidCRDs = filepath.Join(fl, "crds")
+	}
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet, t.TrainingOperator, t.FluidCRDs} {
 		if p == "" {
 			continue
 		}

@@ -2,7 +2,7 @@
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
 #   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook, jobset,
-#                                     trainingoperator
+#                                     trainingoperator, fluid
 #   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -16,6 +16,7 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+FLUID_VERSION=${FLUID_VERSION:-v1.0.8}
 # The lab's main for the training operator, beside this script (runToolchain writes both).
 TRAINING_OPERATOR_MAIN=$(cd "$(dirname "$0")" && pwd)/trainingoperator_main.go
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
@@ -39,7 +40,8 @@ dir_of() { # component → cache folder
     jobset) echo "$TOOLS/jobset-$JOBSET_VERSION" ;;
     # keyed by the lab's main too: a changed main is built again
     trainingoperator) echo "$TOOLS/training-operator-$TRAINING_OPERATOR_VERSION-$(sha256sum "$TRAINING_OPERATOR_MAIN" | cut -c1-12)" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator)" >&2; return 2 ;;
+    fluid) echo "$TOOLS/fluid-crds-$FLUID_VERSION" ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator fluid)" >&2; return 2 ;;
   esac
 }
 
@@ -217,9 +219,22 @@ build_trainingoperator() {
   mkdir -p "$out/config"; cp -r "$src/manifests/base/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# fluid: Fluid's Dataset and DataLoad CRDs (data.fluid.io) from its module, nothing built:
+# the lab serves them without Fluid's controllers, for gpudra's data placement. Fluid pins
+# k8s.io v0.29, so only its files are taken. Not a default component: `gpudra lab up` asks
+# for it when the lab file's crds names fluid.
+build_fluid() {
+  local out=$1
+  go mod init gpudra.dev/lab-fluid >/dev/null
+  local src; src=$(go mod download -json "github.com/fluid-cloudnative/fluid@$FLUID_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$out/crds"
+  for crd in datasets dataloads; do cp "$src/config/crd/bases/data.fluid.io_$crd.yaml" "$out/crds/"; done
+  chmod -R u+w "$out/crds"
+}
+
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue node cdihook jobset trainingoperator; do
+  for c in k8s etcd kwok kueue node cdihook jobset trainingoperator fluid; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

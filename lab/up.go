@@ -175,7 +175,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), TrainingOperator: u.file.Kueue.runsTrainingOperator(), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), TrainingOperator: u.file.Kueue.runsTrainingOperator(), Fluid: slices.Contains(u.file.CRDs, CRDsFluid), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary
@@ -258,6 +258,12 @@ func (u *upper) run(ctx context.Context) error {
 	u.step("creating %d nodes and starting kwok", kwokNodes)
 	if err := u.startNodes(ctx); err != nil {
 		return err
+	}
+	if u.tc.FluidCRDs != "" {
+		u.step("serving Fluid's Dataset and DataLoad CRDs (no Fluid controllers)")
+		if err := u.applyFluidCRDs(ctx); err != nil {
+			return err
+		}
 	}
 	// The chart creates Kueue objects, so with install: chart Kueue starts first.
 	if u.chart() && u.file.Kueue.Enabled {
