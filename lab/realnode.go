@@ -259,6 +259,9 @@ state = %q
 	}
 
 	// kubelet: cgroup v1 is accepted (failCgroupV1: false) since many machines still have it.
+	// syncFrequency is 10s (default 1m): a kubelet retries a pod whose NodePrepareResources
+	// failed (a plugin killed mid-prepare) only at its next resync, 60 to 90 s later
+	// (kubernetes/kubernetes#139836), and the crash tests wait for three such retries.
 	kc, err := u.componentKubeconfig(KubeletComponent(n.Name), "system:node:"+n.Name, "system:nodes")
 	if err != nil {
 		return err
@@ -281,6 +284,7 @@ authentication:
   x509: {clientCAFile: %s}
 authorization: {mode: Webhook}
 failSwapOn: false
+syncFrequency: 10s
 maxPods: 20
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
