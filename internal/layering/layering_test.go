@@ -1,7 +1,8 @@
 // Package layering checks the import graph that keeps gpudra's binaries small and its
 // packages in their rooms: the cluster-side binaries link no NVML code, the API package is
-// a leaf, the pure topology packages know nothing of the device model, the kubelet plugin's
-// subsystems do not reach into its core, and only binaries and tests use the lab.
+// a leaf, the pure topology packages know nothing of the device model, locality imports
+// only the API, the kubelet plugin's subsystems do not reach into its core, and only
+// binaries and tests use the lab.
 package layering
 
 import (
@@ -132,6 +133,8 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s is a leaf but imports %s", local(p.ImportPath), imp)
 			case under(p.ImportPath, "topology") && (under(imp, "driver") || under(imp, "kubeletplugin") || under(imp, "queueing")):
 				t.Errorf("%s is pure topology but imports %s", local(p.ImportPath), local(imp))
+			case under(p.ImportPath, "locality") && strings.HasPrefix(imp, module) && !under(imp, "api"):
+				t.Errorf("%s knows where data is from plain objects and imports only the API, not %s", local(p.ImportPath), local(imp))
 			case under(imp, "lab") && !under(p.ImportPath, "cmd") && !under(p.ImportPath, "lab") && !under(p.ImportPath, "test"):
 				t.Errorf("%s imports the lab; only binaries and tests may", local(p.ImportPath))
 			case local(p.ImportPath) == "driver" && strings.HasPrefix(imp, "github.com/NVIDIA/go-nvml"):

@@ -188,6 +188,17 @@ const (
 	TaintDefragHold = "gpudra.dev/defrag-hold"
 )
 
+// Data locality: which datasets a pod reads and which nodes cache them (locality).
+const (
+	// AnnotationDatasets on a pod or a workload's pod template names the datasets its pods
+	// read, comma-separated, each <namespace>/<name> or <name> (the pod's namespace).
+	AnnotationDatasets = "gpudra.dev/datasets"
+	// LabelDatasetPrefix starts the node label that says the node caches a dataset:
+	// dataset.gpudra.dev/<namespace>.<name>, or dataset.gpudra.dev/sha256-<hash> when that
+	// name would pass 63 characters (locality.LabelKey).
+	LabelDatasetPrefix = "dataset.gpudra.dev/"
+)
+
 // Objects the kubelet plugin makes.
 const (
 	// AnnotationPreparedClaim names, on a CDI spec, the claim it was written for.
