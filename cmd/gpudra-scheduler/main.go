@@ -1,7 +1,8 @@
 // Command gpudra-scheduler is kube-scheduler v1.37 with gpudra's plugins registered:
 // GPUFragmentation, a Score plugin that places GPU pods where they fragment GPUs least
-// (the policy `gpudra sim` measures on the Alibaba GPU traces). It takes kube-scheduler's
-// flags; enable the plugin in a profile of its --config (deployments/scheduler).
+// (the policy `gpudra sim` measures on the Alibaba GPU traces), and DataLocality, a Score
+// plugin that prefers the nodes caching the datasets a pod reads. It takes kube-scheduler's
+// flags; enable the plugins in a profile of its --config (deployments/scheduler).
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gpudra/gpudra/internal/buildinfo"
 	"github.com/gpudra/gpudra/internal/logoptions"
+	"github.com/gpudra/gpudra/scheduler/datalocality"
 	"github.com/gpudra/gpudra/scheduler/fragmentation"
 )
 
@@ -31,7 +33,8 @@ func main() {
 // newCommand is kube-scheduler's command with gpudra's plugins, reporting gpudra's version.
 func newCommand() *cobra.Command {
 	registerKubeVersion()
-	cmd := app.NewSchedulerCommand(app.WithPlugin(fragmentation.Name, fragmentation.New))
+	cmd := app.NewSchedulerCommand(app.WithPlugin(fragmentation.Name, fragmentation.New),
+		app.WithPlugin(datalocality.Name, datalocality.New))
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// Before kube-scheduler's own --version, which names the binary Kubernetes.

@@ -192,3 +192,30 @@ func typicalPods(t *testing.T, config string) []map[string]any {
 	}
 	return nil
 }
+
+// DataLocality scores with scheduler.dataLocalityWeight (3 by default); 0 leaves it out,
+// and a weight that is not a whole number is refused, naming the value.
+func TestSchedulerDataLocalityWeight(t *testing.T) {
+	weight := func(sets ...string) (int32, bool) {
+		cfg := loadSchedulerConfig(t, render(t, append([]string{"scheduler.enabled=true"}, sets...)...))
+		for _, p := range cfg.Profiles[0].Plugins.MultiPoint.Enabled {
+			if p.Name == "DataLocality" {
+				return p.Weight, true
+			}
+		}
+		return 0, false
+	}
+	if w, ok := weight(); !ok || w != 3 {
+		t.Errorf("default: DataLocality weight %d (enabled %v), want 3", w, ok)
+	}
+	if w, ok := weight("scheduler.dataLocalityWeight=7"); !ok || w != 7 {
+		t.Errorf("dataLocalityWeight=7: weight %d (enabled %v)", w, ok)
+	}
+	if _, ok := weight("scheduler.dataLocalityWeight=0"); ok {
+		t.Error("dataLocalityWeight=0 still scores with DataLocality")
+	}
+	out, err := template(t, []string{"scheduler.enabled=true", "scheduler.dataLocalityWeight=1.5"})
+	if err == nil || !strings.Contains(out, "scheduler.dataLocalityWeight=1.5: want an integer >= 0") {
+		t.Errorf("a fractional weight: err %v, output should name scheduler.dataLocalityWeight:\n%s", err, out)
+	}
+}
