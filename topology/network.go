@@ -163,6 +163,9 @@ func (n *Network) Matches(node string, selector map[string]string) bool {
 	return true
 }
 
+// Labels are a node's labels (nil for an unknown node); callers must not modify them.
+func (n *Network) Labels(node string) map[string]string { return n.labels[node] }
+
 // DomainOf names the domain of a node at a level ("" for an unknown node or level).
 func (n *Network) DomainOf(node, level string) string {
 	l, ok := n.locations[node]

@@ -574,6 +574,9 @@ func printWorkload(w io.Writer, r *admission.Report, prio *explain.Priority, aft
 			for _, n := range d.LeftOut {
 				fmt.Fprintf(w, "  %s: %s left out: %s\n", ps.Name, n.Node, n.Reason)
 			}
+			for _, line := range d.Data {
+				fmt.Fprintf(w, "  %s: %s\n", ps.Name, line)
+			}
 		}
 		if ps.Planned != nil {
 			for _, note := range ps.Planned.Notes {

@@ -90,6 +90,8 @@ func TestControllerRBAC(t *testing.T) {
 		"resource.k8s.io/resourceclaimtemplates": {"list", "watch"},
 		"resource.k8s.io/deviceclasses":          {"list", "watch"},
 		"/nodes":                                 {"list", "watch"},
+		"/persistentvolumeclaims":                {"list", "watch"},
+		"/persistentvolumes":                     {"list", "watch"},
 		"/pods":                                  {"list", "update", "watch"},
 		"events.k8s.io/events":                   {"create", "patch"},
 		"kueue.x-k8s.io/workloads":               {"get", "list", "watch"},

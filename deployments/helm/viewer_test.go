@@ -20,6 +20,8 @@ func TestViewerRole(t *testing.T) {
 		"resource.k8s.io/deviceclasses":          read,
 		"/pods":                                  read,
 		"/nodes":                                 read,
+		"/persistentvolumeclaims":                read,
+		"/persistentvolumes":                     read,
 		"kueue.x-k8s.io/workloads":               read,
 		"kueue.x-k8s.io/clusterqueues":           read,
 		"kueue.x-k8s.io/localqueues":             read,

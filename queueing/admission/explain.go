@@ -112,6 +112,9 @@ type DomainReport struct {
 	Fit  bool `json:"fit"`
 	// Reason is the check's own reason when not all fit.
 	Reason string `json:"reason,omitempty"`
+	// Data says, for each dataset the pod set reads, on how many of the domain's nodes it
+	// is cached ("dataset team/imagenet cached on 3 of 4 nodes of b1/r2").
+	Data []string `json:"data,omitempty"`
 }
 
 // NodeReason is a node and why it is left out.
@@ -258,6 +261,13 @@ func domainsOf(ctx context.Context, st *allocation.State, net *topology.Network,
 		sub, err := topology.NetworkFromLabels(nodeLabels, labels)
 		if err != nil {
 			return nil, err
+		}
+		where := d.Name
+		if where == "" {
+			where = "the cluster"
+		}
+		for _, need := range set.Data {
+			dr.Data = append(dr.Data, gang.CachedText(net, need, d.Nodes, where))
 		}
 		dr.Fits, dr.Reason = fitsIn(ctx, st, sub, taints, set)
 		dr.Fit = dr.Fits == set.Count

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/locality"
 	"github.com/gpudra/gpudra/queueing/gang"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -51,6 +53,12 @@ func podSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.P
 			return nil, badInput{fmt.Errorf("%s: %w", path, err)}
 		}
 		set.SubsliceRequired, set.SubsliceNetwork = ann[api.AnnotationSubsliceTopology], ann[api.AnnotationSubsliceNetworkTopology]
+		if set.Data, err = locality.Needs(wl.Namespace, ann, &ps.Template.Spec, readerVolumes{ctx, c}); err != nil {
+			if isLookup(err) {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			return nil, badInput{fmt.Errorf("%s: %w", path, err)}
+		}
 		for _, rc := range ps.Template.Spec.ResourceClaims {
 			if rc.ResourceClaimTemplateName == nil {
 				return nil, badInput{fmt.Errorf("%s: resourceClaim %s names a shared ResourceClaim; gang placement needs per-pod ResourceClaimTemplates", path, rc.Name)}
@@ -136,4 +144,43 @@ func addFlavors(ctx context.Context, c client.Reader, wl *kueue.Workload, set *g
 // labels and tolerations.
 func PodSets(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]gang.PodSet, error) {
 	return podSets(ctx, c, wl)
+}
+
+// readerVolumes are the claims and volumes read through the check's client.
+type readerVolumes struct {
+	ctx context.Context
+	c   client.Reader
+}
+
+func (v readerVolumes) Claim(namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	var pvc corev1.PersistentVolumeClaim
+	if err := v.c.Get(v.ctx, types.NamespacedName{Namespace: namespace, Name: name}, &pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, volumeLookup{err}
+	}
+	return &pvc, nil
+}
+
+func (v readerVolumes) Volume(name string) (*corev1.PersistentVolume, error) {
+	var pv corev1.PersistentVolume
+	if err := v.c.Get(v.ctx, types.NamespacedName{Name: name}, &pv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, volumeLookup{err}
+	}
+	return &pv, nil
+}
+
+// volumeLookup marks a failed read of a claim or volume (retried), as opposed to a
+// malformed annotation (rejected).
+type volumeLookup struct{ error }
+
+func (e volumeLookup) Unwrap() error { return e.error }
+
+func isLookup(err error) bool {
+	var l volumeLookup
+	return errors.As(err, &l)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/locality"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -45,6 +46,9 @@ type PodSet struct {
 	// Tolerations are the pods' tolerations: nodes with a NoSchedule or NoExecute taint
 	// none of them tolerates are not candidates.
 	Tolerations []corev1.Toleration
+	// Data are the datasets the pods read: among the domains the set fits in, planning
+	// prefers the one where most pods run on nodes caching them (data.go).
+	Data []locality.Need
 }
 
 // Validate checks a pod set, naming the annotation and the accepted values.
@@ -75,7 +79,8 @@ type Placement struct {
 	Domains map[string]string
 	// Allocations[podSet][i] are pod i's claims' allocations, in Claims order.
 	Allocations map[string][][]resourceapi.AllocationResult
-	// Notes[podSet] say, for slices kept by the network rule, whether one domain was
+	// Notes[podSet] say where the set's datasets are cached (data.go) and, for slices
+	// kept by the network rule, whether one domain was
 	// required or preferred and why (e.g. "slices of 16 kept under one ToR (required:
 	// b1/r1/tor-a uplinks oversubscribed 3:1)").
 	Notes map[string][]string
@@ -120,13 +125,19 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 		var tried []string
 		skipped := map[string]int{} // nodes left out by each untolerated taint, in all domains
 		placed := false
-		for _, d := range domains {
+		// Without data, the first domain the set fits in; with data, the one where most
+		// pods read their datasets locally (the first among equals), stopping early when
+		// every pod reads all of them locally.
+		best, bestReads := -1, -1
+		var bestState *allocation.State
+		var bestRes setResult
+		for i, d := range domains {
 			nodes, left := candidates(logger, net, taints, set, d.Nodes)
 			for t, n := range left {
 				skipped[t] += n
 			}
 			trial := work.Clone()
-			res, err := placeSet(ctx, trial, net, set, nodes)
+			res, err := placeSet(ctx, trial, net, set, cachingFirst(net, set, nodes))
 			if err != nil {
 				return nil, nil, err
 			}
@@ -134,13 +145,25 @@ func Plan(ctx context.Context, st *allocation.State, net *topology.Network, tain
 				tried = append(tried, fmt.Sprintf("%s fits %d of %d", orCluster(d.Name), res.got, set.Count))
 				continue
 			}
-			work = trial
+			if reads := localReads(net, set, res.nodes); reads > bestReads {
+				best, bestReads, bestState, bestRes = i, reads, trial, res
+			}
+			if bestReads == set.Count*len(set.Data) {
+				break
+			}
+		}
+		if best >= 0 {
+			d, res := domains[best], bestRes
+			work = bestState
 			out.Nodes[set.Name], out.Allocations[set.Name], out.Domains[set.Name] = res.nodes, res.allocs, d.Name
-			if notes := res.notes(net, set); len(notes) > 0 {
+			notes := res.notes(net, set)
+			if len(set.Data) > 0 {
+				notes = append(notes, dataNotes(net, set, d, res.nodes)...)
+			}
+			if len(notes) > 0 {
 				out.Notes[set.Name] = notes
 			}
 			placed = true
-			break
 		}
 		if !placed {
 			if never := neverFits(ctx, st, net, set); never != nil {
