@@ -179,3 +179,14 @@ func TestDefragmentationFlags(t *testing.T) {
 		}
 	}
 }
+
+// DataPrewarm's bound is refused below 1, naming the flag.
+func TestPrewarmFlags(t *testing.T) {
+	if err := parse(t, "--feature-gates=DataPrewarm=true", "--prewarm-max-dataloads=3").validate(); err != nil {
+		t.Errorf("a bound of 3: %v", err)
+	}
+	if err := parse(t, "--feature-gates=DataPrewarm=true", "--prewarm-max-dataloads=0").validate(); err == nil ||
+		!strings.Contains(err.Error(), "--prewarm-max-dataloads=0: want at least 1") {
+		t.Errorf("a bound of 0: err %v, want one naming --prewarm-max-dataloads", err)
+	}
+}

@@ -3,8 +3,9 @@
 // node topology labels, the webhook that validates gpu.gpudra.dev configs, (--hami-pods,
 // feature gate HAMiPods) the webhook that rewrites pods written for HAMi into pods with
 // claims, (gate JobDependencies) the Jobs that wait at a Kueue admission gate for
-// others to succeed, (gate LargeJobsFirst) the bands that order large jobs first, and (gate
-// Defragmentation) the moves that make room for a Workload whose gang does not fit.
+// others to succeed, (gate LargeJobsFirst) the bands that order large jobs first, (gate
+// Defragmentation) the moves that make room for a Workload whose gang does not fit, and
+// (gate DataPrewarm) the DataLoads that warm a queued Workload's datasets.
 package main
 
 import (
@@ -19,6 +20,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +39,7 @@ import (
 	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/queueing/largefirst"
 	"github.com/gpudra/gpudra/queueing/network"
+	"github.com/gpudra/gpudra/queueing/prewarm"
 	"github.com/gpudra/gpudra/topology"
 )
 
@@ -127,6 +132,11 @@ func run(o options) error {
 			return err
 		}
 	}
+	if o.enabled(features.DataPrewarm) {
+		if err := setupPrewarm(mgr, cfg, o); err != nil {
+			return err
+		}
+	}
 	if bands := o.largeJobsFirst(); bands != nil {
 		ageing := &largefirst.Ageing{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller"), Bands: bands, MaxWait: o.largeJobsFirstMaxWait}
 		if err := ageing.SetupWithManager(mgr); err != nil {
@@ -166,6 +176,21 @@ func setupAdmissionCheck(mgr ctrl.Manager, o options) error {
 		return err
 	}
 	return (&admission.PodPinner{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("gpudra-controller")}).SetupWithManager(mgr)
+}
+
+// setupPrewarm adds the controller that warms queued Workloads' datasets to mgr.
+func setupPrewarm(mgr ctrl.Manager, cfg *rest.Config, o options) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("discovery client: %w", err)
+	}
+	r := &prewarm.Reconciler{Client: mgr.GetClient(), Dynamic: dyn, Served: prewarm.Served(disc),
+		Recorder: mgr.GetEventRecorder("gpudra-controller"), MaxDataLoads: o.prewarmMaxDataLoads}
+	return r.SetupWithManager(mgr)
 }
 
 // profilingHandlers are net/http/pprof's handlers, for the metrics server, when on.

@@ -28,6 +28,7 @@ import (
 	"github.com/gpudra/gpudra/queueing/dependencies"
 	"github.com/gpudra/gpudra/queueing/largefirst"
 	"github.com/gpudra/gpudra/queueing/network"
+	"github.com/gpudra/gpudra/queueing/prewarm"
 	"github.com/gpudra/gpudra/topology"
 	configwebhook "github.com/gpudra/gpudra/webhook"
 )
@@ -56,6 +57,7 @@ type options struct {
 	defragInterval                            time.Duration
 	defragEvictionsPerMinute                  int
 	defragMaxEvictions                        int
+	prewarmMaxDataLoads                       int
 	logging                                   *logsapi.LoggingConfiguration
 	// gates are --feature-gates (features.New when nil).
 	gates featuregate.MutableVersionedFeatureGate
@@ -89,6 +91,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.defragInterval, "defrag-interval", time.Minute, "with --feature-gates=Defragmentation=true, how often a plan is made for the Workloads waiting for room (at least 10s)")
 	fs.IntVar(&o.defragEvictionsPerMinute, "defrag-evictions-per-minute", 6, "with --feature-gates=Defragmentation=true, the most pods evicted per minute (at least 1)")
 	fs.IntVar(&o.defragMaxEvictions, "defrag-max-evictions", defrag.DefaultMaxEvictions, "with --feature-gates=Defragmentation=true, the most pods one plan moves (at least 1)")
+	fs.IntVar(&o.prewarmMaxDataLoads, "prewarm-max-dataloads", prewarm.DefaultMaxDataLoads, "with --feature-gates=DataPrewarm=true, the most Fluid DataLoads kept for queued Workloads, over all of them (at least 1)")
 	fs.StringVar(&o.dashboardAddr, "dashboard-bind-address", "", "address of the read-only web view, served over HTTPS under /dashboard/ to callers the API server authenticates (TokenReview) and authorizes for get on the /dashboard/* non-resource URL (SubjectAccessReview); empty: off")
 	fs.StringVar(&o.dashboardCertDir, "dashboard-cert-dir", "", "directory with the dashboard's tls.crt and tls.key, for --dashboard-bind-address (empty: a self-signed certificate made at start)")
 	fs.StringVar(&o.labels.Block, "block-label", o.labels.Block, "node label holding the node's block")
@@ -312,6 +315,8 @@ func (o options) validateDefrag() error {
 		return fmt.Errorf("--defrag-evictions-per-minute=%d: want at least 1", o.defragEvictionsPerMinute)
 	case o.defragMaxEvictions < 1:
 		return fmt.Errorf("--defrag-max-evictions=%d: want at least 1", o.defragMaxEvictions)
+	case o.prewarmMaxDataLoads < 1:
+		return fmt.Errorf("--prewarm-max-dataloads=%d: want at least 1", o.prewarmMaxDataLoads)
 	case o.enabled(features.Defragmentation) && !o.enabled(features.TopologyAdmissionCheck):
 		return fmt.Errorf("--feature-gates=Defragmentation=true needs TopologyAdmissionCheck on: it plans for the Workloads that check keeps waiting and requeues admitted ones through it")
 	}

@@ -97,7 +97,7 @@ func TestGatedValuesNeedTheirGate(t *testing.T) {
 
 func TestFeatureGatesValuesAreChecked(t *testing.T) {
 	for set, want := range map[string]string{
-		"featureGates.DynamicMig=true": "featureGates.DynamicMig: not a gpudra feature gate; known gates: ClaimUsage, Defragmentation, DynamicMIG, HAMiCoreEnforcement",
+		"featureGates.DynamicMig=true": "featureGates.DynamicMig: not a gpudra feature gate; known gates: ClaimUsage, DataPrewarm, Defragmentation, DynamicMIG",
 		"featureGates.DynamicMIG=yes":  "featureGates.DynamicMIG=yes: want true or false",
 	} {
 		if out, err := template(t, []string{set}); err == nil || !strings.Contains(out, want) {

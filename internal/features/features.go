@@ -60,6 +60,10 @@ const (
 	// admitted Kueue Workloads through the topology check's Retry, to make room for a
 	// Workload whose gang does not fit (gpudra-controller).
 	Defragmentation featuregate.Feature = "Defragmentation"
+	// DataPrewarm: the datasets of queued Kueue Workloads warmed while they wait, by a
+	// Fluid DataLoad per Workload and dataset where Fluid serves them, else an Event naming
+	// the nodes their pods may run on (gpudra-controller).
+	DataPrewarm featuregate.Feature = "DataPrewarm"
 	// HAMiPods: the mutating webhook that rewrites pods written for HAMi into pods with
 	// gpudra claims as they are created (gpudra-controller, with --webhook-port).
 	HAMiPods featuregate.Feature = "HAMiPods"
@@ -82,6 +86,7 @@ var specs = map[featuregate.Feature]featuregate.VersionedSpecs{
 	JobDependencies:        {alpha("0.1")},
 	LargeJobsFirst:         {alpha("0.1")},
 	Defragmentation:        {alpha("0.1")},
+	DataPrewarm:            {alpha("0.1")},
 }
 
 func alpha(since string) featuregate.FeatureSpec {

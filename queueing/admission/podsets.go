@@ -184,3 +184,7 @@ func isLookup(err error) bool {
 	var l volumeLookup
 	return errors.As(err, &l)
 }
+
+// Volumes are the claims and volumes read through c, for locality.Needs: the Fluid volumes a
+// Workload's pods mount.
+func Volumes(ctx context.Context, c client.Reader) locality.Volumes { return readerVolumes{ctx, c} }

@@ -172,6 +172,7 @@ gpudra-controller
        them off. */}}
 {{- define "gpudra.featureGateStages" -}}
 ClaimUsage: beta
+DataPrewarm: alpha
 Defragmentation: alpha
 DynamicMIG: alpha
 HAMiCoreEnforcement: alpha
@@ -284,6 +285,18 @@ WebView: alpha
 
 {{- /* The controller's defragmentation flags when it moves pods (featureGates.Defragmentation,
        docs/defrag.md), else empty; fails naming the value that cannot work. */}}
+{{- /* gpudra-controller's prewarm flags (featureGates.DataPrewarm), each checked; empty when
+       the gate is off. */}}
+{{- define "gpudra.prewarmArgs" -}}
+{{- if and .Values.controller.enabled (include "gpudra.gateOn" (dict "root" . "name" "DataPrewarm")) -}}
+{{- $v := .Values.prewarm.maxDataLoads -}}
+{{- if not (and (regexMatch "^[0-9]+$" (toString $v)) (ge (int $v) 1)) -}}
+{{- fail (printf "prewarm.maxDataLoads=%v: want a whole number of at least 1" $v) -}}
+{{- end -}}
+- --prewarm-max-dataloads={{ int $v }}
+{{- end -}}
+{{- end -}}
+
 {{- define "gpudra.defragArgs" -}}
 {{- if and .Values.controller.enabled (include "gpudra.gateOn" (dict "root" . "name" "Defragmentation")) -}}
 {{- if not (include "gpudra.gateOn" (dict "root" . "name" "TopologyAdmissionCheck")) -}}
