@@ -3,6 +3,8 @@ package datalocality
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +13,8 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/gpudra/gpudra/locality"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -29,6 +33,7 @@ type Plugin struct {
 var (
 	_ fwk.PreScorePlugin             = (*Plugin)(nil)
 	_ fwk.ScorePlugin                = (*Plugin)(nil)
+	_ fwk.SignPlugin                 = (*Plugin)(nil)
 	_ frameworkruntime.PluginFactory = New
 )
 
@@ -79,3 +84,34 @@ func (p *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, 
 }
 
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// signerName is the key of the plugin's signature fragment: what it scores a pod without
+// volume claims by.
+const signerName = "v1.Pod.Namespace+Annotations[gpudra.dev/datasets]+Spec.Affinity.NodeAffinity.Preferred.Keys().DataLocality()"
+
+// SignPod lets kube-scheduler 1.37 reuse scores across pods that are alike (opportunistic
+// batching; a Score plugin without it turns batching off for every pod): a pod is scored
+// by its namespace (bare dataset names are in it), its gpudra.dev/datasets annotation and
+// the keys its preferred node affinity names. A pod mounting PersistentVolumeClaims reads
+// what they are bound to, which can change between pods, so it is not signable.
+func (p *Plugin) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
+			return nil, fwk.NewStatus(fwk.Unschedulable, "pods with volume claims are not signable: their datasets depend on the volumes the claims are bound to")
+		}
+	}
+	var keys []string
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		for _, t := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			for _, e := range t.Preference.MatchExpressions {
+				keys = append(keys, e.Key)
+			}
+			for _, e := range t.Preference.MatchFields {
+				keys = append(keys, e.Key)
+			}
+		}
+	}
+	slices.Sort(keys)
+	value, named := pod.Annotations[api.AnnotationDatasets]
+	return []fwk.SignFragment{{Key: signerName, Value: fmt.Sprintf("%s\x00%t\x00%s\x00%s", pod.Namespace, named, value, strings.Join(slices.Compact(keys), ","))}}, nil
+}

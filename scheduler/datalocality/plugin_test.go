@@ -1,6 +1,8 @@
 package datalocality
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,5 +116,40 @@ func TestScore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Pods alike for the score sign alike; pods whose datasets may differ do not; pods mounting
+// claims are not signable.
+func TestSignPod(t *testing.T) {
+	p := &Plugin{}
+	sign := func(pod *corev1.Pod) (string, bool) {
+		f, status := p.SignPod(context.Background(), pod)
+		if !status.IsSuccess() {
+			return "", false
+		}
+		return fmt.Sprint(f), true
+	}
+	base := st.MakePod().Namespace("team").Name("a").Annotation(api.AnnotationDatasets, "coco").Obj()
+	same := st.MakePod().Namespace("team").Name("b").Annotation(api.AnnotationDatasets, "coco").Obj()
+	a, _ := sign(base)
+	if b, _ := sign(same); a != b {
+		t.Errorf("two pods reading the same dataset sign %s and %s", a, b)
+	}
+	for name, other := range map[string]*corev1.Pod{
+		"another dataset":   st.MakePod().Namespace("team").Name("c").Annotation(api.AnnotationDatasets, "imagenet").Obj(),
+		"another namespace": st.MakePod().Namespace("data").Name("c").Annotation(api.AnnotationDatasets, "coco").Obj(),
+		"no annotation":     st.MakePod().Namespace("team").Name("c").Obj(),
+		"a preferred affinity": st.MakePod().Namespace("team").Name("c").Annotation(api.AnnotationDatasets, "coco").NodeAffinity(&corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: corev1.NodeSelectorTerm{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "fluid.io/s-team-coco", Operator: corev1.NodeSelectorOpExists}}}}},
+		}).Obj(),
+	} {
+		if b, _ := sign(other); a == b {
+			t.Errorf("%s: signs as the base pod (%s)", name, a)
+		}
+	}
+	if _, ok := sign(st.MakePod().Namespace("team").Name("c").PVC("imagenet").Obj()); ok {
+		t.Error("a pod mounting a claim is signable")
 	}
 }
