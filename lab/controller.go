@@ -125,7 +125,7 @@ func (u *upper) startController(ctx context.Context, binary string) error {
 	if err := ap.Apply(ctx, ns, secret); err != nil {
 		return &ComponentError{Component: controllerComponent, Err: err}
 	}
-	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/controller-job-dependencies.yaml", "deployments/rbac/controller-large-jobs-first.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
+	for _, f := range []string{"deployments/rbac/controller.yaml", "deployments/rbac/controller-job-dependencies.yaml", "deployments/rbac/controller-large-jobs-first.yaml", "deployments/rbac/controller-data-prewarm.yaml", "deployments/rbac/kubelet-plugin.yaml", "deployments/kueue/00-admission-check.yaml"} {
 		objs, err := ReadManifests(filepath.Join(u.opts.Repo, f))
 		if err != nil {
 			return &ComponentError{Component: controllerComponent, Err: err}

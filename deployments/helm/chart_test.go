@@ -30,7 +30,7 @@ import (
 var valueSets = map[string][]string{
 	"defaults":      nil,
 	"no webhook":    {"webhook.enabled=false"},
-	"kueue":         {"kueue.admissionCheck=true", "kueue.samples=true", "featureGates.JobDependencies=true", "featureGates.LargeJobsFirst=true"},
+	"kueue":         {"kueue.admissionCheck=true", "kueue.samples=true", "featureGates.JobDependencies=true", "featureGates.LargeJobsFirst=true", "featureGates.DataPrewarm=true"},
 	"lab":           labValues,
 	"own webhook":   {"webhook.certSecret=gpudra-webhook-tls", "webhook.caBundle=Q0EK", "webhook.url=https://127.0.0.1:9443/validate-gpudra-config"},
 	"self-signed":   selfSignedValues,

@@ -56,8 +56,14 @@ type Reconciler struct {
 	MaxDataLoads int
 
 	mu sync.Mutex
-	// noted are the Event notes each Workload got, so that one gets each once.
-	noted map[types.UID][]string
+	// noted are the Event notes each Workload got (by name, with its UID: a Workload made
+	// again under the same name starts afresh), so that one gets each once.
+	noted map[types.NamespacedName]notes
+}
+
+type notes struct {
+	uid   types.UID
+	notes []string
 }
 
 // SetupWithManager reconciles every Workload mgr's cache sees.
@@ -82,12 +88,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var wl kueue.Workload
 	if err := r.Client.Get(ctx, req.NamespacedName, &wl); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
 			return reconcile.Result{}, nil // its DataLoads go with it (owner references)
 		}
 		return reconcile.Result{}, err
 	}
 	if !queued(&wl) {
-		r.forget(wl.UID)
+		r.forget(req.NamespacedName)
 		return reconcile.Result{}, r.deleteDataLoads(ctx, &wl)
 	}
 	needs, err := needsOf(ctx, r.Client, &wl)
@@ -260,23 +267,29 @@ func matches(labels, selector map[string]string) bool {
 
 // note records an Event on the Workload, once per note.
 func (r *Reconciler) note(wl *kueue.Workload, reason, note string) {
+	key := types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}
 	r.mu.Lock()
 	if r.noted == nil {
-		r.noted = map[types.UID][]string{}
+		r.noted = map[types.NamespacedName]notes{}
 	}
-	seen := slices.Contains(r.noted[wl.UID], note)
+	n := r.noted[key]
+	if n.uid != wl.UID {
+		n = notes{uid: wl.UID}
+	}
+	seen := slices.Contains(n.notes, note)
 	if !seen {
-		r.noted[wl.UID] = append(r.noted[wl.UID], note)
+		n.notes = append(n.notes, note)
 	}
+	r.noted[key] = n
 	r.mu.Unlock()
 	if !seen && r.Recorder != nil {
 		r.Recorder.Eventf(wl, nil, corev1.EventTypeNormal, reason, "Prewarm", "%s", note)
 	}
 }
 
-func (r *Reconciler) forget(uid types.UID) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
-	delete(r.noted, uid)
+	delete(r.noted, key)
 	r.mu.Unlock()
 }
 
