@@ -593,6 +593,33 @@ func TestExplainWorkloadSaysWhichToRRule(t *testing.T) {
 	}
 }
 
+// TestExplainWorkloadSaysWhereDataIsCached: each domain's dataset line, and the planned
+// domain's with how many pods read it locally, are shown.
+func TestExplainWorkloadSaysWhereDataIsCached(t *testing.T) {
+	planned := "dataset team-a/imagenet cached on 3 of 4 nodes of b1/r2; 3 of 4 pods planned there"
+	rep := &admission.Report{Namespace: "team-a", Name: "job-train", QuotaReserved: true,
+		Now: admission.CheckState{State: "Ready", Message: "gang fits: workers in rack b1/r2; workers: " + planned + "; 4 pods placed"},
+		PodSets: []admission.PodSetReport{{Name: "workers", Count: 4, Claims: 1, Required: "rack",
+			Domains: []admission.DomainReport{
+				{Name: "b1/r1", Nodes: []string{"r1-n1"}, Fits: 4, Fit: true, Data: []string{"dataset team-a/imagenet cached on 0 of 4 nodes of b1/r1"}},
+				{Name: "b1/r2", Nodes: []string{"r2-n1"}, Fits: 4, Fit: true, Data: []string{"dataset team-a/imagenet cached on 3 of 4 nodes of b1/r2"}},
+			},
+			Planned: &admission.Planned{Domain: "b1/r2", Nodes: []string{"r2-n1", "r2-n2", "r2-n3", "r2-n4"}, Notes: []string{planned}}}}}
+	var out bytes.Buffer
+	if err := printWorkload(&out, rep, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"  workers: dataset team-a/imagenet cached on 0 of 4 nodes of b1/r1\n",
+		"  workers: dataset team-a/imagenet cached on 3 of 4 nodes of b1/r2\n",
+		"  workers: " + planned,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // teamAReport explains kind/name of namespace team-a and returns the report as a table
 // and as JSON.
 func teamAReport(t *testing.T, c *clients, kind, name string) (table, js string) {
