@@ -160,6 +160,9 @@ func (u *upper) chartValues() ([]byte, error) {
 		"kueue":      map[string]any{"admissionCheck": u.file.Kueue.Enabled},
 		// The gates of every behaviour the demo and the tests use (featuregates.go).
 		"featureGates": gpudraFeatureGates(),
+		// Room for a waiting gang is planned every 15 s (the chart says 1m), so that a
+		// test sees it made within a minute. Only pods labelled movable are ever moved.
+		"defrag": map[string]any{"interval": "15s"},
 	}
 	return yaml.Marshal(values)
 }
