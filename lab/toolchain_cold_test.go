@@ -190,7 +190,7 @@ func TestRunGroupDoesNotWaitForChildrenLeftBehind(t *testing.T) {
 func TestRunToolchainQuotesTheScriptsLastLines(t *testing.T) {
 	stubToolchain(t)
 	_, err := runToolchain(t.Context(), &strings.Builder{}, "no-such-component")
-	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator)") {
+	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator fluid)") {
 		t.Fatalf("error %v does not quote the script's message", err)
 	}
 }
