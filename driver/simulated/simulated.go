@@ -76,3 +76,17 @@ func KFDInventory(profile, seed string) (*driver.Inventory, error) {
 	inv.AddGPUs(res.GPUs, res.Unreadable)
 	return inv, nil
 }
+
+// KFDSlices discovers a simulated AMD or Hygon node (a driver/kfdsim profile, seeded with
+// its name) and renders the ResourceSlices its kubelet plugin would publish.
+func KFDSlices(profile, nodeName string, opts driver.RenderOptions) (*driver.Inventory, []*resourceapi.ResourceSlice, error) {
+	inv, err := KFDInventory(profile, nodeName)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := driver.Render(inv, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inv, pool.ResourceSlices(nodeName, 1), nil
+}

@@ -23,6 +23,11 @@ type DeviceInfo struct {
 	UUID string
 	// ParentUUID is a MIG device's GPU.
 	ParentUUID string
+	// Vendor is VendorNVIDIA, VendorAMD or VendorHygon, as the vendor attribute says. A
+	// device without the attribute reads as VendorNVIDIA: gpudra published NVIDIA GPUs
+	// alone before it published the attribute. Another value is read as it is, so that a
+	// newer driver's vendor still shows.
+	Vendor string
 	// Model is the productName ("NVIDIA H100 80GB HBM3").
 	Model        string
 	Brand        string
@@ -136,6 +141,10 @@ func ReadDevice(d *resourceapi.Device) (DeviceInfo, error) {
 	}
 	info.UUID = str(AttrUUID)
 	info.ParentUUID = str(AttrParentUUID)
+	info.Vendor = str(AttrVendor)
+	if _, ok := attribute(d, AttrVendor); !ok {
+		info.Vendor = VendorNVIDIA
+	}
 	info.Model = str(AttrProductName)
 	info.Brand = str(AttrBrand)
 	info.Architecture = str(AttrArchitecture)

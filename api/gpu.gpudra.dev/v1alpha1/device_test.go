@@ -87,3 +87,45 @@ func TestReadDeviceAcceptsQualifiedNames(t *testing.T) {
 		t.Errorf("got %+v, %v; want GPU 3", info, err)
 	}
 }
+
+// Every GPU says its vendor: NVIDIA's and AMD's side by side on one node, and a device
+// published before the vendor attribute existed reads as NVIDIA.
+func TestReadDeviceReadsTheVendor(t *testing.T) {
+	_, sl, err := simulated.KFDSlices("mixed-l40s-mi210", "node-m", driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byModel := map[string]string{}
+	for _, s := range sl {
+		for k := range s.Spec.Devices {
+			info, err := api.ReadDevice(&s.Spec.Devices[k])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Type == api.TypeGPU {
+				byModel[info.Model] = info.Vendor
+			}
+		}
+	}
+	if byModel["AMD Instinct MI210"] != api.VendorAMD || len(byModel) != 2 {
+		t.Errorf("GPUs by model read with vendors %v, want the MI210 amd", byModel)
+	}
+	for model, v := range byModel {
+		if model != "AMD Instinct MI210" && v != api.VendorNVIDIA {
+			t.Errorf("%s reads with vendor %q, want %q", model, v, api.VendorNVIDIA)
+		}
+	}
+
+	info, err := api.ReadDevice(&resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		api.AttrType: {StringValue: ptr.To(api.TypeGPU)}, api.AttrIndex: {IntValue: ptr.To[int64](0)},
+	}})
+	if err != nil || info.Vendor != api.VendorNVIDIA {
+		t.Errorf("a device without a vendor attribute reads as vendor %q (%v), want %q", info.Vendor, err, api.VendorNVIDIA)
+	}
+	_, err = api.ReadDevice(&resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		api.AttrType: {StringValue: ptr.To(api.TypeGPU)}, api.AttrVendor: {IntValue: ptr.To[int64](1)},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "attribute vendor: want a string") {
+		t.Errorf("a vendor that is not a string: %v, want an error naming the attribute", err)
+	}
+}
