@@ -3,6 +3,7 @@ package webview
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,4 +275,27 @@ func waitWatching(t *testing.T, f *fixture) {
 			t.Fatal("the informers never saw objects created through the fake client")
 		}
 	}
+}
+
+// addKFDNode adds a ready node whose devices are a simulated AMD or Hygon node's
+// (driver/kfdsim profile) and waits until the cluster page shows it.
+func (f *fixture) addKFDNode(t *testing.T, name, profile string) {
+	t.Helper()
+	ctx := context.Background()
+	_, sl, err := simulated.KFDSlices(profile, name, driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.kube.CoreV1().Nodes().Create(ctx, readyNode(name, "rack-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range sl {
+		if _, err := f.kube.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, func() bool {
+		_, page := fetch(t, f.http.URL+"/nodes/"+name)
+		return strings.Contains(page, "<h1>Node "+name+"</h1>") && !strings.Contains(page, "no node "+name)
+	})
 }

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // Page sizes of the cluster and queues pages' lists.
@@ -15,23 +18,35 @@ const (
 )
 
 // Listing is what a list page was asked for: filters (query parameters namespace, node,
-// model, queue; a node or model matches when it contains the text) and one page of limit
-// items (?page=, from 1; ?limit=). Pages is how many pages the longest list has.
+// model, vendor, queue; a node or model matches when it contains the text, a vendor is one
+// of vendors) and one page of limit items (?page=, from 1; ?limit=). Pages is how many
+// pages the longest list has.
 type Listing struct {
 	Namespace string `json:"namespace,omitempty"`
 	Node      string `json:"node,omitempty"`
 	Model     string `json:"model,omitempty"`
+	Vendor    string `json:"vendor,omitempty"`
 	Queue     string `json:"queue,omitempty"`
 	Limit     int    `json:"limit"`
 	Page      int    `json:"page"`
 	Pages     int    `json:"pages"`
 }
 
+// vendors are the accepted values of the vendor filter.
+var vendors = []string{api.VendorNVIDIA, api.VendorAMD, api.VendorHygon}
+
 // parseListing reads a list page's query, refusing a limit or page that is not a whole
-// number in range.
+// number in range and a vendor that is not one of vendors (in any case).
 func parseListing(r *http.Request) (Listing, error) {
 	q := r.URL.Query()
 	l := Listing{Namespace: q.Get("namespace"), Node: q.Get("node"), Model: q.Get("model"), Queue: q.Get("queue"), Limit: DefaultLimit, Page: 1}
+	if v := q.Get("vendor"); v != "" {
+		l.Vendor = strings.ToLower(v)
+		if !slices.Contains(vendors, l.Vendor) {
+			l.Vendor = ""
+			return l, fmt.Errorf("vendor %q: accepted values are %s", v, strings.Join(vendors, ", "))
+		}
+	}
 	num := func(name string, lo, hi int, into *int) error {
 		v := q.Get(name)
 		if v == "" {
@@ -55,7 +70,7 @@ func parseListing(r *http.Request) (Listing, error) {
 
 // Filtered is whether any filter is set.
 func (l Listing) Filtered() bool {
-	return l.Namespace != "" || l.Node != "" || l.Model != "" || l.Queue != ""
+	return l.Namespace != "" || l.Node != "" || l.Model != "" || l.Vendor != "" || l.Queue != ""
 }
 
 // matches reports whether value contains the filter text (an empty filter matches all).
@@ -72,7 +87,7 @@ func paginate[T any](l *Listing, items []T) []T {
 // Query is the query string of the listing's page n, with its filters.
 func (l Listing) Query(n int) string {
 	q := url.Values{}
-	for k, v := range map[string]string{"namespace": l.Namespace, "node": l.Node, "model": l.Model, "queue": l.Queue} {
+	for k, v := range map[string]string{"namespace": l.Namespace, "node": l.Node, "model": l.Model, "vendor": l.Vendor, "queue": l.Queue} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -57,9 +57,11 @@ type DeviceUse struct {
 
 // GPU is one physical GPU of a node and everything allocated on it.
 type GPU struct {
-	Node, Pool     string
-	Index          int
-	Device         string
+	Node, Pool string
+	Index      int
+	Device     string
+	// Vendor is api.VendorNVIDIA, VendorAMD or VendorHygon.
+	Vendor         string
 	Model          string
 	Memory         string
 	UUID           string
@@ -99,10 +101,12 @@ func (g *GPU) Free() bool { return g.State() == stateFree }
 type Node struct {
 	Name   string
 	Models []string
-	GPUs   []*GPU
-	Taints []corev1.Taint
-	Labels map[string]string
-	Ready  bool
+	// Vendors are the vendors of the node's GPUs, in the order of their first GPU.
+	Vendors []string
+	GPUs    []*GPU
+	Taints  []corev1.Taint
+	Labels  map[string]string
+	Ready   bool
 	// Known is false for a pool whose node object is missing.
 	Known bool
 }
@@ -120,6 +124,34 @@ func (n *Node) Free() int {
 
 // Model is the node's GPU models joined.
 func (n *Node) Model() string { return strings.Join(n.Models, ", ") }
+
+// HasVendor is whether one of the node's GPUs is the vendor's.
+func (n *Node) HasVendor(vendor string) bool { return slices.Contains(n.Vendors, vendor) }
+
+// only is the node with only the vendor's GPUs, sharing the GPUs with n.
+func (n *Node) only(vendor string) *Node {
+	out := *n
+	out.GPUs, out.Models, out.Vendors = nil, nil, nil
+	for _, g := range n.GPUs {
+		if g.Vendor == vendor {
+			out.GPUs = append(out.GPUs, g)
+		}
+	}
+	out.index()
+	return &out
+}
+
+// index lists the models and vendors of the node's GPUs.
+func (n *Node) index() {
+	for _, g := range n.GPUs {
+		if g.Model != "" && !slices.Contains(n.Models, g.Model) {
+			n.Models = append(n.Models, g.Model)
+		}
+		if g.Vendor != "" && !slices.Contains(n.Vendors, g.Vendor) {
+			n.Vendors = append(n.Vendors, g.Vendor)
+		}
+	}
+}
 
 // Unhealthy counts the node's unhealthy GPUs.
 func (n *Node) Unhealthy() int {
@@ -294,6 +326,7 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 				switch info.Type {
 				case api.TypeGPU:
 					g.Device = d.Name
+					g.Vendor = info.Vendor
 					g.Model = info.Model
 					g.UUID = info.UUID
 					g.Clique = info.NVLinkClique
@@ -354,11 +387,7 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 	}
 	for _, n := range c.Nodes {
 		slices.SortFunc(n.GPUs, func(a, b *GPU) int { return cmp.Compare(a.Index, b.Index) })
-		for _, g := range n.GPUs {
-			if g.Model != "" && !slices.Contains(n.Models, g.Model) {
-				n.Models = append(n.Models, g.Model)
-			}
-		}
+		n.index()
 	}
 	slices.SortFunc(c.Nodes, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	slices.SortFunc(c.Tainted, func(a, b TaintedDevice) int {
@@ -394,7 +423,7 @@ func shareUse(h Holder, memCap, compCap resource.Quantity, consumed map[resource
 
 // ModelSummary counts one GPU model's GPUs by use.
 type ModelSummary struct {
-	Model                                         string
+	Vendor, Model                                 string
 	Nodes, GPUs, Whole, Shared, MIG, NVLink, Free int
 	Unhealthy                                     int
 }
@@ -417,13 +446,14 @@ func summary(nodes []*Node) Summary {
 		seen := map[string]bool{}
 		for _, g := range n.GPUs {
 			model := cmp.Or(g.Model, "(unknown)")
-			m := by[model]
+			key := g.Vendor + "/" + model
+			m := by[key]
 			if m == nil {
-				m = &ModelSummary{Model: model}
-				by[model] = m
+				m = &ModelSummary{Vendor: g.Vendor, Model: model}
+				by[key] = m
 			}
-			if !seen[model] {
-				seen[model] = true
+			if !seen[key] {
+				seen[key] = true
 				m.Nodes++
 			}
 			s.GPUs++
@@ -450,7 +480,9 @@ func summary(nodes []*Node) Summary {
 	for _, m := range by {
 		s.Models = append(s.Models, *m)
 	}
-	slices.SortFunc(s.Models, func(a, b ModelSummary) int { return cmp.Compare(a.Model, b.Model) })
+	slices.SortFunc(s.Models, func(a, b ModelSummary) int {
+		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Vendor, b.Vendor))
+	})
 	return s
 }
 

@@ -56,13 +56,34 @@ var funcs = template.FuncMap{
 	// class per percent).
 	"width":      func(percent int) string { return "w-" + strconv.Itoa(min(100, max(0, percent))) },
 	"labelBlock": func(l map[string]string) string { return l[api.LabelBlock] },
-	"labelRack":  func(l map[string]string) string { return l[api.LabelRack] },
+	"vendorName": vendorName,
+	"vendorNames": func(vs []string) string {
+		out := make([]string, len(vs))
+		for k, v := range vs {
+			out[k] = vendorName(v)
+		}
+		return strings.Join(out, ", ")
+	},
+	"labelRack": func(l map[string]string) string { return l[api.LabelRack] },
 	"shortUUID": func(s string) string {
 		if len(s) > 12 {
 			return s[:12] + "…"
 		}
 		return s
 	},
+}
+
+// vendorName is how the pages write a vendor attribute's value.
+func vendorName(v string) string {
+	switch v {
+	case api.VendorNVIDIA:
+		return "NVIDIA"
+	case api.VendorAMD:
+		return "AMD"
+	case api.VendorHygon:
+		return "Hygon"
+	}
+	return v
 }
 
 func parsePages() (map[string]*pageTemplate, error) {
@@ -156,7 +177,8 @@ func (s *Server) page(name string, build func(*http.Request, *scope) (title, nav
 
 // ClusterPage is the cluster page's data.
 // Summary, Tainted, and the pages of Nodes and Gangs are those the listing's filters
-// keep: nodes by name and model, gangs by namespace and the nodes their pods run on.
+// keep: nodes by name, model and vendor (a node's GPUs of that vendor alone), gangs by
+// namespace and the nodes their pods run on.
 type ClusterPage struct {
 	List    Listing
 	Summary Summary
@@ -177,16 +199,23 @@ func (s *Server) clusterPage(r *http.Request, sc *scope) (string, string, any, i
 	}
 	p := ClusterPage{List: l}
 	nodes := c.Nodes
-	if l.Node != "" || l.Model != "" {
+	if l.Node != "" || l.Model != "" || l.Vendor != "" {
 		nodes = nil
 		for _, n := range c.Nodes {
+			if l.Vendor != "" {
+				if !n.HasVendor(l.Vendor) {
+					continue
+				}
+				n = n.only(l.Vendor)
+			}
 			if matches(l.Node, n.Name) && matches(l.Model, n.Model()) {
 				nodes = append(nodes, n)
 			}
 		}
 	}
 	for _, t := range c.Tainted {
-		if matches(l.Node, t.Node) && (l.Model == "" || c.Node(t.Node) != nil && matches(l.Model, c.Node(t.Node).Model())) {
+		n := c.Node(t.Node)
+		if matches(l.Node, t.Node) && (l.Model == "" || n != nil && matches(l.Model, n.Model())) && (l.Vendor == "" || n != nil && n.HasVendor(l.Vendor)) {
 			p.Tainted = append(p.Tainted, t)
 		}
 	}
