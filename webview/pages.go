@@ -54,17 +54,11 @@ var funcs = template.FuncMap{
 	},
 	// width is the class of a width in percent, clamped to 0..100 (style.css has one
 	// class per percent).
-	"width":      func(percent int) string { return "w-" + strconv.Itoa(min(100, max(0, percent))) },
-	"labelBlock": func(l map[string]string) string { return l[api.LabelBlock] },
-	"vendorName": vendorName,
-	"vendorNames": func(vs []string) string {
-		out := make([]string, len(vs))
-		for k, v := range vs {
-			out[k] = vendorName(v)
-		}
-		return strings.Join(out, ", ")
-	},
-	"labelRack": func(l map[string]string) string { return l[api.LabelRack] },
+	"width":       func(percent int) string { return "w-" + strconv.Itoa(min(100, max(0, percent))) },
+	"labelBlock":  func(l map[string]string) string { return l[api.LabelBlock] },
+	"vendorName":  api.VendorName,
+	"vendorNames": vendorNames,
+	"labelRack":   func(l map[string]string) string { return l[api.LabelRack] },
 	"shortUUID": func(s string) string {
 		if len(s) > 12 {
 			return s[:12] + "…"
@@ -73,17 +67,13 @@ var funcs = template.FuncMap{
 	},
 }
 
-// vendorName is how the pages write a vendor attribute's value.
-func vendorName(v string) string {
-	switch v {
-	case api.VendorNVIDIA:
-		return "NVIDIA"
-	case api.VendorAMD:
-		return "AMD"
-	case api.VendorHygon:
-		return "Hygon"
+// vendorNames are vendors as people write them, joined.
+func vendorNames(vendors []string) string {
+	out := make([]string, len(vendors))
+	for k, v := range vendors {
+		out[k] = api.VendorName(v)
 	}
-	return v
+	return strings.Join(out, ", ")
 }
 
 func parsePages() (map[string]*pageTemplate, error) {

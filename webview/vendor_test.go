@@ -1,11 +1,14 @@
 package webview
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -59,4 +62,20 @@ func TestPagesShowAndFilterVendors(t *testing.T) {
 
 	node := get(t, f.http.URL+"/nodes/"+nodeMixed, http.StatusOK)
 	contains(t, node, `<span class="badge">NVIDIA, AMD</span>`, `<td>AMD</td><td>AMD Instinct MI210</td>`)
+
+	// The claim pages name the vendors: a pending claim's nodes and an allocated one's devices.
+	twoAMD := wholeClaim("two-amd")
+	twoAMD.Spec.Devices.Requests[0].Exactly.DeviceClassName = api.DeviceClassAMDGPU
+	twoAMD.Spec.Devices.Requests[0].Exactly.Count = 2
+	if _, err := f.kube.ResourceV1().ResourceClaims(testNS).Create(context.Background(), twoAMD, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		status, _ := fetch(t, f.http.URL+"/claims/team-a/two-amd")
+		return status == http.StatusOK
+	})
+	claim := get(t, f.http.URL+"/claims/team-a/two-amd", http.StatusOK)
+	contains(t, claim, `<th>Node</th><th>Vendor</th>`, `<a href="/nodes/`+nodeMixed+`">`+nodeMixed+`</a></td><td>NVIDIA, AMD</td>`,
+		`<a href="/nodes/`+nodeA+`">`+nodeA+`</a></td><td>NVIDIA</td>`)
+	contains(t, get(t, f.http.URL+"/claims/team-a/train-0-gpu", http.StatusOK), `/gpu-0 (NVIDIA)</td>`)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/internal/explain"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/dependencies"
@@ -463,7 +465,11 @@ func printReport(w io.Writer, rep *explain.Report, output string, show int) erro
 			}
 			fmt.Fprintln(w, ":")
 			for _, d := range cr.Results {
-				fmt.Fprintf(w, "  request %s: %s/%s/%s\n", d.Request, d.Driver, d.Pool, d.Device)
+				fmt.Fprintf(w, "  request %s: %s/%s/%s", d.Request, d.Driver, d.Pool, d.Device)
+				if cr.MixedVendors() && d.Vendor != "" {
+					fmt.Fprintf(w, " (%s)", api.VendorName(d.Vendor))
+				}
+				fmt.Fprintln(w)
 				if d.Usage != nil {
 					printUsage(w, d.Usage)
 				}
@@ -471,14 +477,27 @@ func printReport(w io.Writer, rep *explain.Report, output string, show int) erro
 			continue
 		}
 		fmt.Fprintf(w, "claim %s/%s is not allocated; it fits on %d of %d nodes with devices now.\n", cr.Namespace, cr.Name, cr.FitsOn, len(cr.Nodes))
+		// A pool that mixes vendors gets a VENDOR column.
+		vendor := func(string) string { return "" }
+		header := "NODE\tFITS\tWHY"
+		if cr.MixedVendors() {
+			header = "NODE\tFITS\tVENDOR\tWHY"
+			vendor = func(node string) string {
+				var names []string
+				for _, v := range cr.VendorsOf(node) {
+					names = append(names, api.VendorName(v))
+				}
+				return cmp.Or(strings.Join(names, ","), "-") + "\t"
+			}
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NODE\tFITS\tWHY")
+		fmt.Fprintln(tw, header)
 		for k, d := range cr.Nodes {
 			if k == show {
 				fmt.Fprintf(tw, "(%d more)\t\t\n", len(cr.Nodes)-show)
 				break
 			}
-			fmt.Fprintf(tw, "%s\t%v\t%s\n", d.Node, d.Fits, d.Reason)
+			fmt.Fprintf(tw, "%s\t%v\t%s%s\n", d.Node, d.Fits, vendor(d.Node), d.Reason)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

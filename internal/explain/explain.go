@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2"
 
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 	"github.com/gpudra/gpudra/driver/allocation"
 	"github.com/gpudra/gpudra/queueing/admission"
 	"github.com/gpudra/gpudra/queueing/dependencies"
@@ -99,10 +100,22 @@ type ClaimReport struct {
 	// fitting nodes first, then the closest.
 	FitsOn int                        `json:"fitsOn"`
 	Nodes  []allocation.NodeDiagnosis `json:"nodes,omitempty"`
+	// Vendors are the vendors of the cluster's gpudra GPUs (api.VendorNVIDIA, VendorAMD,
+	// VendorHygon), sorted; NodeVendors those of each node of Nodes, in the order of its
+	// GPUs.
+	Vendors     []string            `json:"vendors,omitempty"`
+	NodeVendors map[string][]string `json:"nodeVendors,omitempty"`
 }
 
 // Found is whether the claim was read.
 func (c ClaimReport) Found() bool { return c.Error == "" }
+
+// MixedVendors is whether the cluster's GPUs are of more than one vendor, when a report
+// names each device's and node's vendor.
+func (c ClaimReport) MixedVendors() bool { return len(c.Vendors) > 1 }
+
+// VendorsOf are the vendors of the node's GPUs.
+func (c ClaimReport) VendorsOf(node string) []string { return c.NodeVendors[node] }
 
 // Request is one request of a claim.
 type Request struct {
@@ -122,6 +135,9 @@ type AllocatedDevice struct {
 	Device  string `json:"device"`
 	// Node is the node that publishes the device, when its slice was read.
 	Node string `json:"node,omitempty"`
+	// Vendor is a gpudra device's vendor (api.VendorNVIDIA, VendorAMD, VendorHygon), when
+	// its slice was read.
+	Vendor string `json:"vendor,omitempty"`
 	// Consumed is the capacity a share takes ("compute=50, memory=40Gi").
 	Consumed string `json:"consumed,omitempty"`
 	// Usage is what the claim's processes use on the device, as the kubelet plugin last
@@ -159,6 +175,11 @@ type cluster struct {
 	holders allocation.Holders
 	claims  map[string]*resourceapi.ResourceClaim // namespace/name
 	nodeOf  map[string]string                     // pool → node
+	// vendorOf is each gpudra device's vendor (driver/pool/device), nodeVendors each
+	// node's, vendors the cluster's, sorted.
+	vendorOf    map[string]string
+	nodeVendors map[string][]string
+	vendors     []string
 }
 
 func read(ctx context.Context, r Reader) (*cluster, error) {
@@ -189,7 +210,40 @@ func read(ctx context.Context, r Reader) (*cluster, error) {
 			c.nodeOf[s.Spec.Driver+"/"+s.Spec.Pool.Name] = *s.Spec.NodeName
 		}
 	}
+	c.readVendors(sl)
 	return c, nil
+}
+
+// readVendors reads the vendor of every gpudra device of the newest generation of each
+// pool, and of the nodes and the cluster.
+func (c *cluster) readVendors(sl []*resourceapi.ResourceSlice) {
+	c.vendorOf, c.nodeVendors = map[string]string{}, map[string][]string{}
+	gen := map[string]int64{}
+	for _, s := range sl {
+		if s.Spec.Driver == api.DriverName {
+			gen[s.Spec.Pool.Name] = max(gen[s.Spec.Pool.Name], s.Spec.Pool.Generation)
+		}
+	}
+	for _, s := range sl {
+		if s.Spec.Driver != api.DriverName || s.Spec.Pool.Generation < gen[s.Spec.Pool.Name] {
+			continue
+		}
+		for k := range s.Spec.Devices {
+			d := &s.Spec.Devices[k]
+			info, err := api.ReadDevice(d)
+			if err != nil || info.Vendor == "" {
+				continue
+			}
+			c.vendorOf[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name] = info.Vendor
+			if !slices.Contains(c.vendors, info.Vendor) {
+				c.vendors = append(c.vendors, info.Vendor)
+			}
+			if s.Spec.NodeName != nil && info.Type == api.TypeGPU && !slices.Contains(c.nodeVendors[*s.Spec.NodeName], info.Vendor) {
+				c.nodeVendors[*s.Spec.NodeName] = append(c.nodeVendors[*s.Spec.NodeName], info.Vendor)
+			}
+		}
+	}
+	slices.Sort(c.vendors)
 }
 
 // Claim explains one claim. A claim that does not exist is a report whose claim has an
@@ -289,6 +343,7 @@ func (c *cluster) claim(ctx context.Context, ns, name string, ruledOut map[strin
 		return cr, nil
 	}
 	cr.Requests = requests(cl)
+	cr.Vendors = c.vendors
 	if a := cl.Status.Allocation; a != nil {
 		cr.Allocated = true
 		if a.NodeSelector != nil {
@@ -296,7 +351,7 @@ func (c *cluster) claim(ctx context.Context, ns, name string, ruledOut map[strin
 		}
 		for _, d := range a.Devices.Results {
 			cr.Results = append(cr.Results, AllocatedDevice{Request: d.Request, Driver: d.Driver, Pool: d.Pool, Device: d.Device,
-				Node: c.nodeOf[d.Driver+"/"+d.Pool], Consumed: quantities(d.ConsumedCapacity), Usage: deviceUsage(cl, d)})
+				Node: c.nodeOf[d.Driver+"/"+d.Pool], Vendor: c.vendorOf[d.Driver+"/"+d.Pool+"/"+d.Device], Consumed: quantities(d.ConsumedCapacity), Usage: deviceUsage(cl, d)})
 		}
 		for _, r := range cl.Status.ReservedFor {
 			if r.Resource == "pods" {
@@ -312,6 +367,12 @@ func (c *cluster) claim(ctx context.Context, ns, name string, ruledOut map[strin
 	for _, d := range cr.Nodes {
 		if d.Fits {
 			cr.FitsOn++
+		}
+		if v := c.nodeVendors[d.Node]; v != nil {
+			if cr.NodeVendors == nil {
+				cr.NodeVendors = map[string][]string{}
+			}
+			cr.NodeVendors[d.Node] = v
 		}
 	}
 	return cr, nil

@@ -111,6 +111,20 @@ const (
 	VendorHygon  = "hygon"
 )
 
+// VendorName is a vendor as people write it ("NVIDIA", "AMD", "Hygon"); a value not among
+// the vendors as it is.
+func VendorName(vendor string) string {
+	switch vendor {
+	case VendorNVIDIA:
+		return "NVIDIA"
+	case VendorAMD:
+		return "AMD"
+	case VendorHygon:
+		return "Hygon"
+	}
+	return vendor
+}
+
 // Attributes of AMD and Hygon GPUs (read from the kernel's KFD topology and DRM class).
 const (
 	// AttrGFXTarget is the GPU's ISA as ROCm names it, e.g. "gfx942", "gfx90a".
