@@ -15,8 +15,8 @@ import (
 // has it.
 var (
 	gpuInfoDesc = prometheus.NewDesc("gpudra_plugin_gpu_info",
-		"1 for each GPU of the node the plugin publishes, with its UUID, model (NVML's product name) and MIG mode as the plugin knows it (enabled, disabled, or unsupported for GPUs without MIG).",
-		[]string{"gpu", "uuid", "model", "mig_mode"}, nil)
+		"1 for each GPU of the node the plugin publishes, with its UUID, model (its product name), MIG mode as the plugin knows it (enabled, disabled, or unsupported for GPUs without MIG) and vendor (nvidia, amd, hygon).",
+		[]string{"gpu", "uuid", "model", "mig_mode", "vendor"}, nil)
 	gpuMemoryDesc = prometheus.NewDesc("gpudra_plugin_gpu_memory_bytes",
 		"Memory of the GPU.", []string{"gpu"}, nil)
 	gpuClaimsDesc = prometheus.NewDesc("gpudra_plugin_gpu_claims",
@@ -59,7 +59,7 @@ type gpuUse struct {
 func (c gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, g := range c.state.gpuUsage() {
 		idx := strconv.Itoa(g.gpu.Index)
-		ch <- prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1, idx, g.gpu.UUID, g.gpu.ProductName, g.migMode)
+		ch <- prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1, idx, g.gpu.UUID, g.gpu.ProductName, g.migMode, g.gpu.VendorOf())
 		ch <- prometheus.MustNewConstMetric(gpuMemoryDesc, prometheus.GaugeValue, float64(g.gpu.MemoryBytes), idx)
 		for _, t := range deviceTypesOrder {
 			ch <- prometheus.MustNewConstMetric(gpuClaimsDesc, prometheus.GaugeValue, float64(g.use.claims[t]), idx, t)

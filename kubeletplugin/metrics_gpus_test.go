@@ -28,7 +28,7 @@ func gpuOf(t *testing.T, c *resourceapi.ResourceClaim) string {
 // gpuInfo is the gpudra_plugin_gpu_info line of one GPU.
 func gpuInfo(d *plugin.Driver, index int, migMode string) string {
 	g := d.Inventory().GPU(index)
-	return fmt.Sprintf(`gpudra_plugin_gpu_info{gpu="%d",mig_mode="%s",model="%s",uuid="%s"} 1`, index, migMode, g.ProductName, g.UUID)
+	return fmt.Sprintf(`gpudra_plugin_gpu_info{gpu="%d",mig_mode="%s",model="%s",uuid="%s",vendor="%s"} 1`, index, migMode, g.ProductName, g.UUID, g.VendorOf())
 }
 
 func TestMetricsPerGPUShowPreparedClaims(t *testing.T) {
@@ -130,5 +130,16 @@ func TestMetricNamesListThePluginsMetrics(t *testing.T) {
 		if !found {
 			t.Errorf("MetricNames() = %v, lacks %s", names, want)
 		}
+	}
+}
+
+// An AMD node's GPUs say their vendor in gpudra_plugin_gpu_info.
+func TestMetricsGPUInfoNamesTheVendor(t *testing.T) {
+	n := newKFDNode(t, "mi300x-8")
+	d := n.newDriver(nil)
+	got := scrape(t, serveMetrics(t, d))
+	amd := regexp.MustCompile(`(?m)^gpudra_plugin_gpu_info\{gpu="\d+",.*model="AMD Instinct MI300X",.*vendor="amd"\} 1$`).FindAllString(got, -1)
+	if len(amd) != 8 {
+		t.Errorf("%d gpudra_plugin_gpu_info series of AMD MI300X GPUs, want 8:\n%s", len(amd), grepGpudra(got))
 	}
 }
