@@ -285,13 +285,6 @@ func deletePodNow(t *testing.T, ns, name string) {
 		if _, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("pod %s is still there (%v)", name, err)
 		}
-		cs, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(cs.Items) > 0 {
-			return fmt.Errorf("%d claims left", len(cs.Items))
-		}
-		return nil
+		return noClaimsLeft(ns)(ctx)
 	})
 }

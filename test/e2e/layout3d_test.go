@@ -122,7 +122,12 @@ func checkMessage(ctx context.Context, ns, job string) (string, string, error) {
 func removeJob(t *testing.T, ns, job string) {
 	t.Helper()
 	deleteJobNow(t, ns, job)
-	eventually(t, 2*time.Minute, job+": its claims are gone", func(ctx context.Context) error {
+	eventually(t, 2*time.Minute, job+": its claims are gone", noClaimsLeft(ns))
+}
+
+// noClaimsLeft holds once namespace ns has no ResourceClaim.
+func noClaimsLeft(ns string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		cs, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -131,7 +136,7 @@ func removeJob(t *testing.T, ns, job string) {
 			return fmt.Errorf("%d claims left", len(cs.Items))
 		}
 		return nil
-	})
+	}
 }
 
 // layoutQueues makes a namespace with LocalQueue gpudra (ClusterQueue name, with the check)

@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -94,17 +92,7 @@ spec:
 		}
 		t.Logf("%s: %d of 2 pipelines inside one rack (%v), 8 tensor-parallel groups on %d nodes, all running %s after submission",
 			name, inOneRack, racks, len(used), time.Since(start).Round(time.Second))
-		deleteJobNow(t, ns, name)
-		eventually(t, 2*time.Minute, name+": its claims are gone", func(ctx context.Context) error {
-			cs, err := client.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			if len(cs.Items) > 0 {
-				return fmt.Errorf("%d claims left", len(cs.Items))
-			}
-			return nil
-		})
+		removeJob(t, ns, name)
 		return inOneRack, len(used)
 	}
 	racked, nodes := run("train-3d-gpudra", "gpudra", true)
