@@ -47,6 +47,11 @@ func Slices(profile, nodeName string, opts driver.RenderOptions) (*driver.Invent
 	if err != nil {
 		return nil, nil, err
 	}
+	return render(inv, nodeName, opts)
+}
+
+// render renders the ResourceSlices inv's kubelet plugin would publish as node nodeName.
+func render(inv *driver.Inventory, nodeName string, opts driver.RenderOptions) (*driver.Inventory, []*resourceapi.ResourceSlice, error) {
 	pool, err := driver.Render(inv, opts)
 	if err != nil {
 		return nil, nil, err
@@ -84,9 +89,5 @@ func KFDSlices(profile, nodeName string, opts driver.RenderOptions) (*driver.Inv
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := driver.Render(inv, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	return inv, pool.ResourceSlices(nodeName, 1), nil
+	return render(inv, nodeName, opts)
 }
