@@ -23,6 +23,7 @@ import (
 // device's status.devices entry. That it does so with usage sampling off is the kubelet
 // plugin's unit test (TestReadyIsWrittenWithUsageOff).
 func TestPreparedClaimShowsReadyInItsStatus(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "e2e-claim-status")
 	ctx := t.Context()

@@ -13,6 +13,7 @@ import (
 // with fair sharing on: a queue within its nominal quota reclaims it whatever the two queues'
 // shares (B, with nothing borrowed, has share 0 either way), so the weights do not matter here.
 func TestBorrowedGPUsAreReclaimed(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	objs := decode(t, clusterQueue("e2e-team-a", true, 64, 16)+"---\n"+clusterQueue("e2e-team-b", true, 64, 16))
 	// Borrowing is per flavor: both teams' quota must be of one flavor (team A's).

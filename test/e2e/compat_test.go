@@ -39,6 +39,7 @@ import (
 // resource, and each container sees the device that claim was allocated: its own GPU, or its
 // own MIG device of the asked-for profile.
 func TestRealNodeRunsPodsWrittenForTheDevicePlugin(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ctx := t.Context()
 	const profile = "1g.5gb" // a profile of the real node's A100 40GB GPUs
@@ -360,6 +361,7 @@ func templateClaim(t *testing.T, p corev1.Pod, name string) string {
 // from a shared template: every claim is allocated what its converted requests say, and
 // every container sees its own device.
 func TestConvertedNVIDIAManifestsRunOnTheRealNode(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ctx := t.Context()
 	ns := namespace(t, "converted")
@@ -486,6 +488,7 @@ func TestConvertedNVIDIAManifestsRunOnTheRealNode(t *testing.T) {
 // shares) run on the real node one after another: every pod runs and every claim its pods
 // use is allocated on the real node.
 func TestEveryConvertedSharingManifestRunsOnTheRealNode(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ap, err := lab.NewApplier(cfg)
 	if err != nil {

@@ -42,6 +42,7 @@ const mpsConfig = `{"apiVersion": "gpu.gpudra.dev/v1alpha1", "kind": "GpuConfig"
 // waiting claim holds up no other claim. Let go, the daemon's pod starts and the MPS pod
 // runs; both pods deleted, nothing of either claim is left.
 func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {
@@ -121,6 +122,7 @@ func TestRealNodeWholeGPUPreparesWhileMPSClaimWaits(t *testing.T) {
 // at once, every claim is unprepared and nothing is left: no CDI spec names a claim, the
 // plugin's checkpoint holds none, no MPS directory or daemon remains.
 func TestRealNodeManyClaimsAtOnce(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {

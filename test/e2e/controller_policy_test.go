@@ -24,6 +24,7 @@ import (
 // RBAC (gpudra-controller-pod-pinning) lets it update a pod only to pin it to a node planned
 // for it; changing the image of any pod, gated or not, is refused by the real API server.
 func TestControllerUpdatesOnlyPinning(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue: the controller's RBAC and policy are installed with gpudra-controller (labs with Kueue)")
 	}

@@ -29,6 +29,7 @@ import (
 // a claim template and a DeviceClass whose gpudra config is invalid when they are written,
 // with the field path and the accepted values; valid configs and other drivers pass.
 func TestConfigWebhookRefusesInvalidConfigs(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue: gpudra-controller runs in labs with Kueue")
 	}
@@ -70,6 +71,7 @@ func TestConfigWebhookRefusesInvalidConfigs(t *testing.T) {
 // TestExplainNamesWhatFails: a pod whose claim no node can satisfy stays pending, and
 // `gpudra explain` says so, naming the failing request and the closest nodes.
 func TestExplainNamesWhatFails(t *testing.T) {
+	inLane(t, clusterLane)
 	ns := namespace(t, "e2e-explain")
 	apply(t, `
 apiVersion: resource.k8s.io/v1
@@ -119,6 +121,7 @@ spec:
 // ResourceSlices, and MPS control daemon Deployments, of node A only, and such daemons only
 // as the chart's plugins make them (testMPSDaemonPolicies).
 func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue: the plugin RBAC and policy are installed with gpudra-controller (labs with Kueue)")
 	}
@@ -177,6 +180,7 @@ func TestPluginWritesOnlyItsOwnNodesSlices(t *testing.T) {
 // and the Workload says why; the same Job asking for one block is admitted, its pods are
 // pinned to the planned nodes of that block and run there.
 func TestGangAdmissionByRack(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

@@ -35,6 +35,7 @@ const pauseAtEnv = "GPUDRA_TEST_PAUSE_AT"
 // prepared (its container gets its GPU), one killed mid-unprepare ends unprepared, and in
 // both cases nothing of the claim is left on the node once its pod is gone.
 func TestRealNodePluginKilledMidPrepareAndUnprepare(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {

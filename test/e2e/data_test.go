@@ -42,6 +42,7 @@ func labelForTest(t *testing.T, key, value string, nodes ...string) {
 // rack-t1 comes first by name and fits it as well, and the check's message says where the
 // dataset is cached.
 func TestDatasetGangLandsInTheCachingRack(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	ns := layoutQueues(t, "e2e-data-gang", false)
 	key := locality.LabelKey(locality.Dataset{Namespace: ns, Name: "imagenet"})
@@ -116,6 +117,7 @@ func requireDataLocalityScheduler(t *testing.T) {
 // TestDatasetPodLandsOnACachingNode: a pod naming a dataset, free to run on two alike empty
 // nodes, runs on the one caching it (DataLocality), whichever of the two that is.
 func TestDatasetPodLandsOnACachingNode(t *testing.T) {
+	inLane(t, clusterLane)
 	requireDataLocalityScheduler(t)
 	ns := namespace(t, "e2e-data-pod")
 	apply(t, oneGPUTemplate(ns))
@@ -144,6 +146,7 @@ func TestDatasetPodLandsOnACachingNode(t *testing.T) {
 // the cache label fluid.io/s-<namespace>-<dataset>), its bound claim named after the
 // dataset, and a pod mounting it: the pod runs on the node carrying that label.
 func TestDatasetFluidVolumeLandsOnACachingNode(t *testing.T) {
+	inLane(t, clusterLane)
 	requireDataLocalityScheduler(t)
 	ns := namespace(t, "e2e-data-fluid")
 	apply(t, oneGPUTemplate(ns))
@@ -209,6 +212,7 @@ func TestDatasetFluidVolumeLandsOnACachingNode(t *testing.T) {
 // quota and names a dataset gets a DataLoad owned by it, which is deleted once the Workload
 // is admitted.
 func TestDatasetPrewarmWhileQueued(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

@@ -92,6 +92,7 @@ func deploymentPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 // budget holds throughout, the evicted pods run again, the gang is admitted and runs, and
 // the pods without the opt-in are never touched.
 func TestDefragmentationMakesRoomForAGang(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	ns := namespace(t, "e2e-defrag")
 	nodes := []string{"t1-n1", "t1-n2", "t1-n3", "t1-n4"}

@@ -21,6 +21,7 @@ import (
 // TestDemoClaimsAreAllocatedAsDocumented applies deployments/examples (what `make demo` shows)
 // and checks each claim got what its comment promises.
 func TestDemoClaimsAreAllocatedAsDocumented(t *testing.T) {
+	inLane(t, clusterLane)
 	objs, err := lab.ReadManifests(filepath.Join(repo, "deployments", "examples"))
 	if err != nil {
 		t.Fatal(err)

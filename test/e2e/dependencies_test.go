@@ -205,6 +205,7 @@ func dependencyLab(t *testing.T, name string) (ns, queue string) {
 // gate holding nothing (no quota, no pods, no allocated claim) and says what it waits for;
 // once preprocess succeeds, train runs, and evaluate after it.
 func TestPipelineRunsStepByStep(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, queue := dependencyLab(t, "pipeline")
 	for _, step := range [][]string{{"preprocess"}, {"train", dependencies.RunAfterAnnotation, "preprocess"}, {"evaluate", dependencies.RunAfterAnnotation, "train"}} {
 		if err := pipelineStep(t, ns, step[0], queue, step[1:]...); err != nil {
@@ -231,6 +232,7 @@ func TestPipelineRunsStepByStep(t *testing.T) {
 // default) never runs: its Workload is deactivated and an Event names the failed step; a
 // step with gpudra.dev/run-after-failure: run runs anyway.
 func TestFailedStepFailsTheNext(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, queue := dependencyLab(t, "failure")
 	if err := pipelineStep(t, ns, "fetch", queue); err != nil {
 		t.Fatal(err)
@@ -265,6 +267,7 @@ func TestFailedStepFailsTheNext(t *testing.T) {
 // refused at creation with the cycle's path, as are bad annotation values; a dependency
 // not created yet is waited for.
 func TestDependencyCycleIsRefused(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, queue := dependencyLab(t, "cycle")
 	if err := pipelineStep(t, ns, "step-a", queue, dependencies.RunAfterAnnotation, "step-b"); err != nil {
 		t.Fatalf("a dependency not created yet is refused: %v", err)

@@ -35,6 +35,7 @@ const (
 // (within one job); then team C, idle until then, submits 3 Jobs and takes its nominal 3 GPUs
 // back by preempting borrowed ones, and A and B split the 6 left 4:2 (within one job).
 func TestFairSharingSplitsByWeight(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	applyForTest(t, decode(t, fairSharingQueues())...)
 	ns := namespace(t, "e2e-fair")

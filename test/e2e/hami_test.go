@@ -36,6 +36,7 @@ func hamiPod(ns, name string, annotations map[string]string, limits map[string]s
 // of two GPUs, a card type picks a GPU of that product, and a value gpudra cannot carry
 // over refuses the pod naming the field. A namespace that is not opted in is not touched.
 func TestHAMiPodsGetWhatTheyAskedFor(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue: gpudra-controller runs in labs with Kueue")
 	}

@@ -60,6 +60,7 @@ func jobSetWorkload(ctx context.Context, ns, name string) (*kueue.Workload, erro
 // admits the JobSet and pins each pod to its own planned node, the workers' four in one
 // rack, and every pod runs.
 func TestJobSetReplicatedJobInOneRack(t *testing.T) {
+	inLane(t, clusterLane)
 	requireJobSet(t)
 	applyForTest(t, decode(t, clusterQueue("e2e-jobset", true, 16, 8))...)
 	ns := namespace(t, "e2e-jobset")
@@ -135,6 +136,7 @@ spec:
 // admission gate, holding nothing, while the JobSet runs, and runs once the JobSet
 // completes (its one pod succeeded).
 func TestJobRunsAfterAJobSet(t *testing.T) {
+	inLane(t, clusterLane)
 	requireJobSet(t)
 	ns, queue := dependencyLab(t, "after-jobset")
 	apply(t, `

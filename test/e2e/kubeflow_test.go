@@ -37,11 +37,13 @@ type kubeflowJob struct {
 // all five run with the workers in one rack. `gpudra explain pytorchjob/NAME` shows the
 // job's Workload passed the check.
 func TestPyTorchJobWorkersInOneRack(t *testing.T) {
+	inLane(t, clusterLane)
 	kubeflowJobInOneRack(t, kubeflowJob{kind: "PyTorchJob", resource: "pytorchjobs", replicaSpecs: "pytorchReplicaSpecs", container: "pytorch", leader: "Master"})
 }
 
 // TestTFJobWorkersInOneRack: the same with a TFJob of a Chief and 4 Workers.
 func TestTFJobWorkersInOneRack(t *testing.T) {
+	inLane(t, clusterLane)
 	kubeflowJobInOneRack(t, kubeflowJob{kind: "TFJob", resource: "tfjobs", replicaSpecs: "tfReplicaSpecs", container: "tensorflow", leader: "Chief"})
 }
 

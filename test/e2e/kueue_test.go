@@ -26,6 +26,7 @@ var (
 // 1-GPU workers is suspended by Kueue's webhook, admitted and runs; a second one waits,
 // suspended, until the first is deleted.
 func TestKueueAdmitsGPUJobsWithinQuota(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
@@ -130,6 +131,7 @@ func jobRuns(ns, name string, workers int) func(context.Context) error {
 // TestQueueWithoutGPUQuotaSaysSo: a GPU Job sent to a queue whose ClusterQueue has no
 // GPU quota (gpudra.dev/gpu-percent) stays suspended, and its Workload names the missing resource.
 func TestQueueWithoutGPUQuotaSaysSo(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

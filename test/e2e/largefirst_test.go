@@ -34,6 +34,7 @@ const (
 // the queue is released: the webhook gave it the band gpudra-large and the small jobs
 // none, so ordering, not arrival, decides. The small jobs wait, as the gang fills the queue.
 func TestLargeJobsFirstAdmitsTheGangFirst(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, cq := largeFirstLab(t, "e2e-large-first-on")
 	submitLargeFirstBacklog(t, ns, "")
 	eventually(t, time.Minute, "the webhook gave the gang its band and recorded every job's demand", func(ctx context.Context) error {
@@ -58,6 +59,7 @@ func TestLargeJobsFirstAdmitsTheGangFirst(t *testing.T) {
 // admits by creation time, so the 12 one-GPU jobs run and the gang, submitted last, waits
 // for quota.
 func TestLargeJobsFirstOffKeepsArrivalOrder(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, cq := largeFirstLab(t, "e2e-large-first-off")
 	applyForTest(t, decode(t, `
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -173,6 +173,7 @@ spec: {clusterQueue: ` + name + `-default}
 // through the gpudra check and once through Kueue and kube-scheduler alone, and checks the
 // layout pod by pod.
 func TestThreeDParallelOneGPUPods(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	ns := layoutQueues(t, "e2e-3d1", true)
 
@@ -232,6 +233,7 @@ func TestThreeDParallelOneGPUPods(t *testing.T) {
 // rack-t2's non-blocking ToRs; a pipeline of 5 hosts, which no ToR holds and which may not
 // leave tor-t1 because of its oversubscription, waits with the reason.
 func TestToRRuleOnATwoToRRack(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	ns := layoutQueues(t, "e2e-tor", false)
 	pipelines := `gpudra.dev/required-topology: block, gpudra.dev/slice-size: "8", gpudra.dev/slice-topology: tor, ` +

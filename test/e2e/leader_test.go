@@ -46,7 +46,8 @@ const (
 // killed (SIGKILL: it cannot hand the Lease over) while Workloads wait for its
 // gpudra.dev/topology check and more come. The other replica takes the Lease, every
 // Workload is decided once (one Ready, one placement), every pod is pinned once and runs,
-// none is lost, and the webhook validates gpudra configs all along.
+// none is lost, and the webhook validates gpudra configs all along. It names no lane: it runs
+// alone, before the lanes start, since every test that queues a Workload waits on the leader.
 func TestControllerLeaderHandover(t *testing.T) {
 	if !state.Kueue || state.ControllerReplicas < 2 {
 		labLacks(t, "two gpudra-controller replicas (lab file controller.replicas: 2, with Kueue)")

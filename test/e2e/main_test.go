@@ -37,6 +37,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	allowLanes()
 	os.Exit(run(m))
 }
 

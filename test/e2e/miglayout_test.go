@@ -253,6 +253,7 @@ func labelNode(ctx context.Context, node, key, value string) error {
 // other GPUs follow at once and the held GPU keeps its instances (state pending) until the
 // claim is gone. The plugin gets its original flags back at the end.
 func TestRealNodeMIGLayoutsFromTheNodeLabel(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	if _, _, ok := state.RealNodePluginDaemonSet(node); !ok {
 		labLacks(t, "the real node's plugin as the chart's DaemonSet (install: chart), whose flags the test changes")

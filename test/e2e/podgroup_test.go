@@ -91,6 +91,7 @@ func jobPodGroup(ctx context.Context, ns, job string, pods, minCount int) error 
 // TestGangJobBindsAllOrNothing: kube-scheduler with the 1.37 gang plugin binds a GPU gang that
 // does not fit in full not at all (no GPUs held by half a gang), and one that fits entirely.
 func TestGangJobBindsAllOrNothing(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	nodes := nodesWithProfile("hgx-a100-4gpu")
 	ns := namespace(t, "e2e-podgroup")
@@ -168,6 +169,7 @@ func TestGangJobBindsAllOrNothing(t *testing.T) {
 // bound as a 1.37 PodGroup gang: Kueue admits the whole gang, gpudra pins it, the scheduler
 // binds all of it together.
 func TestKueueGangJobUsesPodGroup(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	applyForTest(t, decode(t, clusterQueue("e2e-podgroup", true, 64, 32))...)
 	ns := namespace(t, "e2e-podgroup-kueue")

@@ -153,6 +153,7 @@ func neverAdmitted(t *testing.T, ns, job string) {
 // the queue is released the high one is admitted and runs first although submitted later,
 // and the low one waits, suspended, never admitted.
 func TestPodPriorityOrdersTheQueue(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, low, high := podPriorityLab(t, "pod-prio-order", true)
 	apply(t, priorityJob(ns, "low-first", low))
 	eventually(t, time.Minute, "the low Job's Workload has its pods' priority", priorityFromClass(ns, "low-first", low, 100))
@@ -189,6 +190,7 @@ func TestPodPriorityOrdersTheQueue(t *testing.T) {
 // (its Workload Evicted for Preempted, Preempted InClusterQueue; the Job suspended, its
 // pods gone), and the high one runs.
 func TestPodPriorityPreempts(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, low, high := podPriorityLab(t, "pod-prio-preempt", false)
 	apply(t, priorityJob(ns, "low", low))
 	eventually(t, 2*time.Minute, "the low Job holds the queue's 2 GPUs and runs", jobRuns(ns, "low", 2))

@@ -33,6 +33,7 @@ const absentImage = "gpudra.dev/lab/absent:v1"
 // unprepared, the ClusterQueue's GPU usage is back to 0, and the Workload waits out its
 // back-off (requeueState) before it is admitted again.
 func TestAdmittedGangThatCannotStartIsEvictedWhole(t *testing.T) {
+	inLane(t, realNodeLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

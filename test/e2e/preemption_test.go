@@ -11,6 +11,7 @@ import (
 // GPUs; a high-priority gang of 16 GPUs on the same ClusterQueue (gpudra check on) makes Kueue
 // preempt the low one as a whole — none of its pods keeps running — and then runs.
 func TestHigherPriorityPreemptsAWholeGang(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	const queue = "e2e-prio"
 	objs := decode(t, clusterQueue(queue, true, 64, 32)+`---

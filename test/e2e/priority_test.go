@@ -22,6 +22,7 @@ import (
 // configs leave priority unset take their pods': the pod of a 1000 PriorityClass is High, the
 // pod without a class Low, and each container gets the variables of that priority.
 func TestRealNodeSharePriorityFromThePodsPriorityClass(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ctx := t.Context()
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)

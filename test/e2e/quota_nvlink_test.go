@@ -30,6 +30,7 @@ var clusterQueuesGVR = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Vers
 // gpudra.dev/gpu-percent, each pod gets one 4-GPU group from kube-scheduler — and holds a third
 // group pending for lack of GPU quota until the first Job is gone.
 func TestNVLinkGroupsChargedInGPUs(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	const queue = "e2e-nvlink-quota"
 	applyForTest(t, decode(t, clusterQueue(queue, true, 64, 8))...)

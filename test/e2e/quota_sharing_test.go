@@ -69,6 +69,7 @@ func queuedRealNodeJob(t *testing.T, ns, job, template, node string, pinned bool
 // HAMi-core limits. As in TestRealNodeShareTiersReachTheContainers, HAMi-core's library is a
 // stand-in file: the test checks what the container is given.
 func TestQueuedSharingConfigsAreChargedTheirCompute(t *testing.T) {
+	inLane(t, realNodeLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

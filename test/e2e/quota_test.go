@@ -125,6 +125,7 @@ func waitsOnQuota(ns, job string) func(context.Context) error {
 // with firstAvailable is refused with a message naming the field, which `gpudra explain
 // workload` shows.
 func TestQuotaBoundsEveryMixInGPUs(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}
@@ -262,6 +263,7 @@ func TestQuotaBoundsEveryMixInGPUs(t *testing.T) {
 // node (its placement on the Workload and the pod), and prepared there: its container gets
 // the tier and limits the claim asks for.
 func TestQueuedShareSelectedByCELRunsWithItsLimits(t *testing.T) {
+	inLane(t, realNodeLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

@@ -20,6 +20,7 @@ import (
 // one index): the second stays unschedulable while the first holds the GPU, and gets it once
 // the first is deleted.
 func TestDeletedPodFreesItsDeviceForAPendingPod(t *testing.T) {
+	inLane(t, clusterLane)
 	ns := namespace(t, "e2e-realloc")
 	node, index := freeGPU(t)
 	apply(t, fmt.Sprintf(`

@@ -167,6 +167,7 @@ func cdiSpecsMentioning(t *testing.T, node, uid string) []string {
 // TestRealNodeContainersReceiveDevices: a whole GPU, a share and a MIG slice each reach a real
 // container as gpudra prepared them; deleting the pod unprepares the claim and removes its spec.
 func TestRealNodeContainersReceiveDevices(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "real-node")
 	ctx := t.Context()
@@ -327,6 +328,7 @@ func TestRealNodeContainersReceiveDevices(t *testing.T) {
 // TestRealNodeRestarts: a pod whose claim the kubelet is preparing while the plugin is down,
 // or while the kubelet itself restarts, ends up running with its device.
 func TestRealNodeRestarts(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "real-node-restart")
 	ctx := t.Context()
@@ -392,6 +394,7 @@ func TestRealNodeRestarts(t *testing.T) {
 // old one is deleted, the kubelet switches to its socket, and it both prepares new claims and
 // unprepares the claim the old pod prepared (they share the checkpoint and CDI specs).
 func TestRealNodeRollingUpdate(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, dsName, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {
@@ -491,6 +494,7 @@ func TestRealNodeRollingUpdate(t *testing.T) {
 // (GPUDRA_CLAIM_<name>_*, named after the pod's name for a template's claim) say what each
 // claim got; the claim-wide GPUDRA_VISIBLE_DEVICES is one claim's.
 func TestRealNodeContainerWithTwoClaims(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "real-node-two-claims")
 	ctx := t.Context()
@@ -553,6 +557,7 @@ func TestRealNodeContainerWithTwoClaims(t *testing.T) {
 // (a crash, an eviction, an upgrade): the daemon's pod is the same one, never restarted, and
 // the claim stays prepared. Deleting the claim's pod deletes the daemon's pod and directories.
 func TestRealNodeMPSDaemonOutlivesItsPlugin(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {
@@ -780,6 +785,7 @@ func kubeletConnected(node, uid string, since int) func(context.Context) error {
 // memory limit above the allocated GPU's memory) is refused at prepare, and the pod's events
 // name the field, as the kubelet reports the plugin's error.
 func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "real-node-bad-config")
 	ctx := t.Context()
@@ -815,6 +821,7 @@ func TestRealNodeBadConfigShowsInPodEvents(t *testing.T) {
 // (the Helm chart's image name; the binary with the C libraries it loads) runs in a real
 // container: the plugin starts there and reports the version it was built with.
 func TestRealNodeRunsThePluginImage(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ns := namespace(t, "real-node-image")
 	pod := lab.RealNodePod(ns, "version", node, nil)

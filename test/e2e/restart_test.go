@@ -24,6 +24,7 @@ import (
 // and keep reconciling them: a slice deleted behind its back comes back with identical content,
 // and only then does the pool's generation move, by one.
 func TestPluginRestartRepublishesIdenticalSlices(t *testing.T) {
+	inLane(t, clusterLane)
 	node := state.Nodes[0].Name
 	before, err := lab.NodeSlices(t.Context(), client, node)
 	if err != nil || len(before) == 0 {

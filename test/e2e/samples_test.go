@@ -27,6 +27,7 @@ import (
 // their comments say a user does (00-admission-check.yaml and 10-queues.yaml first, then the
 // sample) and checks what each comment promises, one sample at a time in team-a's queue.
 func TestQueueingSamplesDoWhatTheySay(t *testing.T) {
+	inLane(t, clusterLane)
 	applyForTest(t, decode(t, sample(t, "00-admission-check.yaml")+"---\n"+sample(t, "10-queues.yaml"))...)
 
 	t.Run("35-pod-priority", func(t *testing.T) {

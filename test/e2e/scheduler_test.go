@@ -40,6 +40,7 @@ const replayProfile = "gpudra-fragmentation"
 // chose, on the GPUs it expected the allocator to take, and the pods the simulator could
 // not place must stay unschedulable.
 func TestGpudraSchedulerPlacesLikeTheSimulator(t *testing.T) {
+	inLane(t, clusterLane)
 	if state.Scheduler != lab.GpudraScheduler {
 		labLacks(t, "%s: the lab runs %s (lab file scheduler:)", lab.GpudraScheduler, state.Scheduler)
 	}
@@ -278,6 +279,7 @@ func shape(p *placement.Pod) string {
 // pick the half-used one, keeping the other racks' nodes whole (a random choice would be
 // right one time in five).
 func TestGpudraSchedulerPicksTheRackAGangFragmentsLeast(t *testing.T) {
+	inLane(t, clusterLane)
 	if state.Scheduler != lab.GpudraScheduler {
 		labLacks(t, "%s: the lab runs %s (lab file scheduler:)", lab.GpudraScheduler, state.Scheduler)
 	}

@@ -17,6 +17,7 @@ import (
 // TestEveryNodePublishesWhatInspectRenders compares each node's published ResourceSlices with
 // what `gpudra inspect` renders offline for the same simulated profile and node name.
 func TestEveryNodePublishesWhatInspectRenders(t *testing.T) {
+	inLane(t, realNodeLane)
 	for _, n := range state.Nodes {
 		t.Run(n.Name, func(t *testing.T) {
 			args := []string{"inspect", "--node-name=" + n.Name, "-o", "yaml"}

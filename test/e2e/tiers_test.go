@@ -105,6 +105,7 @@ func (m shareMechanism) flags() string {
 // checks what the containers are given, not HAMi-core's enforcement. The plugin gets its
 // original pod template back at the end.
 func TestRealNodeShareTiersReachTheContainers(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	dsNS, _, ok := state.RealNodePluginDaemonSet(node)
 	if !ok {

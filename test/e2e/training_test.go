@@ -19,6 +19,7 @@ import (
 // do alone), and reports for both how many pipelines stay inside one rack. With gpudra every
 // pipeline must; without, it is left to chance.
 func TestThreeDParallelJob(t *testing.T) {
+	inLane(t, clusterLane)
 	requireTrainingBlock(t)
 	applyForTest(t, decode(t, clusterQueue("e2e-3d", true, 64, 32)+"---\n"+clusterQueue("e2e-3d-default", false, 64, 32))...)
 	ns := namespace(t, "e2e-3d")

@@ -68,6 +68,7 @@ type usageClaim struct {
 // grows), all three follow. The node's GPUs are simulated, so NVML's processes are the lines
 // of the plugin's processes file; the PIDs are those of the pods' real containers.
 func TestRealNodeShareUsageFollowsTheClaimsProcesses(t *testing.T) {
+	inLane(t, realNodeLane)
 	node := realNode(t)
 	ctx := t.Context()
 	restoreRealNodePluginAtEnd(t, node)

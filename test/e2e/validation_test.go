@@ -16,6 +16,7 @@ import (
 // TestMalformedClaimsAreRejectedReadably sends claims users get wrong to the API server and
 // checks the rejection names the field and says what is wrong.
 func TestMalformedClaimsAreRejectedReadably(t *testing.T) {
+	inLane(t, clusterLane)
 	ns := namespace(t, "e2e-validation")
 	cases := []struct {
 		name, request string

@@ -79,6 +79,7 @@ func podDevices(t *testing.T, ns, pod string) []string {
 // any-gpu class, is allocated an AMD GPU on the mixed node (its L40S has 45 GiB) and an
 // NVIDIA H100 on an H100 node.
 func TestAnyGPUOf64GiLandsOnEitherVendor(t *testing.T) {
+	inLane(t, clusterLane)
 	mixed := vendorNode(t, "mixed-l40s-mi210")
 	ns := namespace(t, "e2e-any-gpu")
 	const request = `{name: gpu, exactly: {deviceClassName: any-gpu.gpudra.dev, selectors: [{cel: {expression: 'device.capacity["gpu.gpudra.dev"].memory.compareTo(quantity("64Gi")) >= 0'}}]}}`
@@ -106,6 +107,7 @@ func TestAnyGPUOf64GiLandsOnEitherVendor(t *testing.T) {
 // TestXGMIGroupOfFourLandsOnOneHive: four AMD GPUs with a matchAttribute on xgmiHive land
 // in one hive, twice on an 8-GPU MI300X node; a third such claim waits.
 func TestXGMIGroupOfFourLandsOnOneHive(t *testing.T) {
+	inLane(t, clusterLane)
 	node := vendorNode(t, "mi300x-8")
 	ns := namespace(t, "e2e-xgmi")
 	const request = `{name: gpus, exactly: {deviceClassName: amd-gpu.gpudra.dev, count: 4}}`
@@ -139,6 +141,7 @@ func TestXGMIGroupOfFourLandsOnOneHive(t *testing.T) {
 // one AMD GPU (any-gpu with a vendor selector) and one NVIDIA GPU (gpu.gpudra.dev), each
 // charged 100, and a third GPU of either vendor waits on the quota.
 func TestQueueQuotaAcrossVendors(t *testing.T) {
+	inLane(t, clusterLane)
 	if !state.Kueue {
 		labLacks(t, "Kueue (lab file kueue.enabled: false)")
 	}

@@ -22,6 +22,7 @@ import (
 // page of a waiting step's Workload, what its Job runs after and where that stands, linked to
 // the running step's Workload, as HTML and as JSON.
 func TestWebViewShowsWhatAJobRunsAfter(t *testing.T) {
+	inLane(t, clusterLane)
 	ns, queue := dependencyLab(t, "webview-chain")
 	view, err := webview.New(webview.Options{Kube: client, Dynamic: dyn()})
 	if err != nil {

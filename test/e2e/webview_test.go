@@ -23,6 +23,7 @@ import (
 // cluster page lists the lab's nodes and a running gang, and when a pod takes a GPU the free
 // count drops without a reload.
 func TestWebViewShowsTheLab(t *testing.T) {
+	inLane(t, clusterLane)
 	browser := os.Getenv("CHROMIUM")
 	if browser == "" {
 		browser = "/usr/bin/chromium"

@@ -1,0 +1,84 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"flag"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// The suite's tests run in two lanes at once, one test at a time in each, in the order they
+// are written: the real node's lane (its kubelet, containerd, runc and plugin, which a test
+// may restart, roll or kill) and the cluster's lane (the kwok nodes, Kueue and the
+// controllers). The lanes share nothing a test asserts on: the real node carries a taint that
+// only the real node's tests tolerate, every test has its own namespaces and ClusterQueues,
+// and tests that list the whole cluster's devices filter them by node or vendor. Most of a
+// test's time is spent waiting for controllers, so two lanes take about the time of the
+// longer one.
+//
+// A test names its lane first thing (inLane). A test that names none runs alone, before both
+// lanes start: one that disturbs the whole lab (the controller's leader is killed) must.
+// GPUDRA_E2E_SERIAL=1 runs every test alone, in order.
+
+// lane hands its tests their turn in the order they asked for it.
+type lane struct {
+	mu     sync.Mutex
+	turn   *sync.Cond
+	issued int // tickets handed out
+	next   int // the ticket whose turn it is
+}
+
+func newLane() *lane {
+	l := &lane{}
+	l.turn = sync.NewCond(&l.mu)
+	return l
+}
+
+var (
+	realNodeLane = newLane()
+	clusterLane  = newLane()
+	serialSuite  = os.Getenv("GPUDRA_E2E_SERIAL") == "1"
+)
+
+// inLane runs the rest of t in lane l: it takes a ticket while the suite still starts its
+// tests one after another (so tickets follow the source order), lets the suite go on
+// (t.Parallel), and waits for the ticket's turn; the next test's turn comes when t ends.
+func inLane(t *testing.T, l *lane) {
+	t.Helper()
+	if serialSuite {
+		return
+	}
+	l.mu.Lock()
+	ticket := l.issued
+	l.issued++
+	l.mu.Unlock()
+	t.Parallel()
+	l.mu.Lock()
+	for l.next != ticket {
+		l.turn.Wait()
+	}
+	l.mu.Unlock()
+	t.Cleanup(func() {
+		l.mu.Lock()
+		l.next++
+		l.mu.Unlock()
+		l.turn.Broadcast()
+	})
+}
+
+// allowLanes lets every test of both lanes be started at once (each then waits for its turn),
+// so that the lanes never wait for a free slot of `go test -parallel`, whose default is the
+// number of CPUs.
+func allowLanes() {
+	if serialSuite {
+		return
+	}
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 1000 {
+			_ = f.Value.Set("1000")
+		}
+	}
+}
