@@ -56,10 +56,21 @@ generate: ## regenerate the API package's deep copies (deepcopy-gen)
 unit: ## fast tests: plain go test, without the e2e tag (no lab, no chart tests, no toolchain)
 	go test $(PKGS)
 
-test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
-	go test -tags e2e -count=1 -timeout 80m $(PKGS)
-	$(MAKE) race
-	$(MAKE) fuzz FUZZTIME=$(FUZZTIME_BRIEF)
+# make test runs the race detector and the fuzz targets beside the main suite, whose lab
+# end-to-end tests spend most of their time waiting for controllers; their output is kept in
+# SIDE_LOG and shown once both are done.
+SIDE_LOG := _output/test-race-fuzz.log
+
+test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, and beside them the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
+	@mkdir -p $(dir $(SIDE_LOG)); \
+	( $(MAKE) --no-print-directory race && $(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_BRIEF) ) > $(SIDE_LOG) 2>&1 & side=$$!; \
+	trap 'kill $$side 2>/dev/null' INT TERM; \
+	echo "go test -tags e2e -count=1 -timeout 80m $(PKGS)    (make race and make fuzz beside it, into $(SIDE_LOG))"; \
+	go test -tags e2e -count=1 -timeout 80m $(PKGS); main=$$?; \
+	wait $$side; side=$$?; \
+	echo "--- make race, make fuzz FUZZTIME=$(FUZZTIME_BRIEF) ($(SIDE_LOG)):"; cat $(SIDE_LOG); \
+	if [ $$side -ne 0 ]; then echo "make race or make fuzz failed (exit $$side)"; fi; \
+	[ $$main -eq 0 ] && [ $$side -eq 0 ]
 
 race: ## the kubelet plugin and controller-side packages' unit tests under the race detector
 	go test -tags e2e -race -count=1 -timeout 30m $(RACE_PKGS)
