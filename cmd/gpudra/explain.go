@@ -35,7 +35,7 @@ import (
 )
 
 // explainKinds are the objects explain accepts, as KIND/NAME.
-var explainKinds = []string{"claim", "pod", "workload", "job", "jobset", "pytorchjob", "tfjob"}
+var explainKinds = []string{"claim", "pod", "workload", "job", "jobset", "pytorchjob", "tfjob", "trainjob"}
 
 // outputFormats are the accepted values of --output ("" is the table).
 var outputFormats = []string{"json", "yaml"}
@@ -104,7 +104,7 @@ func newExplainCommandWith(connect connector) *cobra.Command {
 	var show int
 	labels := topology.DefaultLabelKeys
 	cmd := &cobra.Command{
-		Use:   "explain (claim/NAME | pod/NAME | workload/NAME | job/NAME | jobset/NAME | pytorchjob/NAME | tfjob/NAME)",
+		Use:   "explain (claim/NAME | pod/NAME | workload/NAME | job/NAME | jobset/NAME | pytorchjob/NAME | tfjob/NAME | trainjob/NAME)",
 		Short: "Explain why a ResourceClaim, pod or Kueue Workload is pending, or where it goes",
 		Long: `Explain asks Kubernetes' real DRA allocator, over the cluster's live ResourceSlices and
 allocated claims, whether the claim fits on each node now; for the nodes that came closest it
@@ -114,8 +114,8 @@ For a pod, the nodes kube-scheduler's filters rule out before devices (taints th
 tolerate, its nodeSelector and required node affinity, CPU, memory and pod count, unschedulable
 nodes) are reported first, in the scheduler's words, and never fit.
 
-For a Kueue Workload (or job/NAME, jobset/NAME, pytorchjob/NAME, tfjob/NAME: the Workload Kueue
-made for that Job, JobSet, PyTorchJob or TFJob), it says what the
+For a Kueue Workload (or job/NAME, jobset/NAME, pytorchjob/NAME, tfjob/NAME, trainjob/NAME: the
+Workload Kueue made for that Job, JobSet, PyTorchJob, TFJob or TrainJob), it says what the
 gpudra.dev/topology admission check sees: each pod set with its count, claim templates and
 required topology, each domain (block, rack or host) at that level with how many of the pod
 set's pods fit there on the devices free now, what the check would answer now, and the check's
@@ -269,7 +269,7 @@ func objectNames(ctx context.Context, c *clients, ns, kind string) ([]string, er
 		for _, o := range list.Items {
 			out = append(out, o.Name)
 		}
-	case "workload", "jobset", "pytorchjob", "tfjob":
+	case "workload", "jobset", "pytorchjob", "tfjob", "trainjob":
 		var list kueue.WorkloadList
 		if err := c.ctrl.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return nil, err

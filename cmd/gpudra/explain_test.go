@@ -315,8 +315,8 @@ func TestExplainWorkload(t *testing.T) {
 	}
 }
 
-// jobset/NAME, pytorchjob/NAME and tfjob/NAME are the Workloads Kueue made for the JobSet,
-// PyTorchJob or TFJob of that name, not for a Job of the same name; the names explain completes for each kind
+// jobset/NAME, pytorchjob/NAME, tfjob/NAME and trainjob/NAME are the Workloads Kueue made for the
+// JobSet, PyTorchJob, TFJob or TrainJob of that name, not for a Job of the same name; the names explain completes for each kind
 // are the jobs of that kind that have Workloads.
 func TestExplainJobKinds(t *testing.T) {
 	ctrl := kueueLab(t)
@@ -329,6 +329,7 @@ func TestExplainJobKinds(t *testing.T) {
 		{"jobset-train-9z8y7", "jobset.x-k8s.io/v1alpha2", "JobSet"},
 		{"pytorchjob-train-5x6w7", "kubeflow.org/v1", "PyTorchJob"},
 		{"tfjob-train-3c4d5", "kubeflow.org/v1", "TFJob"},
+		{"trainjob-train-7e8f9", "trainer.kubeflow.org/v1alpha1", "TrainJob"},
 	} {
 		other := wl.DeepCopy()
 		other.ObjectMeta = metav1.ObjectMeta{Namespace: "team-a", Name: o.name, UID: types.UID(o.name),
@@ -338,7 +339,7 @@ func TestExplainJobKinds(t *testing.T) {
 		}
 	}
 	c := &clients{ctrl: ctrl}
-	for kind, want := range map[string]string{"job": "job-train-1a2b3", "jobset": "jobset-train-9z8y7", "pytorchjob": "pytorchjob-train-5x6w7", "tfjob": "tfjob-train-3c4d5"} {
+	for kind, want := range map[string]string{"job": "job-train-1a2b3", "jobset": "jobset-train-9z8y7", "pytorchjob": "pytorchjob-train-5x6w7", "tfjob": "tfjob-train-3c4d5", "trainjob": "trainjob-train-7e8f9"} {
 		rep, err := buildReport(ctx, c, topology.DefaultLabelKeys, "team-a", kind, "train")
 		if err != nil || rep.Workload == nil || rep.Workload.Name != want {
 			t.Errorf("%s/train explained %+v (%v), want Workload %s", kind, rep, err, want)

@@ -140,10 +140,13 @@ var (
 	JobSet     = JobKind{Group: "jobset.x-k8s.io", Kind: "JobSet", Name: "jobset"}
 	PyTorchJob = JobKind{Group: "kubeflow.org", Kind: "PyTorchJob", Name: "pytorchjob"}
 	TFJob      = JobKind{Group: "kubeflow.org", Kind: "TFJob", Name: "tfjob"}
+	// TrainJob is Kubeflow Trainer's; its pods are those of the JobSet of the same name
+	// that Trainer makes for it.
+	TrainJob = JobKind{Group: "trainer.kubeflow.org", Kind: "TrainJob", Name: "trainjob"}
 )
 
 // JobKinds are the job kinds explain resolves.
-var JobKinds = []JobKind{BatchJob, JobSet, PyTorchJob, TFJob}
+var JobKinds = []JobKind{BatchJob, JobSet, PyTorchJob, TFJob, TrainJob}
 
 // JobOf is the job that owns the Workload, as KIND/NAME (job/train, jobset/train), or "".
 func JobOf(wl *kueue.Workload) string {
