@@ -70,3 +70,34 @@ func TestWorkloadPageOfAPyTorchJob(t *testing.T) {
 		return status == http.StatusOK && strings.Contains(page, `href="`+path+`"`)
 	})
 }
+
+// A TrainJob's Workload: its page names the TrainJob, and the page of a pod of the JobSet
+// Trainer made for it (named after the TrainJob) links to it.
+func TestWorkloadPageOfATrainJob(t *testing.T) {
+	f := newFixture(t)
+	wl := &kueue.Workload{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "trainjob-tj-7e8f9",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: "tj", UID: "uid-tj"}}},
+		Spec: kueue.WorkloadSpec{QueueName: "default", PodSets: []kueue.PodSet{{Name: "node", Count: 1,
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "node", Image: "cuda"}}}}}}},
+	}
+	if _, err := f.dyn.Resource(workloadsGVR).Namespace(testNS).Create(context.Background(), toUnstructured(t, wl, "Workload"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const path = "/workloads/team-a/trainjob-tj-7e8f9"
+	eventually(t, func() bool {
+		status, page := fetch(t, f.http.URL+path)
+		return status == http.StatusOK && strings.Contains(page, "trainjob/tj")
+	})
+	lacks(t, get(t, f.http.URL+path, http.StatusOK), "· job/")
+
+	pod := gpuPod("tj-node-0-0", "tj-node-0", "")
+	pod.Labels = map[string]string{"jobset.sigs.k8s.io/jobset-name": "tj"}
+	if _, err := f.kube.CoreV1().Pods(testNS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool {
+		status, page := fetch(t, f.http.URL+"/pods/team-a/tj-node-0-0")
+		return status == http.StatusOK && strings.Contains(page, `href="`+path+`"`)
+	})
+}

@@ -39,7 +39,7 @@ type WorkloadPage struct {
 	// namespace.
 	RunsAfter []RunsAfter `json:"runsAfter,omitempty"`
 	// Owner is the job of another kind that owns the Workload, as KIND/NAME (jobset/NAME,
-	// pytorchjob/NAME), if one does.
+	// pytorchjob/NAME, trainjob/NAME), if one does.
 	Owner    string `json:"owner,omitempty"`
 	Admitted bool   `json:"admitted"`
 	// Waiting says why the Workload is not admitted yet ("" once it is).
@@ -165,7 +165,7 @@ func (s *Server) visibleWorkload(sc *scope, ns, name string) *kueue.Workload {
 
 // podWorkload names the Workload a pod belongs to, if the caller may read it: Kueue's
 // Workload for the job that owns the pod (a Job, a PyTorchJob), for the JobSet whose Job
-// owns it, or for the pod itself.
+// owns it or the TrainJob that JobSet runs (named alike), or for the pod itself.
 func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 	if !sc.can(workloadsGVR.GroupResource(), pod.Namespace) {
 		return ""
@@ -184,7 +184,7 @@ func (s *Server) podWorkload(sc *scope, pod *corev1.Pod) string {
 				}
 			}
 		}
-		if js := pod.Labels[jobSetNameLabel]; js != "" && explain.OwnedBy(wl, explain.JobSet, js) {
+		if js := pod.Labels[jobSetNameLabel]; js != "" && (explain.OwnedBy(wl, explain.JobSet, js) || explain.OwnedBy(wl, explain.TrainJob, js)) {
 			return wl.Name
 		}
 		for _, o := range wl.OwnerReferences {
