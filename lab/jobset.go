@@ -94,7 +94,13 @@ func (u *upper) startJobKinds(ctx context.Context) error {
 	if u.file.Kueue.runsTrainingOperator() {
 		kinds := u.file.Kueue.kubeflowKinds()
 		u.step("starting the Kubeflow training operator (%s)", strings.Join(kinds, ", "))
-		return u.startTrainingOperator(ctx, kinds)
+		if err := u.startTrainingOperator(ctx, kinds); err != nil {
+			return err
+		}
+	}
+	if u.file.Kueue.runsTrainer() {
+		u.step("starting Kubeflow Trainer (TrainJob, runtime %s)", trainerRuntime)
+		return u.startTrainer(ctx)
 	}
 	return nil
 }

@@ -30,12 +30,12 @@ const (
 )
 
 // kueueWebhookKept says which of Kueue's webhooks the lab serves: those of Kueue's own kinds
-// and of the integrations it enables (batch/Job, JobSet, PyTorchJob, TFJob). The pod webhook
+// and of the integrations it enables (batch/Job, JobSet, PyTorchJob, TFJob, TrainJob). The pod webhook
 // would intercept every Pod.
 func kueueWebhookKept(path string) bool {
 	return strings.Contains(path, "-kueue-x-k8s-io-") || strings.HasSuffix(path, "-batch-v1-job") ||
 		strings.HasSuffix(path, "-jobset-x-k8s-io-v1alpha2-jobset") || strings.HasSuffix(path, "-kubeflow-org-v1-pytorchjob") ||
-		strings.HasSuffix(path, "-kubeflow-org-v1-tfjob")
+		strings.HasSuffix(path, "-kubeflow-org-v1-tfjob") || strings.HasSuffix(path, "-trainer-kubeflow-org-v1alpha1-trainjob")
 }
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}

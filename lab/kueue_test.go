@@ -85,12 +85,13 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 			t.Errorf("ClusterRole kueue-manager-role names no %s: Kueue could not put its certificate in it (resourceNames %v)", name, mayUpdate)
 		}
 	}
-	sawJob, sawJobSet, sawPyTorchJob, sawTFJob := false, false, false, false
+	sawJob, sawJobSet, sawPyTorchJob, sawTFJob, sawTrainJob := false, false, false, false, false
 	for _, k := range []string{"MutatingWebhookConfiguration/kueue-mutating-webhook-configuration", "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration"} {
 		hooks, _, _ := unstructured.NestedSlice(kinds[k].Object, "webhooks")
 		for _, h := range hooks {
 			path, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "path")
-			otherKubeflow := strings.Contains(path, "kubeflow-org") && !strings.HasSuffix(path, "-pytorchjob") && !strings.HasSuffix(path, "-tfjob")
+			otherKubeflow := strings.Contains(path, "kubeflow-org") && !strings.HasSuffix(path, "-kubeflow-org-v1-pytorchjob") &&
+				!strings.HasSuffix(path, "-kubeflow-org-v1-tfjob") && !strings.HasSuffix(path, "-trainer-kubeflow-org-v1alpha1-trainjob")
 			if strings.HasSuffix(path, "-pod") || strings.Contains(path, "deployment") || otherKubeflow {
 				t.Errorf("%s keeps webhook %s, which the lab does not serve", k, path)
 			}
@@ -98,6 +99,7 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 			sawJobSet = sawJobSet || strings.HasSuffix(path, "jobset-x-k8s-io-v1alpha2-jobset")
 			sawPyTorchJob = sawPyTorchJob || strings.HasSuffix(path, "kubeflow-org-v1-pytorchjob")
 			sawTFJob = sawTFJob || strings.HasSuffix(path, "kubeflow-org-v1-tfjob")
+			sawTrainJob = sawTrainJob || strings.HasSuffix(path, "trainer-kubeflow-org-v1alpha1-trainjob")
 		}
 	}
 	if !sawJob {
@@ -111,6 +113,9 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 	}
 	if !sawTFJob {
 		t.Error("the TFJob webhooks are missing; Kueue would not suspend TFJobs")
+	}
+	if !sawTrainJob {
+		t.Error("the TrainJob webhooks are missing; Kueue would not suspend TrainJobs")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -111,12 +112,23 @@ const (
 	JobKindTFJob      = "tfjob"
 )
 
+// JobKindTrainJob is the lab file's name of Kubeflow Trainer's TrainJob
+// (trainer.kubeflow.org/v1alpha1): the lab runs Trainer's controllers and webhooks, applies a
+// torch ClusterTrainingRuntime and keeps Kueue's TrainJob webhooks. A TrainJob runs as a
+// JobSet, so it needs jobset too.
+const JobKindTrainJob = "trainjob"
+
 // JobKinds are the values kueue.jobKinds accepts.
-var JobKinds = []string{JobKindJobSet, JobKindPyTorchJob, JobKindTFJob}
+var JobKinds = []string{JobKindJobSet, JobKindPyTorchJob, JobKindTFJob, JobKindTrainJob}
 
 // runsJobSet is whether the lab runs the JobSet controller.
 func (k KueueSpec) runsJobSet() bool {
 	return k.Enabled && slices.Contains(k.JobKinds, JobKindJobSet)
+}
+
+// runsTrainer is whether the lab runs Kubeflow Trainer.
+func (k KueueSpec) runsTrainer() bool {
+	return k.Enabled && slices.Contains(k.JobKinds, JobKindTrainJob)
 }
 
 // runsTrainingOperator is whether the lab runs the Kubeflow training operator.
@@ -165,6 +177,9 @@ func (k KueueSpec) validate(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(fp, kind))
 		case !k.Enabled:
 			errs = append(errs, field.Invalid(fp, kind, "needs kueue.enabled: true"))
+		case kind == JobKindTrainJob && !slices.Contains(k.JobKinds, JobKindJobSet):
+			errs = append(errs, field.Invalid(fp, kind, fmt.Sprintf("needs %q in kueue.jobKinds too (a TrainJob runs as a JobSet); accepted values: %s",
+				JobKindJobSet, strings.Join(JobKinds, ", "))))
 		}
 		seen[kind] = true
 	}

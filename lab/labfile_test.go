@@ -82,7 +82,9 @@ func TestParseFileRejects(t *testing.T) {
 		{"pods-ready timeout without Kueue", head + "kueue: {podsReadyTimeout: 1m}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.podsReadyTimeout: Invalid value: "1m": needs kueue.enabled: true`},
 		{"unknown job kind", head + "kueue: {enabled: true, jobKinds: [jobset, mpijob]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
-			`kueue.jobKinds[1]: Unsupported value: "mpijob": supported values: "jobset", "pytorchjob", "tfjob"`},
+			`kueue.jobKinds[1]: Unsupported value: "mpijob": supported values: "jobset", "pytorchjob", "tfjob", "trainjob"`},
+		{"trainjob without jobset", head + "kueue: {enabled: true, jobKinds: [pytorchjob, trainjob]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
+			`kueue.jobKinds[1]: Invalid value: "trainjob": needs "jobset" in kueue.jobKinds too (a TrainJob runs as a JobSet); accepted values: jobset, pytorchjob, tfjob, trainjob`},
 		{"job kind twice", head + "kueue: {enabled: true, jobKinds: [jobset, jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
 			`kueue.jobKinds[1]: Duplicate value: "jobset"`},
 		{"job kind without Kueue", head + "kueue: {jobKinds: [jobset]}\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n",
@@ -148,6 +150,13 @@ func TestControllerReplicas(t *testing.T) {
 	}
 	if def.Kueue.runsJobSet() {
 		t.Error("the default lab runs the JobSet controller: it builds a component few labs need")
+	}
+	// TestTrainJobWorkersInOneRack needs Trainer; the default lab does not build it.
+	if !e2e.Kueue.runsTrainer() {
+		t.Error("e2e lab does not run Kubeflow Trainer")
+	}
+	if def.Kueue.runsTrainer() {
+		t.Error("the default lab runs Kubeflow Trainer: it builds a component few labs need")
 	}
 	off, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
 	if err != nil {

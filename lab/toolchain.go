@@ -26,6 +26,12 @@ var toolchainScript []byte
 //go:embed trainingoperator_main.go
 var trainingOperatorMain []byte
 
+// trainerMain is the lab's main of Kubeflow Trainer (lab/trainer_main.go), which
+// toolchain.sh builds in a module of its own.
+//
+//go:embed trainer_main.go
+var trainerMain []byte
+
 // Toolchain is where the cached component binaries are.
 type Toolchain struct {
 	APIServer, ControllerManager, Scheduler, Kubectl string
@@ -46,6 +52,9 @@ type Toolchain struct {
 	// TrainingOperator is the Kubeflow training operator under the lab's main and
 	// TrainingOperatorConfig its manifests/base (only when kueue.jobKinds names pytorchjob).
 	TrainingOperator, TrainingOperatorConfig string
+	// Trainer is Kubeflow Trainer under the lab's main and TrainerConfig its manifests/base
+	// (only when kueue.jobKinds names trainjob).
+	Trainer, TrainerConfig string
 	// FluidCRDs is the folder of Fluid's Dataset and DataLoad CRDs (only when the lab
 	// file's crds names fluid).
 	FluidCRDs string
@@ -54,8 +63,8 @@ type Toolchain struct {
 // ToolchainNeeds says which optional components a lab needs besides the default ones.
 type ToolchainNeeds struct {
 	// Kueue: the lab runs Kueue; JobSet: and the JobSet controller; TrainingOperator: and
-	// the Kubeflow training operator.
-	Kueue, JobSet, TrainingOperator bool
+	// the Kubeflow training operator; Trainer: and Kubeflow Trainer.
+	Kueue, JobSet, TrainingOperator, Trainer bool
 	// Fluid: the lab serves Fluid's Dataset and DataLoad CRDs.
 	Fluid bool
 	// RealNodes: the lab has real nodes (kubelet, containerd, runc, CNI, nvidia-cdi-hook).
@@ -74,8 +83,10 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 	if err := os.WriteFile(script, toolchainScript, 0o600); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "trainingoperator_main.go"), trainingOperatorMain, 0o600); err != nil {
-		return "", err
+	for name, data := range map[string][]byte{"trainingoperator_main.go": trainingOperatorMain, "trainer_main.go": trainerMain} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return "", err
+		}
 	}
 	var out bytes.Buffer
 	tail := &tailWriter{max: 16 << 10}
@@ -104,6 +115,9 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 	}
 	if needs.TrainingOperator {
 		comps = append(comps, "trainingoperator")
+	}
+	if needs.Trainer {
+		comps = append(comps, "trainer")
 	}
 	if needs.Fluid {
 		comps = append(comps, "fluid")
@@ -177,6 +191,13 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 		}
 		t.TrainingOperator, t.TrainingOperatorConfig = filepath.Join(to, "bin/training-operator"), filepath.Join(to, "config")
 	}
+	if needs.Trainer {
+		tr, err := dir("trainer")
+		if err != nil {
+			return nil, err
+		}
+		t.Trainer, t.TrainerConfig = filepath.Join(tr, "bin/trainer"), filepath.Join(tr, "config")
+	}
 	if needs.Fluid {
 		fl, err := dir("fluid")
 		if err != nil {
@@ -184,7 +205,7 @@ func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNee
 		}
 		t.FluidCRDs = filepath.Join(fl, "crds")
 	}
-	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet, t.TrainingOperator, t.FluidCRDs} {
+	for _, p := range []string{t.APIServer, t.ControllerManager, t.Scheduler, t.Etcd, t.Kwok, t.Kueue, t.Kubelet, t.Containerd, t.Ctr, t.Runc, t.CDIHook, t.JobSet, t.TrainingOperator, t.Trainer, t.FluidCRDs} {
 		if p == "" {
 			continue
 		}

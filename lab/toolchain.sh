@@ -2,7 +2,7 @@
 # Builds the lab's real Kubernetes components from the Go module proxy and caches them.
 #
 #   lab/toolchain.sh [component...]   components: k8s etcd kwok kueue (default: all), node, cdihook, jobset,
-#                                     trainingoperator, fluid
+#                                     trainingoperator, trainer, fluid
 #   lab/toolchain.sh --status         say what is cached
 #
 # Every component is built in a throw-away module of its own and cached under
@@ -16,9 +16,12 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+TRAINER_VERSION=${TRAINER_VERSION:-v2.2.1}
 FLUID_VERSION=${FLUID_VERSION:-v1.0.8}
 # The lab's main for the training operator, beside this script (runToolchain writes both).
 TRAINING_OPERATOR_MAIN=$(cd "$(dirname "$0")" && pwd)/trainingoperator_main.go
+# The lab's main for Kubeflow Trainer, beside this script too.
+TRAINER_MAIN=$(cd "$(dirname "$0")" && pwd)/trainer_main.go
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 RUNC_VERSION=${RUNC_VERSION:-v1.5.3}
 CNI_VERSION=${CNI_VERSION:-v1.10.0}
@@ -40,8 +43,9 @@ dir_of() { # component → cache folder
     jobset) echo "$TOOLS/jobset-$JOBSET_VERSION" ;;
     # keyed by the lab's main too: a changed main is built again
     trainingoperator) echo "$TOOLS/training-operator-$TRAINING_OPERATOR_VERSION-$(sha256sum "$TRAINING_OPERATOR_MAIN" | cut -c1-12)" ;;
+    trainer) echo "$TOOLS/trainer-$TRAINER_VERSION-$(sha256sum "$TRAINER_MAIN" | cut -c1-12)" ;;
     fluid) echo "$TOOLS/fluid-crds-$FLUID_VERSION" ;;
-    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator fluid)" >&2; return 2 ;;
+    *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid)" >&2; return 2 ;;
   esac
 }
 
@@ -219,6 +223,22 @@ build_trainingoperator() {
   mkdir -p "$out/config"; cp -r "$src/manifests/base/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# trainer: Kubeflow Trainer's controllers and webhooks (TrainJob and its runtimes) under the
+# lab's own main (trainer_main.go: a webhook server on 127.0.0.1 with the lab's certificate),
+# and its manifests/base (CRDs, RBAC, webhooks, runtimes). Trainer pins k8s.io v0.36, so it
+# builds in a module of its own; only the one binary is built. Not a default component:
+# `gpudra lab up` asks for it when the lab file's kueue.jobKinds names trainjob.
+build_trainer() {
+  local out=$1
+  go mod init gpudra.dev/lab-trainer >/dev/null
+  sed '/^\/\/go:build ignore$/d' "$TRAINER_MAIN" >main.go
+  go get "github.com/kubeflow/trainer/v2@$TRAINER_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/trainer" .
+  local src; src=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$out/config"; cp -r "$src/manifests/base/." "$out/config/"; chmod -R u+w "$out/config"
+}
+
 # fluid: Fluid's Dataset and DataLoad CRDs (data.fluid.io) from its module, nothing built:
 # the lab serves them without Fluid's controllers, for gpudra's data placement. Fluid pins
 # k8s.io v0.29, so only its files are taken. Not a default component: `gpudra lab up` asks
@@ -234,7 +254,7 @@ build_fluid() {
 
 mkdir -p "$TOOLS"
 if [[ ${1:-} == --status ]]; then
-  for c in k8s etcd kwok kueue node cdihook jobset trainingoperator fluid; do
+  for c in k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid; do
     d=$(dir_of "$c")
     if [[ -f $d/.complete ]]; then echo "$c: cached ($d)"; else echo "$c: missing"; fi
   done

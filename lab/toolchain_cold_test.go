@@ -53,6 +53,7 @@ func stubToolchain(t *testing.T) (cache string) {
 		filepath.Join(module, "config/components/crd/kueue.yaml"):                         "kind: CustomResourceDefinition\n",
 		filepath.Join(module, "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"): "kind: CustomResourceDefinition\n",
 		filepath.Join(module, "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"):        "kind: CustomResourceDefinition\n",
+		filepath.Join(module, "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml"):  "kind: CustomResourceDefinition\n",
 		filepath.Join(module, "config/crd/bases/data.fluid.io_datasets.yaml"):             "kind: CustomResourceDefinition\n",
 		filepath.Join(module, "config/crd/bases/data.fluid.io_dataloads.yaml"):            "kind: CustomResourceDefinition\n",
 	} {
@@ -79,16 +80,17 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	}
 	var progress strings.Builder
 	start := time.Now()
-	tc, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, TrainingOperator: true, Fluid: true, RealNodes: true})
+	tc, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, TrainingOperator: true, Trainer: true, Fluid: true, RealNodes: true})
 	if err != nil {
 		t.Fatalf("first run: %v\nprogress:\n%s", err, progress.String())
 	}
-	t.Logf("nine stub components built in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("ten stub components built in %s", time.Since(start).Round(time.Millisecond))
 	for _, p := range []string{tc.APIServer, tc.ControllerManager, tc.Scheduler, tc.Kubectl, tc.Etcd, tc.Kwok, tc.Kueue,
 		tc.Kubelet, tc.Containerd, tc.Ctr, tc.Runc, tc.CDIHook, filepath.Join(tc.CNIBin, "bridge"),
 		filepath.Join(tc.KwokStages, "pod/fast.yaml"), filepath.Join(tc.KueueConfig, "crd/kueue.yaml"),
 		tc.JobSet, filepath.Join(tc.JobSetConfig, "crd/bases/jobset.x-k8s.io_jobsets.yaml"),
 		tc.TrainingOperator, filepath.Join(tc.TrainingOperatorConfig, "crds/kubeflow.org_pytorchjobs.yaml"),
+		tc.Trainer, filepath.Join(tc.TrainerConfig, "crds/trainer.kubeflow.org_trainjobs.yaml"),
 		filepath.Join(tc.FluidCRDs, "data.fluid.io_datasets.yaml"), filepath.Join(tc.FluidCRDs, "data.fluid.io_dataloads.yaml")} {
 		if !strings.HasPrefix(p, cache) {
 			t.Errorf("%s is outside the cache %s", p, cache)
@@ -97,7 +99,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 			t.Errorf("not cached: %v", err)
 		}
 	}
-	for _, line := range []string{"k8s (1/9): building", "cdihook (6/9): built in", "jobset (7/9): built in", "trainingoperator (8/9): built in", "fluid (9/9): built in"} {
+	for _, line := range []string{"k8s (1/10): building", "cdihook (6/10): built in", "jobset (7/10): built in", "trainingoperator (8/10): built in", "trainer (9/10): built in", "fluid (10/10): built in"} {
 		if !strings.Contains(progress.String(), line) {
 			t.Errorf("progress does not say %q:\n%s", line, progress.String())
 		}
@@ -105,7 +107,7 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	// A second run finds everything cached and builds nothing.
 	progress.Reset()
 	t.Setenv("STUB_GO_FAIL", "k8s.io")
-	if _, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, TrainingOperator: true, Fluid: true, RealNodes: true}); err != nil {
+	if _, err := EnsureToolchain(t.Context(), &progress, ToolchainNeeds{Kueue: true, JobSet: true, TrainingOperator: true, Trainer: true, Fluid: true, RealNodes: true}); err != nil {
 		t.Fatalf("second run rebuilt something: %v\n%s", err, progress.String())
 	}
 	if strings.Contains(progress.String(), "building") {
@@ -190,7 +192,7 @@ func TestRunGroupDoesNotWaitForChildrenLeftBehind(t *testing.T) {
 func TestRunToolchainQuotesTheScriptsLastLines(t *testing.T) {
 	stubToolchain(t)
 	_, err := runToolchain(t.Context(), &strings.Builder{}, "no-such-component")
-	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator fluid)") {
+	if err == nil || !strings.Contains(err.Error(), "unknown component no-such-component (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid)") {
 		t.Fatalf("error %v does not quote the script's message", err)
 	}
 }

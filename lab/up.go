@@ -175,7 +175,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), TrainingOperator: u.file.Kueue.runsTrainingOperator(), Fluid: slices.Contains(u.file.CRDs, CRDsFluid), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), TrainingOperator: u.file.Kueue.runsTrainingOperator(), Trainer: u.file.Kueue.runsTrainer(), Fluid: slices.Contains(u.file.CRDs, CRDsFluid), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary
@@ -198,7 +198,7 @@ func (u *upper) run(ctx context.Context) error {
 	}
 	names := []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok",
 		"kueue-health", "kueue-metrics", "kueue-webhook", "jobset-health", "jobset-webhook",
-		"training-operator-health", "training-operator-webhook"}
+		"training-operator-health", "training-operator-webhook", "trainer-health", "trainer-webhook"}
 	names = append(names, controllerPortNames(u.state.ControllerReplicas)...)
 	for _, n := range u.state.Nodes {
 		names = append(names, "metrics-"+n.Name)
