@@ -54,6 +54,7 @@ func TestSamplesDecodeStrictly(t *testing.T) {
 		"ValidatingAdmissionPolicyBinding": func() any { return &admissionv1.ValidatingAdmissionPolicyBinding{} },
 		"JobSet":                           func() any { return &jobSet{} },
 		"PyTorchJob":                       func() any { return &pyTorchJob{} },
+		"TrainJob":                         func() any { return &trainJob{} },
 	}
 	files, _ := filepath.Glob("*/*.yaml")
 	if len(files) == 0 {
@@ -123,18 +124,62 @@ type pyTorchJob struct {
 	} `json:"spec"`
 }
 
+// trainJob is the part of a TrainJob (trainer.kubeflow.org/v1alpha1) the samples use: the
+// trainer's fields and runtime patches of a replicated job's pod template, whose metadata and
+// scheduling fields are real API types; a field outside it fails the strict decode.
+type trainJob struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Suspend    bool `json:"suspend"`
+		RuntimeRef struct {
+			Name string `json:"name"`
+		} `json:"runtimeRef"`
+		Trainer struct {
+			NumNodes         int32                       `json:"numNodes"`
+			Image            string                      `json:"image"`
+			Command          []string                    `json:"command"`
+			ResourcesPerNode corev1.ResourceRequirements `json:"resourcesPerNode"`
+		} `json:"trainer"`
+		RuntimePatches []struct {
+			Manager             string `json:"manager"`
+			TrainingRuntimeSpec struct {
+				Template struct {
+					Spec struct {
+						ReplicatedJobs []struct {
+							Name     string `json:"name"`
+							Template struct {
+								Spec struct {
+									Template struct {
+										Metadata metav1.ObjectMeta `json:"metadata"`
+										Spec     struct {
+											NodeSelector    map[string]string          `json:"nodeSelector"`
+											SchedulingGates []corev1.PodSchedulingGate `json:"schedulingGates"`
+										} `json:"spec"`
+									} `json:"template"`
+								} `json:"spec"`
+							} `json:"template"`
+						} `json:"replicatedJobs"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"trainingRuntimeSpec"`
+		} `json:"runtimePatches"`
+	} `json:"spec"`
+}
+
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
 
 // TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
 // Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
 // turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing, and
-// integrates the job kinds gpudra plans (batch/v1 Job, JobSet, PyTorchJob).
+// integrates the job kinds gpudra plans (batch/v1 Job, JobSet, PyTorchJob, TrainJob).
 func TestKueueConfiguration(t *testing.T) {
 	var cfg kueueconfig.Configuration
 	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
 		t.Fatalf("kueue/config/kueue-config.yaml: %v", err)
 	}
-	for _, fw := range []string{"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"} {
+	for _, fw := range []string{"batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob", "trainer.kubeflow.org/trainjob"} {
 		if cfg.Integrations == nil || !slices.Contains(cfg.Integrations.Frameworks, fw) {
 			t.Errorf("integrations.frameworks lacks %s: Kueue would not queue that job kind", fw)
 		}
