@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gpudra/gpudra/internal/buildinfo"
@@ -71,6 +72,37 @@ type ToolchainNeeds struct {
 	RealNodes bool
 }
 
+// components are the toolchain.sh components these needs build, in the order it builds them.
+func (needs ToolchainNeeds) components() []string {
+	comps := []string{"k8s", "etcd", "kwok"}
+	if needs.Kueue {
+		comps = append(comps, "kueue")
+	}
+	if needs.RealNodes {
+		comps = append(comps, "node", "cdihook")
+	}
+	if needs.JobSet {
+		comps = append(comps, "jobset")
+	}
+	if needs.TrainingOperator {
+		comps = append(comps, "trainingoperator")
+	}
+	if needs.Trainer {
+		comps = append(comps, "trainer")
+	}
+	if needs.Fluid {
+		comps = append(comps, "fluid")
+	}
+	return comps
+}
+
+// toolchainNeeds are the optional components a lab of this file needs; realNodes: whether it
+// runs real nodes.
+func (f *File) toolchainNeeds(realNodes bool) ToolchainNeeds {
+	return ToolchainNeeds{Kueue: f.Kueue.Enabled, JobSet: f.Kueue.runsJobSet(), TrainingOperator: f.Kueue.runsTrainingOperator(),
+		Trainer: f.Kueue.runsTrainer(), Fluid: slices.Contains(f.CRDs, CRDsFluid), RealNodes: realNodes}
+}
+
 // runToolchain runs toolchain.sh with args, streaming its progress to progress. A failure
 // quotes the script's last lines (for a failed build: the tail of the component's log).
 func runToolchain(ctx context.Context, progress io.Writer, args ...string) (string, error) {
@@ -103,25 +135,7 @@ func runToolchain(ctx context.Context, progress io.Writer, args ...string) (stri
 // machine; progress goes to progress) and returns where they are.
 func EnsureToolchain(ctx context.Context, progress io.Writer, needs ToolchainNeeds) (*Toolchain, error) {
 	kueue, realNodes := needs.Kueue, needs.RealNodes
-	comps := []string{"k8s", "etcd", "kwok"}
-	if kueue {
-		comps = append(comps, "kueue")
-	}
-	if realNodes {
-		comps = append(comps, "node", "cdihook")
-	}
-	if needs.JobSet {
-		comps = append(comps, "jobset")
-	}
-	if needs.TrainingOperator {
-		comps = append(comps, "trainingoperator")
-	}
-	if needs.Trainer {
-		comps = append(comps, "trainer")
-	}
-	if needs.Fluid {
-		comps = append(comps, "fluid")
-	}
+	comps := needs.components()
 	status, err := runToolchain(ctx, progress, "--status")
 	if err != nil {
 		return nil, err

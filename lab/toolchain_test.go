@@ -2,7 +2,10 @@ package lab
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -23,5 +26,26 @@ func TestToolchainBuildsTheNvidiaCDIHookOfGoMod(t *testing.T) {
 	}
 	if string(got[1]) != string(want[1]) {
 		t.Errorf("toolchain.sh builds nvidia-cdi-hook %s, go.mod's nvcdi is %s", got[1], want[1])
+	}
+}
+
+// make toolchain builds what the end-to-end lab (deployments/lab/e2e.yaml) needs, no more:
+// the suite's lab then builds nothing, and a component no lab file asks for costs no CI time.
+func TestMakeToolchainBuildsWhatTheE2ELabNeeds(t *testing.T) {
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^toolchain:.*\n\tlab/toolchain\.sh (.*)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile has no toolchain target running lab/toolchain.sh")
+	}
+	f, err := LoadFile(filepath.Join("..", "deployments", "lab", "e2e.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := f.toolchainNeeds(slices.ContainsFunc(f.Nodes(), func(n Node) bool { return n.Real })).components()
+	if got := strings.Fields(string(m[1])); !slices.Equal(got, want) {
+		t.Errorf("make toolchain builds %v; the end-to-end lab needs %v", got, want)
 	}
 }

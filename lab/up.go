@@ -175,7 +175,7 @@ func resetDir(dir string) error {
 func (u *upper) run(ctx context.Context) error {
 	var err error
 	u.step("lab folder %s", u.layout.Root)
-	if u.tc, err = EnsureToolchain(ctx, u.out, ToolchainNeeds{Kueue: u.file.Kueue.Enabled, JobSet: u.file.Kueue.runsJobSet(), TrainingOperator: u.file.Kueue.runsTrainingOperator(), Trainer: u.file.Kueue.runsTrainer(), Fluid: slices.Contains(u.file.CRDs, CRDsFluid), RealNodes: len(u.state.RealNodes()) > 0}); err != nil {
+	if u.tc, err = EnsureToolchain(ctx, u.out, u.file.toolchainNeeds(len(u.state.RealNodes()) > 0)); err != nil {
 		return err
 	}
 	plugin := u.opts.PluginBinary
