@@ -10,8 +10,8 @@ import (
 	"github.com/gpudra/gpudra/sim/reproduction"
 )
 
-// palette is one colour per policy, in reproduction.PolicyNames order.
-var palette = []string{"#888888", "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c", "#e377c2", "#d62728"}
+// palette is one colour per policy, in reproduction.PolicyNames order, then the upper bound's.
+var palette = []string{"#888888", "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#2ca02c", "#e377c2", "#d62728", "#000000"}
 
 // WriteSVG plots the mean allocation ratio vs arrived demand of each row (one line per
 // row, meant for one trace and mode), like the paper's figures, with the region above

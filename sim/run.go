@@ -27,6 +27,10 @@ type Experiment struct {
 	Seeds    []int64
 	// Parallel is how many replays run at once (each is single-threaded).
 	Parallel int
+	// UpperBound adds, per trace, mode and seed, a run of policy
+	// reproduction.UpperBoundName: the most GPU demand any placement of the seed's arrivals
+	// could hold (the same in every mode).
+	UpperBound bool
 }
 
 // Run is one replay's outcome.
@@ -96,7 +100,42 @@ func Execute(ctx context.Context, e Experiment, progress func(Run)) ([]Run, erro
 			return runs, err
 		}
 	}
+	if !e.UpperBound {
+		return runs, nil
+	}
+	for _, t := range e.Traces {
+		pods, err := reproduction.LoadPodsFrom(e.Files, reproduction.PodListFile(t))
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range e.Seeds {
+			r, err := BoundRun(nodes, pods, t, s)
+			if err != nil {
+				return runs, err
+			}
+			for _, m := range e.Modes {
+				r.Mode = m
+				runs = append(runs, r)
+			}
+		}
+	}
 	return runs, nil
+}
+
+// BoundRun is the upper bound on a trace's seed as a run (see reproduction.UpperBound).
+func BoundRun(nodes []placement.NodeSpec, pods []placement.Pod, trace string, seed int64) (Run, error) {
+	start := time.Now()
+	w, err := reproduction.NewWorkload(seed, pods, nodes)
+	if err != nil {
+		return Run{}, fmt.Errorf("%s/seed %d: %w", trace, seed, err)
+	}
+	var capacity int64
+	for _, n := range nodes {
+		capacity += int64(n.GPUs) * placement.MilliPerGPU
+	}
+	events := reproduction.UpperBound(nodes, w.Arrivals)
+	res := reproduction.Result{Policy: reproduction.UpperBoundName, Seed: seed, Events: events, Curve: reproduction.NewCurve(events, capacity), Capacity: capacity}
+	return Run{Trace: trace, Result: res, Wall: time.Since(start)}, nil
 }
 
 // ReplayOne replays one trace with one policy and seed in one mode.

@@ -10,7 +10,7 @@ import (
 
 // gpudra sim needs no trace files on disk: from a folder outside the repository it replays the
 // embedded default trace, says how far it is, and writes each replay's line to runs.csv as the
-// replay ends, beside the tables.
+// replay ends, beside the tables, with the upper bound next to the policies.
 func TestSimReplaysTheEmbeddedTracesFromAnyDirectory(t *testing.T) {
 	t.Chdir(t.TempDir())
 	cmd := newSimCommand()
@@ -31,8 +31,13 @@ func TestSimReplaysTheEmbeddedTracesFromAnyDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(runs)), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[1], "default,none,DotProd,42,") || !strings.HasPrefix(lines[2], "default,none,DotProd,43,") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[1], "default,none,DotProd,42,") || !strings.HasPrefix(lines[2], "default,none,DotProd,43,") ||
+		!strings.HasPrefix(lines[3], "default,none,upper bound,42,") {
 		t.Errorf("runs.csv:\n%s", runs)
+	}
+	// The table puts the bound beside the policy: DotProd is under it.
+	if !strings.Contains(stdout.String(), "| DotProd | upper bound |") {
+		t.Errorf("table has no upper bound column:\n%s", stdout.String())
 	}
 	for _, f := range []string{"table.csv", "table.md", "curves.csv", "default-none.svg"} {
 		if _, err := os.Stat(filepath.Join("out", f)); err != nil {
