@@ -267,3 +267,33 @@ func TestReportCountsAHalfUsedMIGGPU(t *testing.T) {
 		t.Errorf("one MIG device on m1: %+v (found %v, moves %v); want one half-used MIG GPU, the other GPUs free and nothing to move", r.Before, r.Found, r.Moves)
 	}
 }
+
+// Measure says per node what the report sums: the free GPUs, the free capacity on GPUs
+// that shares hold part of, the free GPUs scattered beside used ones, and the wholly free
+// nodes.
+func TestMeasureReportsEachNodesFreeAndStrandedGPUs(t *testing.T) {
+	l := scattered(t)
+	l5 := newLab(t, "n1", "n2", "n3", "n4", "n5")
+	l.c.Slices, l.c.Nodes = l5.c.Slices, l5.c.Nodes
+	r, nodes := defrag.Measure(&l.c, defrag.Options{})
+	want := []defrag.NodeReport{
+		{Node: "n1", GPUs: 8, FreeGPUs: 6, SharedGPUs: 2, SharedFree: 1, ScatteredGPUs: 6},
+		{Node: "n2", GPUs: 8, FreeGPUs: 2, SharedGPUs: 2, SharedFree: 1, ScatteredGPUs: 2},
+		{Node: "n3", GPUs: 8, FreeGPUs: 2, SharedGPUs: 2, SharedFree: 1, ScatteredGPUs: 2},
+		{Node: "n4", GPUs: 8, FreeGPUs: 2, SharedGPUs: 2, SharedFree: 1, ScatteredGPUs: 2},
+		{Node: "n5", GPUs: 8, FreeGPUs: 8},
+	}
+	if !slices.Equal(nodes, want) {
+		t.Errorf("nodes\n%+v\nwant\n%+v", nodes, want)
+	}
+	if r.FreeNodes != 1 || r.FreeGPUs != 20 || r.Stranded.ScatteredGPUs != 12 || r.Stranded.SharedGPUs != 8 || r.Stranded.SharedFree != 4 {
+		t.Errorf("report %+v: want 1 free node, 20 free GPUs, 12 scattered, 8 shared with 4 GPUs free on them", r)
+	}
+	res, err := defrag.Plan(context.Background(), &l.c, defrag.Goal{FreeNode: true}, defrag.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Before != r || !res.Found || len(res.Moves) != 0 {
+		t.Errorf("plan's report %+v, found %v, moves %v: want Measure's report and n5 free already", res.Before, res.Found, res.Moves)
+	}
+}

@@ -16,6 +16,8 @@ type Report struct {
 	// one node: the largest whole-GPU pod that fits now.
 	FreeGPUs    int `json:"freeGPUs"`
 	LargestFree int `json:"largestFree"`
+	// FreeNodes counts the nodes with every GPU free: room for a job that needs a whole node.
+	FreeNodes int `json:"freeNodes"`
 	// Fragmentation is the measure gpudra-scheduler scores with (StrandedFragmentation
 	// summed over the nodes, in GPUs): the expected free GPU capacity the typical pods
 	// could not use.
@@ -49,6 +51,61 @@ func DefaultTypicalPods() []placement.TypicalPod {
 	return placement.TypicalPods(pods)
 }
 
+// NodeReport is one node's part of the Report.
+type NodeReport struct {
+	Node     string `json:"node"`
+	GPUs     int    `json:"gpus"`
+	FreeGPUs int    `json:"freeGPUs"`
+	// SharedGPUs and SharedFree are the node's GPUs that shares hold part of, and the
+	// capacity left on them (in GPUs).
+	SharedGPUs int     `json:"sharedGPUs"`
+	SharedFree float64 `json:"sharedFree"`
+	// ScatteredGPUs are its free GPUs when others are in use (0 on a wholly free node).
+	ScatteredGPUs  int `json:"scatteredGPUs"`
+	MIGPartialGPUs int `json:"migPartialGPUs"`
+}
+
+// Measure reports how fragmented the cluster's GPUs are, and each node's part, without
+// planning anything (Plan's Result.Before is the same Report).
+func Measure(c *Cluster, opts Options) (Report, []NodeReport) {
+	v := newView(c.Slices)
+	for k := range c.Claims {
+		if a := c.Claims[k].Status.Allocation; a != nil {
+			v.apply(a, 1)
+		}
+	}
+	typical := opts.TypicalPods
+	if len(typical) == 0 {
+		typical = DefaultTypicalPods()
+	}
+	return v.report(typical), v.nodeReports()
+}
+
+// nodeReports is each node's free and stranded GPUs, by node name.
+func (v *view) nodeReports() []NodeReport {
+	var out []NodeReport
+	for _, node := range v.nodeNames() {
+		gs := v.nodes[node]
+		r := NodeReport{Node: node, GPUs: len(gs), FreeGPUs: v.wholeFree(node)}
+		if r.FreeGPUs > 0 && r.FreeGPUs < len(gs) {
+			r.ScatteredGPUs = r.FreeGPUs
+		}
+		for i := range gs {
+			g := &gs[i]
+			if g.held == 0 && g.shareMilli > 0 && g.shareMilli < placement.MilliPerGPU {
+				r.SharedGPUs++
+				r.SharedFree += float64(placement.MilliPerGPU-g.shareMilli) / placement.MilliPerGPU
+			}
+			if g.migAssigned > 0 && g.migAssigned < g.migDevices {
+				r.MIGPartialGPUs++
+			}
+		}
+		r.SharedFree = round2(r.SharedFree)
+		out = append(out, r)
+	}
+	return out
+}
+
 // report measures the view. CPU and memory are not counted: the measure sees GPUs only.
 func (v *view) report(typical []placement.TypicalPod) Report {
 	var r Report
@@ -64,6 +121,9 @@ func (v *view) report(typical []placement.TypicalPod) Report {
 		if free > 0 && free < len(gs) {
 			r.Stranded.ScatteredGPUs += free
 			r.Stranded.ScatteredNodes++
+		}
+		if free == len(gs) {
+			r.FreeNodes++
 		}
 		model := ""
 		for i := range gs {

@@ -24,7 +24,10 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(plans, evictions, requeued)
+	metrics.Registry.MustRegister(reportMetrics...)
 }
 
 // MetricNames are the names of the metrics this package serves, sorted.
-func MetricNames() []string { return metricnames.Of(plans, evictions, requeued) }
+func MetricNames() []string {
+	return metricnames.Of(append([]prometheus.Collector{plans, evictions, requeued}, reportMetrics...)...)
+}

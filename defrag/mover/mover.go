@@ -29,7 +29,8 @@ import (
 
 // Mover plans room for waiting Workloads and moves pods to make it, one plan per
 // Interval, only while no pod with claims is terminating (the last plan's moves are still
-// under way).
+// under way). Every Interval it also measures the cluster's fragmentation and the moves
+// that would free one whole node, as gauges (Measure).
 type Mover struct {
 	Client client.Client
 	// Labels place nodes in the network, as the admission check's.
@@ -72,6 +73,9 @@ func (m *Mover) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if err := m.Measure(ctx); err != nil {
+			logger.Error(err, "Measuring fragmentation")
 		}
 		if err := m.Once(ctx); err != nil {
 			logger.Error(err, "Defragmentation")
