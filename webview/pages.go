@@ -16,7 +16,7 @@ import (
 )
 
 // pageNames are the templates under templates/, each with the layout.
-var pageNames = []string{"cluster", "node", "queues", "explain", "workload"}
+var pageNames = []string{"cluster", "node", "queues", "explain", "workload", "defrag"}
 
 type pageTemplate struct{ *template.Template }
 

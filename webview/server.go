@@ -1,6 +1,6 @@
 // Package webview serves a read-only web view of a gpudra cluster: GPUs by model and node,
-// what each allocated claim holds, Kueue queues and why a claim, pod or Workload is
-// pending. Pages are rendered on the server from informer caches; a Server-Sent Events
+// what each allocated claim holds, Kueue queues, why a claim, pod or Workload is pending,
+// and how fragmented the GPUs are with the moves that would free a node. Pages are rendered on the server from informer caches; a Server-Sent Events
 // stream tells the page when the cluster changed, and a small script fetches the page's
 // content again.
 package webview
@@ -90,6 +90,10 @@ type Server struct {
 	modelMu      sync.Mutex
 	model        *Cluster
 	modelVersion uint64
+
+	// defrag is the last measurement and plan of the defragmentation page.
+	defragMu sync.Mutex
+	defrag   *defragResult
 }
 
 // New makes a Server; Start begins watching.
@@ -198,6 +202,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /{$}", s.page("cluster", s.clusterPage))
 	s.mux.HandleFunc("GET /nodes/{name}", s.page("node", s.nodePage))
 	s.mux.HandleFunc("GET /queues", s.page("queues", s.queuesPage))
+	s.mux.HandleFunc("GET /defrag", s.page("defrag", s.defragPage))
 	s.mux.HandleFunc("GET /claims/{namespace}/{name}", s.page("explain", s.claimPage))
 	s.mux.HandleFunc("GET /pods/{namespace}/{name}", s.page("explain", s.podPage))
 	s.mux.HandleFunc("GET /workloads/{namespace}/{name}", s.page("workload", s.workloadPage))
