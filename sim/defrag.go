@@ -53,6 +53,9 @@ type DefragRow struct {
 	// Plans counts the plans carried out; Evictions the pods they moved; FreedGPUs the
 	// whole GPUs they freed for large jobs.
 	Plans, Evictions, FreedGPUs int
+	// Bound is the most any placement could allocate, mean over the steps in percent: at
+	// each step the GPU demand that could be running (DefragBound), at most the capacity.
+	Bound float64 `json:"bound"`
 }
 
 // EvictionsPerFreedGPU is the cost of defragmentation: pods moved per GPU freed.
@@ -117,15 +120,39 @@ func (e DefragExperiment) Run(ctx context.Context) ([]DefragRow, error) {
 			e.Nodes, e.Steps, e.LargeEvery, e.MaxEvictions)
 	}
 	arrivals := e.arrivals()
+	bound := e.bound(arrivals)
 	var rows []DefragRow
 	for _, withDefrag := range []bool{false, true} {
 		r, err := e.replay(ctx, arrivals, withDefrag)
 		if err != nil {
 			return nil, err
 		}
+		r.Bound = bound
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// bound is the upper bound on the mean share allocated over steps 1..Steps: at step s, a
+// small pod can be running only if it arrived at a step a ≤ s < a + runs (it is placed on
+// arrival or never, and ends runs steps later), and a large job only if it arrived by s (it
+// runs to the end once started); whatever any placement, with moves or not, runs then is
+// among them, and at most the capacity. So the bound is min(GPU demand present, capacity)
+// per step, averaged.
+func (e DefragExperiment) bound(arrivals []arrival) float64 {
+	capacity := int64(8*e.Nodes) * placement.MilliPerGPU
+	var sum float64
+	for s := 1; s <= e.Steps; s++ {
+		var present int64
+		for _, a := range arrivals {
+			large := a.pod.GPUs == 8
+			if a.step <= s && (large || s < a.step+a.runs) {
+				present += a.pod.Demand()
+			}
+		}
+		sum += 100 * float64(min(present, capacity)) / float64(capacity)
+	}
+	return sum / float64(e.Steps)
 }
 
 // defragCluster is the replay's cluster: slices, and the running pods with their claims.
@@ -337,10 +364,10 @@ func (e DefragExperiment) replay(ctx context.Context, arrivals []arrival, withDe
 // seeds, each mode's mean.
 func FormatDefragTable(rows []DefragRow) string {
 	var b strings.Builder
-	b.WriteString("| run | seed | GPUs allocated (mean %) | 8-GPU jobs started / arrived | mean wait (steps) | still waiting | small pods refused | plans | pods moved | pods moved per freed GPU |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| run | seed | GPUs allocated (mean %) | upper bound (mean %) | 8-GPU jobs started / arrived | mean wait (steps) | still waiting | small pods refused | plans | pods moved | pods moved per freed GPU |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	line := func(seed string, r DefragRow, ints func(int) string) {
-		fmt.Fprintf(&b, "| %s | %s | %.1f | %s / %s | %.1f | %s | %s | %s | %s | %.2f |\n", r.Mode, seed, r.Allocated, ints(r.LargeStarted), ints(r.LargeArrived),
+		fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s / %s | %.1f | %s | %s | %s | %s | %.2f |\n", r.Mode, seed, r.Allocated, r.Bound, ints(r.LargeStarted), ints(r.LargeArrived),
 			r.LargeWait, ints(r.LargeWaiting), ints(r.SmallRefused), ints(r.Plans), ints(r.Evictions), r.EvictionsPerFreedGPU())
 	}
 	plain := func(n int) string { return strconv.Itoa(n) }
@@ -367,6 +394,7 @@ func FormatDefragTable(rows []DefragRow) string {
 				continue
 			}
 			sum.Allocated += r.Allocated / n
+			sum.Bound += r.Bound / n
 			sum.LargeWait += r.LargeWait / n
 			sum.LargeStarted += r.LargeStarted
 			sum.LargeArrived += r.LargeArrived
