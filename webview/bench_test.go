@@ -259,3 +259,25 @@ func BenchmarkBuildModel(b *testing.B) {
 	}
 	reportModelHeap(b, s)
 }
+
+// BenchmarkRenderDefrag is the defragmentation page as the requests after the first see it:
+// one report and plan shared.
+func BenchmarkRenderDefrag(b *testing.B) {
+	s, _ := benchServer(b)
+	benchPage(b, s, "/defrag")
+}
+
+// BenchmarkPlanDefrag measures the cluster and plans to free a node, as the first request
+// after a change does (at most every 10 s).
+func BenchmarkPlanDefrag(b *testing.B) {
+	s, _ := benchServer(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.defragMu.Lock()
+		s.defrag = nil
+		s.defragMu.Unlock()
+		if _, err := s.defragPlan(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
