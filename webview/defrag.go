@@ -18,6 +18,8 @@ const defragMaxAge = 10 * time.Second
 // ResourceClaims everywhere, what it is measured from), and the plan that would free one
 // whole node, its moves those of pods the caller may list (read-only: nothing is moved).
 type DefragPage struct {
+	// List pages the nodes (100 a page; ?node= keeps those whose name contains the text).
+	List   Listing
 	Report *defrag.Report
 	Nodes  []defrag.NodeReport
 	Plan   *DefragPlan
@@ -106,11 +108,15 @@ func (s *Server) defragCluster(ctx context.Context) (*defrag.Cluster, error) {
 
 func (s *Server) defragPage(r *http.Request, sc *scope) (string, string, any, int) {
 	const title = "Defragmentation"
+	l, err := parseListing(r)
+	if err != nil {
+		return title, "defrag", DefragPage{List: l, Error: err.Error()}, http.StatusBadRequest
+	}
 	d, err := s.defragPlan(r.Context())
 	if err != nil {
-		return title, "defrag", DefragPage{Error: err.Error()}, http.StatusInternalServerError
+		return title, "defrag", DefragPage{List: l, Error: err.Error()}, http.StatusInternalServerError
 	}
-	p := DefragPage{Measured: d.at.UTC().Format("15:04:05"), Plan: &DefragPlan{Found: d.plan.Found, Evictions: d.plan.Evictions}}
+	p := DefragPage{List: l, Measured: d.at.UTC().Format("15:04:05"), Plan: &DefragPlan{Found: d.plan.Found, Evictions: d.plan.Evictions}}
 	// Why no plan was found may name any namespace's pods.
 	if sc.can(podsResource, "") {
 		p.Plan.Reason = d.plan.Reason
@@ -120,7 +126,14 @@ func (s *Server) defragPage(r *http.Request, sc *scope) (string, string, any, in
 	// The report is measured from every claim: only for a caller who may read them all.
 	if sc.canCluster(slicesResource) && sc.canCluster(claimsResource) {
 		report := d.report
-		p.Report, p.Nodes, p.Plan.Target = &report, d.nodes, d.plan.Target
+		p.Report, p.Plan.Target = &report, d.plan.Target
+		var nodes []defrag.NodeReport
+		for _, n := range d.nodes {
+			if matches(l.Node, n.Node) {
+				nodes = append(nodes, n)
+			}
+		}
+		p.Nodes = paginate(&p.List, nodes)
 	}
 	for _, m := range d.plan.Moves {
 		for _, pm := range m.Pods {

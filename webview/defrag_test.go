@@ -73,6 +73,12 @@ func TestDefragPageShowsTheReportAndTheMovesTheCallerMayRead(t *testing.T) {
 			}
 		})
 	}
+	// Its nodes filter and page like the cluster page's.
+	filtered := get(t, f.http.URL+"/defrag?node=node-b", http.StatusOK)
+	contains(t, filtered, `data-node="gpu-node-b"`)
+	lacks(t, filtered, `data-node="gpu-node-a"`)
+	contains(t, get(t, f.http.URL+"/defrag?limit=1", http.StatusOK), `data-node="gpu-node-a"`, `rel="next" href="/defrag?limit=1&amp;page=2"`)
+	contains(t, get(t, f.http.URL+"/defrag?limit=0", http.StatusBadRequest), "limit")
 	// The cluster page links to it.
 	contains(t, get(t, f.http.URL+"/", http.StatusOK), `href="/defrag"`, `id="defrag-link"`)
 	// Requests in quick succession share one plan rather than each planning again.
