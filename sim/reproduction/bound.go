@@ -36,8 +36,10 @@ const maxBoundModels = 12
 //     demand, and leaving them out is one of the relaxation's choices.
 //   - Memory: the same knapsack with memory.
 //
-// The bound is exact when one of the relaxations is (one node; one pod shape per model;
-// pods that fill GPUs without fragments). Arrived is the cumulative GPU demand, as in Replay.
+// The bound is the optimum when one of the relaxations is exact: whole-GPU pods that fit
+// their nodes' CPU and memory, or CPU or memory the binding limit with pods of one shape. It
+// cannot see per-GPU packing (two 0.6-GPU shares on one GPU) nor per-node CPU. Arrived is
+// the cumulative GPU demand, as in Replay.
 func UpperBound(nodes []placement.NodeSpec, arrivals []placement.Pod) []Event {
 	capacity := newCapacityCut(nodes)
 	var cpu, mem knapsack
