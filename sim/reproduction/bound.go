@@ -36,10 +36,10 @@ const maxBoundModels = 12
 //     demand, and leaving them out is one of the relaxation's choices.
 //   - Memory: the same knapsack with memory.
 //
-// The bound is the optimum when one of the relaxations is exact: pods of one whole GPU that fit
-// their nodes' CPU and memory, or CPU or memory the binding limit with pods of one shape. It
-// cannot see per-GPU packing (two 0.6-GPU shares on one GPU) nor per-node CPU. Arrived is
-// the cumulative GPU demand, as in Replay.
+// The bound is the optimum in simple cases (the tests show which: the capacity or the arrived
+// demand reached, pods bound to a model, CPU or memory the limit on one node). It cannot see
+// per-GPU packing (two 0.6-GPU shares on one GPU) nor per-node CPU and memory. Arrived is the
+// cumulative GPU demand, as in Replay.
 func UpperBound(nodes []placement.NodeSpec, arrivals []placement.Pod) []Event {
 	capacity := newCapacityCut(nodes)
 	var cpu, mem knapsack
