@@ -114,11 +114,16 @@ func (inv *Inventory) position(index int) int {
 
 // indexList names positions by GPU index: "0-1-2-3".
 func (inv *Inventory) indexList(positions []int) string {
+	return topology.JoinIndices(inv.indices(positions), "-")
+}
+
+// indices are the GPU indices at the given positions in GPUs.
+func (inv *Inventory) indices(positions []int) []int {
 	idx := make([]int, len(positions))
 	for k, p := range positions {
 		idx[k] = inv.GPUs[p].Index
 	}
-	return topology.JoinIndices(idx, "-")
+	return idx
 }
 
 func bytesQuantity(b uint64) resource.Quantity {
@@ -284,10 +289,56 @@ func migDevice(inv *Inventory, g *GPU, counters counterPlan, profile string, pl 
 // groupDevice renders an NVLink group. ok is false when a member is not usable as a
 // whole GPU (static MIG) or the group spans more counter sets than a device may consume.
 func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable map[int]bool) (resourceapi.Device, bool) {
-	take := map[int][]string{}
+	d, ok := linkedGroup(inv, gr.Members, counters, usable)
+	if !ok {
+		return d, false
+	}
 	first := &inv.GPUs[gr.Members[0]]
+	a := attrs(d.Attributes)
+	a.str(api.AttrType, api.TypeNVLinkGroup)
+	a.int(api.AttrNVLinkMinLinks, gr.MinLinks)
+	a.str(api.AttrNVLinkFabric, gr.Fabric)
+	a.str(api.AttrBrand, first.Brand)
+	a.str(api.AttrArchitecture, first.Architecture)
+	a.version(api.AttrCUDAComputeCapability, first.CUDAComputeCapability)
+	a.version(api.AttrDriverVersion, inv.DriverVersion)
+	a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
+	if dom := inv.NVLink.Domains()[gr.Members[0]]; dom != nil {
+		a.str(api.AttrLinkDomain, "nvlink-"+inv.indexList(dom))
+	}
+	d.Name = GroupDeviceName(inv.indices(gr.Members))
+	return d, true
+}
+
+// xgmiGroupDevice renders a group of GPUs of one XGMI hive (members are positions in
+// inv.GPUs). ok is false as for groupDevice.
+func xgmiGroupDevice(inv *Inventory, members []int, counters counterPlan, usable map[int]bool) (resourceapi.Device, bool) {
+	d, ok := linkedGroup(inv, members, counters, usable)
+	if !ok {
+		return d, false
+	}
+	k := inv.GPUs[members[0]].KFD
+	a := attrs(d.Attributes)
+	a.str(api.AttrType, api.TypeXGMIGroup)
+	a.str(api.AttrGFXTarget, k.GFXTarget)
+	a.str(api.AttrMemoryPartition, k.MemoryPartition)
+	a.str(api.AttrXGMIHive, k.XGMIHive)
+	a.str(api.AttrLinkDomain, "xgmi-"+k.XGMIHive)
+	a.bool(api.AttrMIGCapable, false)
+	d.Name = XGMIGroupDeviceName(inv.indices(members))
+	return d, true
+}
+
+// linkedGroup is what NVLink and XGMI groups publish alike: gpuCount, members, the
+// members' vendor and product, the PCIe root and NUMA node they share, capacities, and
+// the counters of every member. ok is false when a member is not usable as a whole GPU,
+// the members are not all of one product, or they span more counter sets than a device
+// may consume.
+func linkedGroup(inv *Inventory, members []int, counters counterPlan, usable map[int]bool) (resourceapi.Device, bool) {
+	take := map[int][]string{}
+	first := &inv.GPUs[members[0]]
 	sameRoot, sameNUMA := true, true
-	for _, pos := range gr.Members {
+	for _, pos := range members {
 		g := &inv.GPUs[pos]
 		if !usable[g.Index] || g.ProductName != first.ProductName {
 			return resourceapi.Device{}, false
@@ -301,36 +352,23 @@ func groupDevice(inv *Inventory, gr topology.Group, counters counterPlan, usable
 		return resourceapi.Device{}, false
 	}
 	a := attrs{}
-	a.str(api.AttrType, api.TypeNVLinkGroup)
-	a.int(api.AttrGPUCount, len(gr.Members))
-	a.str(api.AttrMembers, inv.indexList(gr.Members))
-	a.int(api.AttrNVLinkMinLinks, gr.MinLinks)
-	a.str(api.AttrNVLinkFabric, gr.Fabric)
+	a.int(api.AttrGPUCount, len(members))
+	a.str(api.AttrMembers, inv.indexList(members))
 	a.str(api.AttrVendor, first.VendorOf())
 	a.str(api.AttrProductName, first.ProductName)
-	a.str(api.AttrBrand, first.Brand)
-	a.str(api.AttrArchitecture, first.Architecture)
-	a.version(api.AttrCUDAComputeCapability, first.CUDAComputeCapability)
-	a.version(api.AttrDriverVersion, inv.DriverVersion)
-	a.version(api.AttrCUDADriverVersion, inv.CUDADriverVersion)
 	if sameRoot && first.PCIeRoot != "" {
 		a.str(string(deviceattribute.StandardDeviceAttributePCIeRoot), first.PCIeRoot)
 	}
 	if sameNUMA {
 		a.int(string(deviceattribute.StandardDeviceAttributeNUMANode), *first.NUMANode)
 	}
-	idx := make([]int, len(gr.Members))
-	for k, pos := range gr.Members {
-		idx[k] = inv.GPUs[pos].Index
-	}
 	return resourceapi.Device{
-		Name:       GroupDeviceName(idx),
 		Attributes: a,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			// memory is per member GPU, so selectors read the same as for one GPU.
 			api.CapMemory:          capacity(bytesQuantity(first.MemoryBytes)),
-			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(gr.Members)), resource.DecimalSI)),
-			api.CapCompute:         computePercent(100 * int64(len(gr.Members))),
+			api.CapMultiprocessors: capacity(*resource.NewQuantity(int64(first.Multiprocessors*len(members)), resource.DecimalSI)),
+			api.CapCompute:         computePercent(100 * int64(len(members))),
 		},
 		ConsumesCounters: consume,
 	}, true

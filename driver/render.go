@@ -89,7 +89,7 @@ type RenderOptions struct {
 	MIG MIGStrategy
 	// NoShares stops publishing a shareable device per GPU.
 	NoShares bool
-	// NoGroups stops publishing NVLink group devices.
+	// NoGroups stops publishing NVLink and XGMI group devices.
 	NoGroups bool
 	// Taints, keyed by GPU index, go on every device that uses that GPU: the whole GPU,
 	// its share, its MIG devices and the NVLink groups containing it (a device keeps at
@@ -151,8 +151,8 @@ type Pool struct {
 // Render turns an inventory into the node's pool. Each GPU has counters (one per MIG
 // memory slice when it publishes MIG devices, else one) that every device using the GPU
 // consumes — whole GPU, share (taken once for all its shares), MIG placement (its
-// slices), NVLink group (all of each member's) — so the scheduler never hands out one GPU
-// twice.
+// slices), NVLink or XGMI group (all of each member's) — so the scheduler never hands out
+// one GPU twice.
 func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -192,6 +192,12 @@ func Render(inv *Inventory, opts RenderOptions) (*Pool, error) {
 					members[k] = inv.GPUs[pos].Index
 				}
 				rs = append(rs, ranked{opts.tainted(d, members...), slices.Min(members), len(members)})
+			}
+		}
+		for _, members := range inv.XGMIGroups() {
+			if d, ok := xgmiGroupDevice(inv, members, counters, usable); ok {
+				idx := inv.indices(members)
+				rs = append(rs, ranked{opts.tainted(d, idx...), slices.Min(idx), len(idx)})
 			}
 		}
 		// A group request walks past every group before the first that fits, two CEL
@@ -419,14 +425,17 @@ func (p counterPlan) wholeGPU(index int) []resourceapi.DeviceCounterConsumption 
 	return c
 }
 
-// GPUDeviceName, ShareDeviceName, MIGDeviceName and GroupDeviceName are the published
-// device names (DNS labels).
+// GPUDeviceName, ShareDeviceName, MIGDeviceName and GroupDeviceName (an NVLink group's)
+// are the published device names (DNS labels).
 func GPUDeviceName(index int) string   { return fmt.Sprintf("gpu-%d", index) }
 func ShareDeviceName(index int) string { return fmt.Sprintf("gpu-%d-share", index) }
 func MIGDeviceName(index int, profile string, start int) string {
 	return fmt.Sprintf("gpu-%d-mig-%s-%d", index, profileLabel.Replace(profile), start)
 }
 func GroupDeviceName(members []int) string { return "nvlink-" + topology.JoinIndices(members, "-") }
+
+// XGMIGroupDeviceName is the name of the XGMI group of the given GPUs ("xgmi-0-1-2-3").
+func XGMIGroupDeviceName(members []int) string { return "xgmi-" + topology.JoinIndices(members, "-") }
 
 // profileLabel writes a MIG profile's name in a DNS label ("1g.10gb+me": "1g10gb-me").
 var profileLabel = strings.NewReplacer(".", "", "+", "-")

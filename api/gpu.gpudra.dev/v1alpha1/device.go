@@ -14,10 +14,10 @@ import (
 //
 // +k8s:deepcopy-gen=false
 type DeviceInfo struct {
-	// Type is TypeGPU, TypeShare, TypeMIG or TypeNVLinkGroup.
+	// Type is TypeGPU, TypeShare, TypeMIG, TypeNVLinkGroup or TypeXGMIGroup.
 	Type string
 	// GPUs are the indices of the GPUs the device uses: its own index (a GPU, a share),
-	// its parent's (a MIG device) or its members (an NVLink group).
+	// its parent's (a MIG device) or its members (an NVLink or XGMI group).
 	GPUs []int
 	// UUID is the GPU's UUID, or the MIG instance's where it exists.
 	UUID string
@@ -37,7 +37,7 @@ type DeviceInfo struct {
 	// MIGProfile, MIGPlacementStart and MIGPlacementSize place a MIG device on its GPU.
 	MIGProfile                          string
 	MIGPlacementStart, MIGPlacementSize int
-	// Members are an NVLink group's GPUs, as its members attribute lists them.
+	// Members are an NVLink or XGMI group's GPUs, as its members attribute lists them.
 	Members []int
 	// NVLinkClique and NVLinkDomain are a GPU's NVLink clique and domain, if any.
 	NVLinkClique, NVLinkDomain string
@@ -52,7 +52,7 @@ type DeviceInfo struct {
 }
 
 // deviceTypes are the accepted values of the type attribute.
-var deviceTypes = []string{TypeGPU, TypeShare, TypeMIG, TypeNVLinkGroup}
+var deviceTypes = []string{TypeGPU, TypeShare, TypeMIG, TypeNVLinkGroup, TypeXGMIGroup}
 
 // attribute is a gpudra attribute of d by its name, with or without the driver's domain.
 func attribute(d *resourceapi.Device, name string) (resourceapi.DeviceAttribute, bool) {
@@ -129,7 +129,7 @@ func ReadDevice(d *resourceapi.Device) (DeviceInfo, error) {
 		if i, ok := num(AttrParentIndex); ok {
 			info.GPUs = []int{i}
 		}
-	case TypeNVLinkGroup:
+	case TypeNVLinkGroup, TypeXGMIGroup:
 		m, err := ParseMembers(str(AttrMembers))
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -164,7 +164,7 @@ func ReadDevice(d *resourceapi.Device) (DeviceInfo, error) {
 	return info, nil
 }
 
-// ParseMembers reads an NVLink group's members attribute: GPU indices joined by "-"
+// ParseMembers reads an NVLink or XGMI group's members attribute: GPU indices joined by "-"
 // ("0-1-2-3").
 func ParseMembers(s string) ([]int, error) {
 	if s == "" {

@@ -56,13 +56,41 @@ func TestReadDeviceReadsWhatTheDriverPublishes(t *testing.T) {
 	}
 }
 
+// An XGMI group of an AMD node reads back with its members as the GPUs it uses.
+func TestReadDeviceReadsXGMIGroups(t *testing.T) {
+	_, sl, err := simulated.KFDSlices("mi300x-8", "node-a", driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := 0
+	for _, s := range sl {
+		for k := range s.Spec.Devices {
+			d := &s.Spec.Devices[k]
+			info, err := api.ReadDevice(d)
+			if err != nil {
+				t.Fatalf("%s: %v", d.Name, err)
+			}
+			if info.Type != api.TypeXGMIGroup {
+				continue
+			}
+			groups++
+			if d.Name != driver.XGMIGroupDeviceName(info.Members) || !slices.Equal(info.GPUs, info.Members) || len(info.Members) < 2 || info.Vendor != api.VendorAMD {
+				t.Errorf("%s reads as %+v", d.Name, info)
+			}
+		}
+	}
+	if groups == 0 {
+		t.Error("no XGMI group read")
+	}
+}
+
 func TestReadDeviceRefusesMalformedAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 		want  string
 	}{
-		{"no type", nil, `attribute type "": accepted values are gpu, share, mig, nvlink-group`},
+		{"no type", nil, `attribute type "": accepted values are gpu, share, mig, nvlink-group, xgmi-group`},
 		{"unknown type", map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{api.AttrType: {StringValue: ptr.To("tpu")}}, `"tpu": accepted values`},
 		{"index not an int", map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{api.AttrType: {StringValue: ptr.To(api.TypeGPU)}, api.AttrIndex: {StringValue: ptr.To("0")}}, "attribute index: want an int"},
 		{"members not indices", map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{api.AttrType: {StringValue: ptr.To(api.TypeNVLinkGroup)}, api.AttrMembers: {StringValue: ptr.To("0,x")}}, `attribute members "0,x": want GPU indices joined by "-"`},

@@ -25,7 +25,15 @@ const (
 	DeviceClassAMDGPU   = "amd-gpu.gpudra.dev"
 	DeviceClassHygonGPU = "hygon-gpu.gpudra.dev"
 	DeviceClassAnyGPU   = "any-gpu.gpudra.dev"
+	// DeviceClassXGMIGroup selects XGMI groups (AMD, Hygon) of any size;
+	// DeviceClassGPUGroup selects linked groups of any vendor: NVLink and XGMI groups.
+	DeviceClassXGMIGroup = "xgmi-group.gpudra.dev"
+	DeviceClassGPUGroup  = "gpu-group.gpudra.dev"
 )
+
+// DeviceClassGPUGroupOf is the DeviceClass of linked groups of n GPUs of any vendor
+// ("gpu-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
+func DeviceClassGPUGroupOf(n int) string { return "gpu-group-" + strconv.Itoa(n) + ".gpudra.dev" }
 
 // DeviceClassNVLinkGroupOf is the DeviceClass of NVLink groups of n GPUs
 // ("nvlink-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
@@ -37,11 +45,12 @@ func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.I
 // capacity.requests ask, so a capacity request means nothing there.
 func WholeDeviceClass(class string) bool {
 	switch class {
-	case DeviceClassGPU, DeviceClassMIG, DeviceClassNVLinkGroup, DeviceClassAMDGPU, DeviceClassHygonGPU, DeviceClassAnyGPU:
+	case DeviceClassGPU, DeviceClassMIG, DeviceClassNVLinkGroup, DeviceClassAMDGPU, DeviceClassHygonGPU, DeviceClassAnyGPU,
+		DeviceClassXGMIGroup, DeviceClassGPUGroup:
 		return true
 	}
 	name, ok := strings.CutSuffix(class, ".gpudra.dev")
-	return ok && (strings.HasPrefix(name, "nvlink-group-") || strings.HasPrefix(name, "mig-"))
+	return ok && (strings.HasPrefix(name, "nvlink-group-") || strings.HasPrefix(name, "gpu-group-") || strings.HasPrefix(name, "mig-"))
 }
 
 // QuotaGPUPercent is the resource Kueue quotas count GPUs in, in percent of one GPU (a
@@ -63,7 +72,14 @@ const (
 	TypeShare       = "share"
 	TypeMIG         = "mig"
 	TypeNVLinkGroup = "nvlink-group"
+	// TypeXGMIGroup is a group of AMD or Hygon GPUs of one XGMI hive, published like an
+	// NVLink group (gpuCount, members, counters of every member).
+	TypeXGMIGroup = "xgmi-group"
 )
+
+// IsGroupType says whether a device type is a group of linked GPUs (an NVLink or an
+// XGMI group), whose members attribute lists the GPUs it takes.
+func IsGroupType(t string) bool { return t == TypeNVLinkGroup || t == TypeXGMIGroup }
 
 // Attribute names, in the driver's domain (a CEL selector reads
 // device.attributes["gpu.gpudra.dev"].uuid).
@@ -88,8 +104,10 @@ const (
 	AttrNVLinkClique          = "nvlinkClique"
 	AttrNVLinkDomain          = "nvlinkDomain"
 	AttrNVLinkMinLinks        = "nvlinkMinLinks"
-	AttrGPUCount              = "gpuCount"
-	AttrMembers               = "members"
+	// AttrGPUCount and AttrMembers are a group's size and its GPUs' indices ("0-1-2-3"),
+	// on NVLink and XGMI groups alike.
+	AttrGPUCount = "gpuCount"
+	AttrMembers  = "members"
 )
 
 // Attributes of GPUs of every vendor (AMD and Hygon GPUs publish the common ones above too:
