@@ -78,3 +78,46 @@ devices:
 		t.Error("the claim's CDI spec is left after unprepare")
 	}
 }
+
+// An XGMI group of 4 is prepared as one CDI device with /dev/kfd, every member's render
+// node and ROCR_VISIBLE_DEVICES of its four GPUs.
+func TestAMDNodePreparesAnXGMIGroup(t *testing.T) {
+	n := newKFDNode(t, "mi300x-8")
+	d := n.newDriver(nil)
+	c := n.allocate(`
+devices:
+  requests:
+  - name: group
+    exactly:
+      deviceClassName: gpu-group.gpudra.dev
+      selectors:
+      - cel: {expression: 'device.attributes["gpu.gpudra.dev"].members == "4-5-6-7"'}
+`)
+	mustPrepare(t, d, c)
+	spec := n.spec(c)
+	if len(spec.Devices) != 1 {
+		t.Fatalf("CDI spec has %d devices, want one for the group", len(spec.Devices))
+	}
+	var paths []string
+	for _, dn := range slices.Concat(spec.ContainerEdits.DeviceNodes, spec.Devices[0].ContainerEdits.DeviceNodes) {
+		paths = append(paths, dn.Path)
+	}
+	for _, want := range []string{"/dev/kfd", "/dev/dri/renderD132", "/dev/dri/renderD133", "/dev/dri/renderD134", "/dev/dri/renderD135"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("device nodes %v lack %s", paths, want)
+		}
+	}
+	for _, other := range []string{"/dev/dri/renderD128", "/dev/dri/renderD131"} {
+		if slices.Contains(paths, other) {
+			t.Errorf("device nodes %v give the container %s, which is not in the group", paths, other)
+		}
+	}
+	if !slices.ContainsFunc(spec.Devices[0].ContainerEdits.Env, func(kv string) bool {
+		return strings.HasPrefix(kv, "ROCR_VISIBLE_DEVICES=GPU-") && strings.Count(kv, ",") == 3
+	}) {
+		t.Errorf("env %v has no ROCR_VISIBLE_DEVICES of four GPUs", spec.Devices[0].ContainerEdits.Env)
+	}
+	if err := unprepare(t, d, c); err != nil {
+		t.Fatal(err)
+	}
+}

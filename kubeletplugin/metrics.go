@@ -117,7 +117,7 @@ func newMetrics(st *state, sampler *usage.Sampler) *metrics {
 
 // published records what a pool publishes.
 func (m *metrics) published(pool *driver.Pool) {
-	count := map[string]int{api.TypeGPU: 0, api.TypeShare: 0, api.TypeMIG: 0, api.TypeNVLinkGroup: 0}
+	count := map[string]int{api.TypeGPU: 0, api.TypeShare: 0, api.TypeMIG: 0, api.TypeNVLinkGroup: 0, api.TypeXGMIGroup: 0}
 	for _, s := range pool.Slices {
 		for _, d := range s.Devices {
 			count[deviceType(d)]++

@@ -32,7 +32,7 @@ var (
 
 // deviceTypesOrder is the order of gpudra_plugin_gpu_claims' type label values; each GPU
 // has a series for each, 0 when no claim uses it that way.
-var deviceTypesOrder = []string{api.TypeGPU, api.TypeShare, api.TypeMIG, api.TypeNVLinkGroup}
+var deviceTypesOrder = []string{api.TypeGPU, api.TypeShare, api.TypeMIG, api.TypeNVLinkGroup, api.TypeXGMIGroup}
 
 // gpuCollector computes the per-GPU metrics at scrape time from the plugin's inventory
 // and the prepared claims of its checkpoint, under the state's lock.

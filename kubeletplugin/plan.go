@@ -146,7 +146,7 @@ func (p *planner) device(claimUID string, r resourceapi.DeviceRequestAllocationR
 		pd.GPUs = []int{idx}
 		pd.CDI.GPUs = []cdi.GPU{cdiGPU(g)}
 		pd.CDI.MemoryBytes, pd.CDI.ComputePercent = int64(g.MemoryBytes), 100
-	case api.TypeNVLinkGroup:
+	case api.TypeNVLinkGroup, api.TypeXGMIGroup:
 		for _, idx := range info.Members {
 			g := p.inv.GPU(idx)
 			if g == nil {
