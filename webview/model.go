@@ -379,7 +379,7 @@ func buildCluster(nodes []*corev1.Node, sl []*resourceapi.ResourceSlice, claims 
 					g.Shares = append(g.Shares, shareUse(h, info.memory, info.compute, r.ConsumedCapacity))
 				case api.TypeMIG:
 					g.MIG = append(g.MIG, DeviceUse{Holder: h, Device: r.Device, Detail: info.migProfile})
-				case api.TypeNVLinkGroup:
+				case api.TypeNVLinkGroup, api.TypeXGMIGroup:
 					g.Groups = append(g.Groups, DeviceUse{Holder: h, Device: r.Device, Detail: topology.JoinIndices(info.members, "-")})
 				}
 			}
