@@ -2,6 +2,7 @@ package fragmentation
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,10 +17,10 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// gpudra's DeviceClasses (deployments/deviceclasses) the policies model: whole GPUs and
-// shares. A pod asking for any other gpudra class — MIG devices, NVLink groups of any
-// size — is left to the other plugins (Skip); classes of other drivers ask nothing of
-// the GPUs.
+// gpudra's DeviceClasses (deployments/deviceclasses) the policies model: whole GPUs of
+// every vendor and shares. A pod asking for any other gpudra class — MIG devices, NVLink
+// or XGMI groups of any size — is left to the other plugins (Skip); classes of other
+// drivers ask nothing of the GPUs.
 const (
 	// classSuffix ends the name of every DeviceClass gpudra ships.
 	classSuffix = ".gpudra.dev"
@@ -125,16 +126,28 @@ func (d *demand) offeredBy(allocatable map[corev1.ResourceName]int64) bool {
 // extended resources (nil: none): an extended resource the node offers itself is a
 // plain resource there, as for kube-scheduler, the others add the devices of
 // kube-scheduler's claim. ok is false when the pod asks for gpudra devices the policies
-// do not model (MIG, NVLink groups, several shares, a share beside whole GPUs,
+// do not model (MIG, NVLink and XGMI groups, several shares, a share beside whole GPUs,
 // prioritized lists); p then has its CPU and memory only.
 func (d *demand) on(allocatable map[corev1.ResourceName]int64) (p placement.Pod, ok bool) {
+	devs := d.devicesOn(allocatable)
+	return devs.of(d.pod)
+}
+
+// vendorsOn are the GPU vendors the pod's devices may take on a node with these
+// allocatable extended resources, nil for any.
+func (d *demand) vendorsOn(allocatable map[corev1.ResourceName]int64) []string {
+	return d.devicesOn(allocatable).gpuVendors()
+}
+
+func (d *demand) devicesOn(allocatable map[corev1.ResourceName]int64) devices {
 	devs := d.claimed
+	devs.vendors = slices.Clone(devs.vendors)
 	for i := range d.extended {
 		if allocatable[d.extended[i].resource] == 0 {
 			devs.add(&d.extended[i].devices)
 		}
 	}
-	return devs.of(d.pod)
+	return devs
 }
 
 // devices counts the gpudra devices a pod's requests ask for.
@@ -142,12 +155,33 @@ type devices struct {
 	gpus, shares int64
 	// shareMilli is the part of a GPU the (last) share reserves.
 	shareMilli int64
+	// vendors are the GPU vendors the requests' classes take; anyVendor is set by a class
+	// that takes every vendor's GPUs.
+	vendors   []string
+	anyVendor bool
 	// unmodelled is set by a request the policies do not model.
 	unmodelled bool
 }
 
+// classVendor is the vendor whose GPUs a whole-GPU or share class takes ("" for
+// any-gpu.gpudra.dev); ok is false for the classes the policies do not model.
+func classVendor(class string) (vendor string, ok bool) {
+	switch class {
+	case api.DeviceClassGPU, api.DeviceClassShare: // shares are NVIDIA's only
+		return api.VendorNVIDIA, true
+	case api.DeviceClassAMDGPU:
+		return api.VendorAMD, true
+	case api.DeviceClassHygonGPU:
+		return api.VendorHygon, true
+	case api.DeviceClassAnyGPU:
+		return "", true
+	}
+	return "", false
+}
+
 func (d *devices) add(r *resourceapi.ExactDeviceRequest) {
-	if r.DeviceClassName != api.DeviceClassGPU && r.DeviceClassName != api.DeviceClassShare {
+	vendor, ok := classVendor(r.DeviceClassName)
+	if !ok {
 		d.unmodelled = d.unmodelled || strings.HasSuffix(r.DeviceClassName, classSuffix)
 		return
 	}
@@ -155,13 +189,26 @@ func (d *devices) add(r *resourceapi.ExactDeviceRequest) {
 		d.unmodelled = true
 		return
 	}
+	if vendor == "" {
+		d.anyVendor = true
+	} else if !slices.Contains(d.vendors, vendor) {
+		d.vendors = append(d.vendors, vendor)
+	}
 	count := max(r.Count, 1) // the API's default is one
-	if r.DeviceClassName == api.DeviceClassGPU {
+	if r.DeviceClassName != api.DeviceClassShare {
 		d.gpus += count
 		return
 	}
 	d.shares += count
 	d.shareMilli = shareMilli(r)
+}
+
+// gpuVendors are the vendors whose GPUs the devices may take, nil for any.
+func (d devices) gpuVendors() []string {
+	if d.anyVendor {
+		return nil
+	}
+	return d.vendors
 }
 
 // of is the pod p asking for these devices, if they make one shape the policies model.

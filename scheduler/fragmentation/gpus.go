@@ -1,6 +1,7 @@
 package fragmentation
 
 import (
+	"slices"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -13,18 +14,43 @@ import (
 )
 
 // nodeGPUs is one node's GPUs as the placement policies see them: the model and the
-// milli-GPU left on each GPU, by GPU index.
+// milli-GPU left on each GPU, by GPU index, and each GPU's vendor and model.
 type nodeGPUs struct {
-	model string
-	free  []int64
+	model   string
+	free    []int64
+	vendors []string
+	models  []string
+}
+
+// of is the node's GPUs of the given vendors (nil: all of them), the view a pod that may
+// take only those has of a node whose GPUs are of several vendors; model is then the
+// first such GPU's.
+func (n *nodeGPUs) of(vendors []string) *nodeGPUs {
+	if n == nil || vendors == nil || !slices.ContainsFunc(n.vendors, func(v string) bool { return v != "" && !slices.Contains(vendors, v) }) {
+		return n
+	}
+	out := &nodeGPUs{}
+	for i, v := range n.vendors {
+		if v == "" || !slices.Contains(vendors, v) {
+			continue
+		}
+		if out.model == "" {
+			out.model = n.models[i]
+		}
+		out.free = append(out.free, n.free[i])
+		out.vendors = append(out.vendors, v)
+		out.models = append(out.models, n.models[i])
+	}
+	return out
 }
 
 // gpuDevice is a published device and the GPUs it uses.
 type gpuDevice struct {
-	id    structured.DeviceID
-	kind  string
-	gpus  []int
-	model string
+	id     structured.DeviceID
+	kind   string
+	gpus   []int
+	model  string
+	vendor string
 }
 
 // layouts caches what each ResourceSlice says about GPUs, by slice name, until the
@@ -48,8 +74,8 @@ type sliceLayout struct {
 }
 
 // gpusByNode reads the GPUs of the given nodes from gpudra's ResourceSlices and takes off
-// what allocated claims hold: a GPU allocated whole, as a MIG device or in an NVLink group
-// has nothing left; a shared GPU has 1000 minus ten times the compute percent its shares
+// what allocated claims hold: a GPU allocated whole, as a MIG device or in an NVLink or
+// XGMI group has nothing left; a shared GPU has 1000 minus ten times the compute percent its shares
 // reserve.
 func (c *layouts) gpusByNode(slices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState, nodes sets.Set[string]) map[string]*nodeGPUs {
 	c.mu.Lock()
@@ -126,7 +152,7 @@ func parseSlice(s *resourceapi.ResourceSlice) []gpuDevice {
 		info, _ := api.ReadDevice(d)
 		g.kind, g.gpus = info.Type, info.GPUs
 		if g.kind == api.TypeGPU || g.kind == api.TypeShare {
-			g.model = info.Model
+			g.model, g.vendor = info.Model, info.Vendor
 		}
 		out = append(out, g)
 	}
@@ -140,9 +166,10 @@ func freeGPUs(ls []*sliceLayout, allocated *structured.AllocatedState) *nodeGPUs
 		for _, d := range l.devices {
 			if d.kind == api.TypeGPU && len(d.gpus) == 1 && d.gpus[0] >= 0 {
 				for len(n.free) <= d.gpus[0] {
-					n.free = append(n.free, 0)
+					n.free, n.vendors, n.models = append(n.free, 0), append(n.vendors, ""), append(n.models, "")
 				}
 				n.free[d.gpus[0]] = placement.MilliPerGPU
+				n.vendors[d.gpus[0]], n.models[d.gpus[0]] = d.vendor, d.model
 				if n.model == "" {
 					n.model = d.model
 				}

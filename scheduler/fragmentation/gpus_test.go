@@ -7,8 +7,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/sim"
 	"github.com/gpudra/gpudra/topology/placement"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // TestLayoutsFollowSliceChanges: the GPUs a node has follow its slices when the informer
@@ -61,5 +65,35 @@ func TestLayoutsFollowSliceChanges(t *testing.T) {
 	}
 	if got := gpus(changed[:len(changed)-len(rs)]); len(got) != 1 || got["a"] != 4 {
 		t.Errorf("after node b's slices went: GPUs %v, want only a: 4", got)
+	}
+}
+
+// On a node with an NVIDIA and an AMD GPU, a pod of one vendor's class sees that vendor's
+// GPU only (its model and what is free of it); a pod of any vendor sees both.
+func TestMixedNodeIsSeenByVendor(t *testing.T) {
+	_, rs, err := simulated.KFDSlices("mixed-l40s-mi210", "m", driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c layouts
+	n := c.gpusByNode(rs, nil, sets.New("m"))["m"]
+	if len(n.free) != 2 {
+		t.Fatalf("the mixed node has GPUs %v, want 2", n.free)
+	}
+	for _, tc := range []struct {
+		vendors []string
+		gpus    int
+		model   string
+	}{
+		{nil, 2, "NVIDIA L40S"},
+		{[]string{api.VendorAMD}, 1, "AMD Instinct MI210"},
+		{[]string{api.VendorNVIDIA}, 1, "NVIDIA L40S"},
+		{[]string{api.VendorNVIDIA, api.VendorAMD}, 2, "NVIDIA L40S"},
+		{[]string{api.VendorHygon}, 0, ""},
+	} {
+		got := n.of(tc.vendors)
+		if len(got.free) != tc.gpus || got.model != tc.model {
+			t.Errorf("vendors %v: %d GPUs of model %q, want %d of %q", tc.vendors, len(got.free), got.model, tc.gpus, tc.model)
+		}
 	}
 }

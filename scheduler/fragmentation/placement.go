@@ -29,6 +29,8 @@ func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, 
 		infos[ni.Node().Name] = ni
 	}
 	pods := map[string][]placement.Pod{}
+	vendors := map[string][]string{} // by node: the GPU vendors its pods take, nil for any
+	anyVendor := map[string]bool{}
 	for _, pa := range a.ProposedAssignments {
 		name := pa.GetNodeName()
 		ni, ok := infos[name]
@@ -42,6 +44,15 @@ func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, 
 		// Devices the policy does not model: the pod counts with its CPU only.
 		pod, _ := d.on(ni.GetAllocatable().GetScalarResources())
 		pods[name] = append(pods[name], pod)
+		if vs := d.vendorsOn(ni.GetAllocatable().GetScalarResources()); vs == nil {
+			anyVendor[name] = true
+		} else {
+			for _, v := range vs {
+				if !slices.Contains(vendors[name], v) {
+					vendors[name] = append(vendors[name], v)
+				}
+			}
+		}
 	}
 	gpus, err := p.gpusOf(sets.KeySet(pods))
 	if err != nil {
@@ -49,7 +60,11 @@ func (p *Plugin) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, 
 	}
 	var added float64
 	for name, onNode := range pods {
-		n := nodeOf(infos[name], gpus[name])
+		g := gpus[name]
+		if !anyVendor[name] {
+			g = g.of(vendors[name])
+		}
+		n := nodeOf(infos[name], g)
 		n.GPUFree, n.Tags = slices.Clone(n.GPUFree), map[int]int{}
 		before := placement.Fragmentation(p.typical, n.Model, n.CPUFree, n.GPUFree)
 		for i := range onNode {

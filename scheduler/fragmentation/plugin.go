@@ -102,6 +102,12 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 	if s.nodes, err = p.gpusOf(names); err != nil {
 		return fwk.AsStatus(err)
 	}
+	// On a node with GPUs of several vendors, the pod sees those its classes take.
+	for _, n := range nodes {
+		if g, ok := s.nodes[n.Node().Name]; ok {
+			s.nodes[n.Node().Name] = g.of(d.vendorsOn(n.GetAllocatable().GetScalarResources()))
+		}
+	}
 	cs.Write(stateKey, s)
 	return nil
 }

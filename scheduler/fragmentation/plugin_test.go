@@ -51,6 +51,12 @@ type lab struct {
 }
 
 func newLab(t testing.TB, nodes []placement.NodeSpec) *lab {
+	return newLabOf(t, nodes, sim.Slices)
+}
+
+// newLabOf is newLab with the nodes' slices from slicesOf (a node's CPU and memory come
+// from its spec).
+func newLabOf(t testing.TB, nodes []placement.NodeSpec, slicesOf func(placement.NodeSpec) ([]*resourceapi.ResourceSlice, error)) *lab {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
@@ -65,7 +71,7 @@ func newLab(t testing.TB, nodes []placement.NodeSpec) *lab {
 		}
 	}
 	for _, n := range nodes {
-		rs, err := sim.Slices(n)
+		rs, err := slicesOf(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,11 +268,15 @@ func (l *lab) bind(pod *corev1.Pod, claim *resourceapi.ResourceClaim, node strin
 	})
 	var gpus []int
 	for _, d := range res[0].Devices.Results {
-		i, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(d.Device, "gpu-"), "-share"))
-		if err != nil {
-			l.t.Fatalf("device %s", d.Device)
+		name := strings.TrimSuffix(d.Device, "-share")
+		_, idx, _ := strings.Cut(name, "-") // gpu-3, nvlink-0-1, xgmi-0-1-2-3
+		for _, s := range strings.Split(idx, "-") {
+			i, err := strconv.Atoi(s)
+			if err != nil {
+				l.t.Fatalf("device %s", d.Device)
+			}
+			gpus = append(gpus, i)
 		}
-		gpus = append(gpus, i)
 	}
 	slices.Sort(gpus)
 	return gpus
