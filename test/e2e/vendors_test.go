@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,4 +165,54 @@ func TestQueueQuotaAcrossVendors(t *testing.T) {
 	eventually(t, time.Minute, "the queue holds 2 GPUs of two vendors", func(ctx context.Context) error {
 		return clusterQueueUses(queue, api.QuotaGPUPercent, 200)(ctx)
 	})
+}
+
+// TestGroupOfFourOnEitherVendor: one request, a device of gpu-group-4.gpudra.dev, is an XGMI
+// group of 4 GPUs of one hive on the MI300X node, twice and never the same GPU, after
+// which no whole AMD GPU is left there; and an NVLink group of 4 on an NVIDIA node that
+// publishes one.
+func TestGroupOfFourOnEitherVendor(t *testing.T) {
+	amd := vendorNode(t, "mi300x-8")
+	ns := namespace(t, "e2e-gpu-group")
+	const request = `{name: group, exactly: {deviceClassName: gpu-group-4.gpudra.dev}}`
+	devices := publishedDevices(t.Context(), t)
+	nvidia := "" // the first node by name that publishes an NVLink group of 4
+	for key, d := range devices {
+		pool, _, _ := strings.Cut(key, "/")
+		if stringAttr(d, api.AttrType) == api.TypeNVLinkGroup && stringAttr(d, api.AttrGPUCount) == "4" && (nvidia == "" || pool < nvidia) {
+			nvidia = pool
+		}
+	}
+	if nvidia == "" {
+		labLacks(t, "an NVIDIA node that publishes NVLink groups of 4")
+	}
+	apply(t, claimPod(ns, "xgmi-a", amd, request, "")+claimPod(ns, "xgmi-b", amd, request, "")+claimPod(ns, "nvlink", nvidia, request, ""))
+	members := map[string]bool{}
+	for _, pod := range []string{"xgmi-a", "xgmi-b"} {
+		eventually(t, 2*time.Minute, pod+" runs", podRunning(ns, pod))
+		got := podDevices(t, ns, pod)
+		if len(got) != 1 {
+			t.Fatalf("%s: allocated %v, want one group device", pod, got)
+		}
+		d := devices[got[0]]
+		if stringAttr(d, api.AttrType) != api.TypeXGMIGroup || stringAttr(d, api.AttrGPUCount) != "4" || stringAttr(d, api.AttrXGMIHive) == "" {
+			t.Errorf("%s: allocated %s of type %q, %s GPUs, hive %q; want an XGMI group of 4 in a hive", pod, got[0],
+				stringAttr(d, api.AttrType), stringAttr(d, api.AttrGPUCount), stringAttr(d, api.AttrXGMIHive))
+		}
+		for _, m := range strings.Split(stringAttr(d, api.AttrMembers), "-") {
+			if members[m] {
+				t.Errorf("%s: GPU %s is in both groups", pod, m)
+			}
+			members[m] = true
+		}
+	}
+	eventually(t, 2*time.Minute, "nvlink runs", podRunning(ns, "nvlink"))
+	if got := podDevices(t, ns, "nvlink"); len(got) != 1 || stringAttr(devices[got[0]], api.AttrType) != api.TypeNVLinkGroup || stringAttr(devices[got[0]], api.AttrGPUCount) != "4" {
+		t.Errorf("nvlink: allocated %v, want one NVLink group of 4", got)
+	}
+	apply(t, claimPod(ns, "whole", amd, `{name: gpu, exactly: {deviceClassName: amd-gpu.gpudra.dev}}`, ""))
+	time.Sleep(10 * time.Second)
+	if err := podRunning(ns, "whole")(t.Context()); err == nil {
+		t.Error("a whole AMD GPU runs beside two groups of 4 on a node of 8 GPUs")
+	}
 }
