@@ -133,7 +133,14 @@ func (u *upper) chartValues() ([]byte, error) {
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 			return nil, fmt.Errorf("real node %s cannot name a chart pool: %s", n.Name, strings.Join(errs, "; "))
 		}
-		pools = append(pools, pool{Name: name, NVML: "sim:" + n.Profile, MIG: n.MIG,
+		nvml, kfd := "sim:"+n.Profile, ""
+		if n.KFD != "" {
+			kfd = "sim:" + n.KFD
+			if n.Profile == "" {
+				nvml = "none"
+			}
+		}
+		pools = append(pools, pool{Name: name, NVML: nvml, KFD: kfd, MIG: n.MIG,
 			NodeSelector: map[string]string{LabelHostname: n.Name},
 			Tolerations:  []corev1.Toleration{{Key: RealNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			// A kubelet on 127.0.0.1 reports no node address (status.hostIP).

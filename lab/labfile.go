@@ -241,7 +241,8 @@ type NodeSpec struct {
 	ToR string `json:"tor,omitempty"`
 	// Real makes this a real node: a kubelet with containerd and runc on this machine runs its
 	// pods as real containers, and its plugin is registered with that kubelet (the GPUs are
-	// still simulated, with device files in a fake driver root). Real nodes carry the taint
+	// still simulated, with device files in a fake driver root: NVIDIA's, and /dev/kfd and
+	// /dev/dri for a node with kfd). Real nodes carry the taint
 	// lab.gpudra.dev/real-node=true:NoSchedule, so only pods that ask for one land there.
 	Real          bool `json:"real,omitempty"`
 	NodeResources `json:",inline"`
@@ -436,9 +437,6 @@ func (f *File) validate() field.ErrorList {
 				}
 				if n.Profile == "" && n.KFD == "" {
 					errs = append(errs, field.Required(np.Child("profile"), "a simulated NVML profile such as dgx-h100, dgx-v100 or l40s-pcie, or kfd: a simulated AMD profile such as mi300x-8"))
-				}
-				if n.KFD != "" && n.Real {
-					errs = append(errs, field.Invalid(np.Child("kfd"), n.KFD, "a real node runs simulated NVIDIA GPUs only: drop kfd or real"))
 				}
 				errs = append(errs, n.NodeResources.validate(np)...)
 			}

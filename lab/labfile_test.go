@@ -60,7 +60,6 @@ func TestParseFileRejects(t *testing.T) {
 		{"unknown install", "apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\ninstall: kustomize\nblocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: dgx-h100}]}]}]\n", `install: Unsupported value: "kustomize": supported values: "processes", "chart"`},
 		{"no blocks", head, "blocks: Required value"},
 		{"missing profile", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1}]}]}]\n", "blocks[0].racks[0].nodes[0].profile: Required value"},
-		{"AMD node that is real", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, kfd: mi300x-8, real: true}]}]}]\n", "blocks[0].racks[0].nodes[0].kfd: Invalid value: \"mi300x-8\""},
 		{"duplicate node", head + "blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}, {name: n1, profile: p}]}]}]\n", `blocks[0].racks[0].nodes[1].name: Duplicate value: "n1"`},
 		{"bad name", head + "blocks: [{name: A_1, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n", `blocks[0].name: Invalid value: "A_1"`},
 		{"bad ToR oversubscription", head + "blocks: [{name: a, racks: [{name: r, oversubscription: lots, nodes: [{name: n1, profile: p}]}]}]\n",

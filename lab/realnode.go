@@ -28,8 +28,8 @@ import (
 // pods are real containers, and its gpudra-kubelet-plugin registers with that kubelet, which
 // calls it to prepare claims; containerd applies the plugin's CDI specs. Its GPUs are still
 // simulated: the CDI specs point at device files in a fake driver root the lab makes
-// (<node>/driver-root/dev/nvidia*, character devices with NVIDIA's numbers; nothing touches
-// the host's /dev). Everything lives under the node's folder and 127.0.0.1, and `lab down`
+// (<node>/driver-root/dev/nvidia*, character devices with NVIDIA's numbers, and /dev/kfd and
+// /dev/dri/* for AMD GPUs; nothing touches the host's /dev). Everything lives under the node's folder and 127.0.0.1, and `lab down`
 // removes its containers, mounts, cgroups and bridge.
 
 // Labels and taint of real nodes.
@@ -50,8 +50,11 @@ func cgroupRootName(node string) string { return "gpudra-lab-" + node }
 // bridgeName is the Linux bridge of the i-th real node's pod network (≤15 characters).
 func bridgeName(i int) string { return "gpdlab" + strconv.Itoa(i) }
 
-// nvidiaMajor is the character-device major of /dev/nvidia* (NVIDIA's registered number).
+// nvidiaMajor is the character-device major of /dev/nvidia* (NVIDIA's registered number);
+// drmMajor that of /dev/dri/* (DRM's), kfdMajor that of /dev/kfd (dynamic on a real host).
 const (
+	drmMajor        = 226
+	kfdMajor        = 237
 	nvidiaMajor     = 195
 	nvidiaCtlMinor  = 255
 	nvidiaUVMMajor  = 235 // dynamic on a real host; any free number serves a fake root
@@ -368,9 +371,16 @@ func setFlag(argv []string, name, value string) []string {
 }
 
 // makeFakeDriverRoot creates the device files gpudra's CDI specs reference, with NVIDIA's
-// numbers, under root/dev.
+// and DRM's numbers, under root/dev: NVIDIA's, and /dev/kfd, /dev/dri/renderD<128+i> and
+// /dev/dri/card<i> for the AMD GPUs of a simulated KFD tree (whose render minors are 128
+// on).
 func makeFakeDriverRoot(root string) error {
 	dev := filepath.Join(root, "dev")
+	for _, d := range []string{"dri", "nvidia-caps"} {
+		if err := os.MkdirAll(filepath.Join(dev, d), 0o755); err != nil {
+			return err
+		}
+	}
 	mk := func(name string, major, minor int) error {
 		err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(uint32(major), uint32(minor))))
 		if errors.Is(err, os.ErrExist) {
@@ -380,6 +390,17 @@ func makeFakeDriverRoot(root string) error {
 	}
 	for i := range fakeGPUs {
 		if err := mk("nvidia"+strconv.Itoa(i), nvidiaMajor, i); err != nil {
+			return err
+		}
+	}
+	if err := mk("kfd", kfdMajor, 0); err != nil {
+		return err
+	}
+	for i := range fakeGPUs {
+		if err := mk("dri/renderD"+strconv.Itoa(128+i), drmMajor, 128+i); err != nil {
+			return err
+		}
+		if err := mk("dri/card"+strconv.Itoa(i), drmMajor, i); err != nil {
 			return err
 		}
 	}

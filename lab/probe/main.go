@@ -1,8 +1,9 @@
 // gpudra-lab-probe is the program of the lab's two local container images (no registry is
 // reachable from a lab): "pause" is the pod sandbox, which waits for SIGTERM; "report" (the
-// default) prints what the container received from gpudra's CDI spec — GPU device nodes,
-// the environment that sets sharing limits, extra mounts — and then waits, so that a test
-// can read the report from the container's log while the pod runs.
+// default) prints what the container received from gpudra's CDI spec — GPU device nodes
+// (NVIDIA's, and AMD's /dev/kfd and /dev/dri/*), the environment that sets sharing limits
+// and visible devices, extra mounts — and then waits, so that a test can read the report
+// from the container's log while the pod runs.
 //
 // Report lines, one fact each:
 //
@@ -28,8 +29,8 @@ import (
 )
 
 // envPrefixes are the variables the report prints: what NVIDIA's container stack, CUDA, MPS,
-// HAMi-core and gpudra set.
-var envPrefixes = []string{"NVIDIA_", "CUDA_", "GPUDRA_", "LD_PRELOAD"}
+// HAMi-core, ROCm and gpudra set.
+var envPrefixes = []string{"NVIDIA_", "CUDA_", "GPUDRA_", "LD_PRELOAD", "ROCR_", "HIP_"}
 
 // standardMounts are the mount points every container has; the report leaves them out.
 var standardMounts = []string{"/", "/proc", "/dev", "/sys", "/dev/pts", "/dev/mqueue", "/dev/shm",
@@ -59,12 +60,12 @@ func report(w io.Writer) {
 			return nil
 		}
 		if d.IsDir() {
-			if path != "/dev" && path != "/dev/nvidia-caps" {
+			if path != "/dev" && path != "/dev/nvidia-caps" && path != "/dev/dri" {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasPrefix(filepath.Base(path), "nvidia") {
+		if !strings.HasPrefix(filepath.Base(path), "nvidia") && path != "/dev/kfd" && filepath.Dir(path) != "/dev/dri" {
 			return nil
 		}
 		var st unix.Stat_t

@@ -96,8 +96,14 @@ func (r probeReport) gpuNodes() []string {
 	return out
 }
 
-// probeOutput waits for the pod's probe to finish its report and returns it.
+// probeOutput waits for the pod's probe on the real node to finish its report and returns it.
 func probeOutput(t *testing.T, ns, pod string) probeReport {
+	t.Helper()
+	return probeOutputOn(t, realNode(t), ns, pod)
+}
+
+// probeOutputOn is probeOutput for a pod on the given real node.
+func probeOutputOn(t *testing.T, node, ns, pod string) probeReport {
 	t.Helper()
 	var out string
 	eventually(t, 3*time.Minute, "pod "+pod+" runs and its container reports what it received", func(ctx context.Context) error {
@@ -105,7 +111,7 @@ func probeOutput(t *testing.T, ns, pod string) probeReport {
 			return err
 		}
 		var err error
-		if out, err = lab.PodLog(state, realNode(t), ns, pod, "probe"); err != nil {
+		if out, err = lab.PodLog(state, node, ns, pod, "probe"); err != nil {
 			return err
 		}
 		if !strings.Contains(out, "probe-report-done") {

@@ -14,11 +14,12 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// vendorNode is the lab node whose simulated AMD profile is kfd ("" when the lab has none).
+// vendorNode is the simulated (kwok) lab node whose simulated AMD profile is kfd ("" when
+// the lab has none).
 func vendorNode(t *testing.T, kfd string) string {
 	t.Helper()
 	for _, n := range state.Nodes {
-		if n.KFD == kfd {
+		if n.KFD == kfd && !n.Real {
 			return n.Name
 		}
 	}
@@ -176,10 +177,14 @@ func TestGroupOfFourOnEitherVendor(t *testing.T) {
 	ns := namespace(t, "e2e-gpu-group")
 	const request = `{name: group, exactly: {deviceClassName: gpu-group-4.gpudra.dev}}`
 	devices := publishedDevices(t.Context(), t)
-	nvidia := "" // the first node by name that publishes an NVLink group of 4
+	real := map[string]bool{}
+	for _, n := range state.RealNodes() {
+		real[n.Name] = true
+	}
+	nvidia := "" // the first simulated node by name that publishes an NVLink group of 4
 	for key, d := range devices {
 		pool, _, _ := strings.Cut(key, "/")
-		if stringAttr(d, api.AttrType) == api.TypeNVLinkGroup && stringAttr(d, api.AttrGPUCount) == "4" && (nvidia == "" || pool < nvidia) {
+		if !real[pool] && stringAttr(d, api.AttrType) == api.TypeNVLinkGroup && stringAttr(d, api.AttrGPUCount) == "4" && (nvidia == "" || pool < nvidia) {
 			nvidia = pool
 		}
 	}
