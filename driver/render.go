@@ -49,11 +49,11 @@ var MIGStrategies = []MIGStrategy{MIGStatic, MIGDynamic, MIGNone}
 type Publication string
 
 const (
-	// PublishAll (the default) publishes whole GPUs, shares, NVLink groups and the MIG
-	// devices the MIG strategy asks for.
+	// PublishAll (the default) publishes whole GPUs, shares, NVLink and XGMI groups and
+	// the MIG devices the MIG strategy asks for.
 	PublishAll Publication = "all"
-	// PublishTraining publishes whole GPUs and NVLink groups: no shares, no MIG devices.
-	// A pool for multi-GPU training, where every node a one-GPU pod cannot use costs the
+	// PublishTraining publishes whole GPUs and NVLink and XGMI groups: no shares, no MIG
+	// devices. A pool for multi-GPU training, where every node a one-GPU pod cannot use costs the
 	// scheduler a look at each of its shares.
 	PublishTraining Publication = "training"
 	// PublishWhole publishes whole GPUs only, without counters (nothing else uses a GPU
@@ -65,8 +65,8 @@ const (
 var Publications = []Publication{PublishAll, PublishTraining, PublishWhole}
 
 // Options sets what the publication leaves out in o: shares and MIG devices for
-// training, shares, MIG devices and NVLink groups for whole. A publication without MIG
-// devices refuses a MIG strategy other than none or the default (static).
+// training, shares, MIG devices and NVLink and XGMI groups for whole. A publication
+// without MIG devices refuses a MIG strategy other than none or the default (static).
 func (p Publication) Options(o RenderOptions) (RenderOptions, error) {
 	switch p {
 	case "", PublishAll:
@@ -92,7 +92,7 @@ type RenderOptions struct {
 	// NoGroups stops publishing NVLink and XGMI group devices.
 	NoGroups bool
 	// Taints, keyed by GPU index, go on every device that uses that GPU: the whole GPU,
-	// its share, its MIG devices and the NVLink groups containing it (a device keeps at
+	// its share, its MIG devices and the NVLink and XGMI groups containing it (a device keeps at
 	// most resourceapi.DeviceTaintsMaxLength distinct taints). The plugin takes an
 	// unhealthy GPU out of scheduling this way.
 	Taints map[int][]resourceapi.DeviceTaint
