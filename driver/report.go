@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpudra/gpudra/topology"
+
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
@@ -113,6 +115,13 @@ func WriteInventory(w io.Writer, inv *Inventory, pool *Pool) error {
 		fmt.Fprintf(w, "\nNVLink groups (%s):", inv.NVLink.Fabric())
 		for _, gr := range groups {
 			fmt.Fprintf(w, " {%s}x%d", strings.Join(strings.Split(gr.Name(), "-"), ","), gr.MinLinks)
+		}
+		fmt.Fprintln(w)
+	}
+	if groups := inv.XGMIGroups(); len(groups) > 0 {
+		fmt.Fprint(w, "\nXGMI groups:")
+		for _, gr := range groups {
+			fmt.Fprintf(w, " {%s}", topology.JoinIndices(inv.indices(gr), ","))
 		}
 		fmt.Fprintln(w)
 	}

@@ -41,3 +41,28 @@ func TestInspectSummaryOrdersKindsByCount(t *testing.T) {
 		t.Errorf("summary says set(s):\n%s", out.String())
 	}
 }
+
+// An AMD node's inspection lists its XGMI groups (the MI250X pairs are its modules' two
+// GCDs) and counts them among the devices it publishes.
+func TestInspectListsXGMIGroups(t *testing.T) {
+	inv, err := simulated.KFDInventory("mi250x-4", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := driver.Render(inv, driver.RenderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := driver.WriteInventory(&out, inv, pool); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"XGMI groups: {0,1} {2,3} {4,5} {6,7} {0,1,2,3} {4,5,6,7} {0,1,2,3,4,5,6,7}\n",
+		"Publishes 15 devices (8 gpu, 7 xgmi-group)",
+	} {
+		if !bytes.Contains(out.Bytes(), []byte(want)) {
+			t.Errorf("inspection lacks %q:\n%s", want, out.String())
+		}
+	}
+}
