@@ -324,7 +324,6 @@ func xgmiGroupDevice(inv *Inventory, members []int, counters counterPlan, usable
 	a.str(api.AttrMemoryPartition, k.MemoryPartition)
 	a.str(api.AttrXGMIHive, k.XGMIHive)
 	a.str(api.AttrLinkDomain, "xgmi-"+k.XGMIHive)
-	a.bool(api.AttrMIGCapable, false)
 	d.Name = XGMIGroupDeviceName(inv.indices(members))
 	return d, true
 }
