@@ -42,6 +42,7 @@ func realAMDNode(t *testing.T) (node, kfd string) {
 // NVIDIA's included) and ROCR_VISIBLE_DEVICES naming it; deleting the pod unprepares the
 // claim and removes its spec.
 func TestRealNodeContainerReceivesAMDDevices(t *testing.T) {
+	inLane(t, realNodeLane)
 	node, kfd := realAMDNode(t)
 	ns := namespace(t, "real-node-amd")
 	ctx := t.Context()

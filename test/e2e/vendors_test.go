@@ -173,6 +173,7 @@ func TestQueueQuotaAcrossVendors(t *testing.T) {
 // which no whole AMD GPU is left there; and an NVLink group of 4 on an NVIDIA node that
 // publishes one.
 func TestGroupOfFourOnEitherVendor(t *testing.T) {
+	inLane(t, clusterLane)
 	amd := vendorNode(t, "mi300x-8")
 	ns := namespace(t, "e2e-gpu-group")
 	const request = `{name: group, exactly: {deviceClassName: gpu-group-4.gpudra.dev}}`

@@ -18,6 +18,7 @@ import (
 // server measures the GPUs the cluster page counts, node by node, and its plan to free a node
 // moves only pods that opted in (none when a node is free already).
 func TestWebViewDefragPageReportsTheLab(t *testing.T) {
+	inLane(t, clusterLane)
 	view, err := webview.New(webview.Options{Kube: client, Dynamic: dyn()})
 	if err != nil {
 		t.Fatal(err)
