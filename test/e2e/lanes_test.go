@@ -11,10 +11,10 @@ import (
 )
 
 // The suite's tests run in two lanes at once, one test at a time in each, in the order they
-// are written: the real node's lane (its kubelet, containerd, runc and plugin, which a test
-// may restart, roll or kill) and the cluster's lane (the kwok nodes, Kueue and the
-// controllers). The lanes share nothing a test asserts on: the real node carries a taint that
-// only the real node's tests tolerate, every test has its own namespaces and ClusterQueues,
+// are written: the real nodes' lane (their kubelets, containerd, runc and plugins, which a
+// test may restart, roll or kill) and the cluster's lane (the kwok nodes, Kueue and the
+// controllers). The lanes share nothing a test asserts on: a real node carries a taint that
+// only the real nodes' tests tolerate, every test has its own namespaces and ClusterQueues,
 // and tests that list the whole cluster's devices filter them by node or vendor. Most of a
 // test's time is spent waiting for controllers, so two lanes take about the time of the
 // longer one.
