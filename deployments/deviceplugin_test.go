@@ -392,9 +392,10 @@ func TestDevicePluginNamesAreCharged(t *testing.T) {
 	}
 	for _, c := range shippedClasses(t) {
 		m, ok := mapped[c.Name]
-		if deviceType(c) == api.TypeMIG && c.Spec.ExtendedResourceName != nil || c.Name == api.DeviceClassAMDGPU || c.Name == api.DeviceClassHygonGPU {
+		if deviceType(c) == api.TypeMIG && c.Spec.ExtendedResourceName != nil || c.Name == api.DeviceClassAMDGPU || c.Name == api.DeviceClassHygonGPU || notQueued[c.Name] {
 			// Kueue takes 8 classes a mapping: claims for one vendor's GPUs name
-			// any-gpu.gpudra.dev with a vendor selector.
+			// any-gpu.gpudra.dev with a vendor selector; queued groups name
+			// nvlink-group classes (notQueued).
 			if ok {
 				t.Errorf("class %s is mapped: it is charged through its extended resource", c.Name)
 			}

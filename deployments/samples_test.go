@@ -170,6 +170,14 @@ type trainJob struct {
 
 func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
 
+// notQueued are the DeviceClasses Kueue's configuration does not map, since a mapping holds at
+// most 8 classes: a queued Workload whose claim template names one is refused by Kueue
+// (docs/queueing.md#vendors says which classes to use instead).
+var notQueued = map[string]bool{
+	"xgmi-group.gpudra.dev": true, "gpu-group.gpudra.dev": true,
+	"gpu-group-2.gpudra.dev": true, "gpu-group-4.gpudra.dev": true, "gpu-group-8.gpudra.dev": true,
+}
+
 // TestKueueConfiguration: the Kueue configuration sample decodes strictly into Kueue's own
 // Configuration type, maps every gpudra DeviceClass to a logical resource quotas can name,
 // turns on waitForPodsReady (all-or-nothing start, with requeue) and fair sharing, and
@@ -197,8 +205,21 @@ func TestKueueConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range classes {
-		if mapped[c.Name] == "" && c.Spec.ExtendedResourceName == nil {
+		if mapped[c.Name] == "" && c.Spec.ExtendedResourceName == nil && !notQueued[c.Name] {
 			t.Errorf("DeviceClass %s has no deviceClassMapping and no extendedResourceName: Kueue cannot count it against a quota", c.Name)
+		}
+		if mapped[c.Name] != "" && notQueued[c.Name] {
+			t.Errorf("DeviceClass %s is mapped to %s but documented as not for queued claims", c.Name, mapped[c.Name])
+		}
+	}
+	// What Kueue v0.19's configuration validation (pkg/config, validateDeviceClassMappings)
+	// refuses to start on: more than 16 mappings, more than 8 DeviceClasses in one.
+	if n := len(cfg.Resources.DeviceClassMappings); n > 16 {
+		t.Errorf("resources.deviceClassMappings has %d mappings; Kueue takes at most 16", n)
+	}
+	for i, m := range cfg.Resources.DeviceClassMappings {
+		if n := len(m.DeviceClassNames); n > 8 {
+			t.Errorf("resources.deviceClassMappings[%d].deviceClassNames has %d classes; Kueue takes at most 8 and would not start", i, n)
 		}
 	}
 	if !cfg.FeatureGates["KueueDRAIntegration"] || !cfg.FeatureGates["KueueDRAIntegrationConsumableCapacity"] {
