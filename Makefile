@@ -31,7 +31,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
+.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-gang bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -113,6 +113,9 @@ clean:
 
 bench-admission: build ## Kueue admission throughput with and without the gpudra check on 640 simulated nodes (starts its own lab)
 	go run ./test/bench/admission
+
+bench-gang: build ## one Job of 128 pods × 8 GPUs end to end: Kueue + gpudra check + gpudra-scheduler against Kueue + kube-scheduler on plain slices (starts its own lab)
+	go run ./test/bench/admission -gang 128x8
 
 bench-tiers: ## shares that fit with memory oversubscription (real allocator), and a model of the share tiers on one GPU
 	go run ./test/bench/tiers

@@ -2,6 +2,7 @@
 // admission check, in the same run, on a lab of simulated nodes:
 //
 //	go run ./test/bench/admission [-racks 10] [-nodes-per-rack 64] [-workloads 120] [-objects workloads,jobs]
+//	go run ./test/bench/admission -gang 128x8
 //
 // It starts a lab with Kueue and gpudra-controller, adds racks × nodes kwok nodes of 8 GPUs
 // (DGX H100 profile; their ResourceSlices published by this program, as each node's plugin
@@ -20,6 +21,8 @@
 // awaited gone, so every round starts on an empty cluster: admitted bare Workloads never get
 // ready pods, and left in place Kueue would evict and admit them again (waitForPodsReady)
 // during later rounds.
+//
+// With -gang it measures one training gang end to end instead (gang.go).
 package main
 
 import (
@@ -77,10 +80,23 @@ func main() {
 	n := flag.Int("workloads", 120, "gang workloads submitted per mode (sizes 2, 4, 8 pods in turn)")
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
 	objects := flag.String("objects", "workloads,jobs", "the rounds' kinds, in order: workloads (bare Workloads), jobs (Jobs whose pods start)")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs")
+	gang := flag.String("gang", "", "instead, one Job of PODSxGPUS (e.g. 128x8) end to end: the check with gpudra-scheduler on gpudra's slices, then Kueue alone with kube-scheduler on plain slices")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *gang != "" {
+		shape, err := parseGang(*gang)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
+			os.Exit(2)
+		}
+		if err := runGang(ctx, shape, *keep); err != nil {
+			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	kinds, err := parseObjects(*objects)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "admission benchmark:", err)
