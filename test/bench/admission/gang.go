@@ -18,6 +18,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -49,7 +50,7 @@ import (
 //
 // Each round has its own node set, a block of gangRackNodes-node racks, and its pods select
 // that block (nodeSelector on topology.gpudra.dev/block). Round A runs first; its Job is
-// deleted and its pods and claims awaited gone before round B starts.
+// deleted and its pods and claims awaited gone before round B starts (-baseline-first: B first).
 
 const gangLabFile = `apiVersion: lab.gpudra.dev/v1alpha1
 kind: Lab
@@ -253,7 +254,7 @@ func addGangNode(ctx context.Context, cs kubernetes.Interface, r gangRound, rack
 }
 
 // gangStages are the round's stages, in order, as the report names them.
-var gangStages = []string{"quota reserved", "check decided", "admitted", "pods created", "scheduling gates removed", "all pods bound"}
+var gangStages = []string{"quota reserved", "check decided", "admitted", "pods created", "claims created", "scheduling gates removed", "first pod bound", "all pods bound"}
 
 // gangResult is one round's measurement: when each stage was first seen complete, from the
 // Job's creation, by watches on its Workload and pods.
@@ -267,7 +268,15 @@ type gangResult struct {
 	hwmNote string
 }
 
-func runGang(ctx context.Context, shape gangShape, keep bool) error {
+// gangOrder is the rounds in the order they run: A first, or with baselineFirst B first.
+func gangOrder(baselineFirst bool) []gangRound {
+	if baselineFirst {
+		return []gangRound{gangRounds[1], gangRounds[0]}
+	}
+	return gangRounds
+}
+
+func runGang(ctx context.Context, shape gangShape, baselineFirst, keep bool) error {
 	repo, err := lab.RepoRoot(".")
 	if err != nil {
 		return err
@@ -320,7 +329,7 @@ func runGang(ctx context.Context, shape gangShape, keep bool) error {
 		return err
 	}
 	var results []gangResult
-	for _, r := range gangRounds {
+	for _, r := range gangOrder(baselineFirst) {
 		if err := apply(ctx, cfg, gangNamespace(r, shape)); err != nil {
 			return err
 		}
@@ -409,6 +418,19 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 		return res, err
 	}
 	defer ww.Stop()
+	claimList, err := cs.ResourceV1().ResourceClaims(r.set).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return res, err
+	}
+	cw, err := watchtools.NewRetryWatcherWithContext(ctx, claimList.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.ResourceV1().ResourceClaims(r.set).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	defer cw.Stop()
 	pw, err := watchtools.NewRetryWatcherWithContext(ctx, podList.ResourceVersion, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return cs.CoreV1().Pods(r.set).Watch(ctx, o)
@@ -444,7 +466,7 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 			fmt.Fprintf(os.Stderr, "round %s: %s after %s\n", r.name, stage, res.at[stage].Round(time.Millisecond))
 		}
 	}
-	created, ungated, bound := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	created, ungated, bound, claims := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 	nodeOf := map[int]string{}
 	timeout := time.After(10 * time.Minute)
 	for len(bound) < shape.pods {
@@ -466,6 +488,16 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 			if conditionTrue(u, "Admitted") {
 				mark("admitted")
 			}
+		case ev, ok := <-cw.ResultChan():
+			if !ok {
+				return res, errors.New("claim watch ended")
+			}
+			if c, isClaim := ev.Object.(*resourceapi.ResourceClaim); isClaim && ev.Type == watch.Added {
+				claims[c.Name] = true
+				if len(claims) == shape.pods {
+					mark("claims created")
+				}
+			}
 		case ev, ok := <-pw.ResultChan():
 			if !ok {
 				return res, errors.New("pod watch ended")
@@ -486,6 +518,7 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 			}
 			if p.Spec.NodeName != "" {
 				bound[p.Name] = true
+				mark("first pod bound")
 				if i, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation]); err == nil {
 					nodeOf[i] = p.Spec.NodeName
 				}
@@ -685,9 +718,13 @@ func reportGang(w *os.File, shape gangShape, results []gangResult) {
 			fmt.Fprintf(w, "\nround %s: %s\n", r.name, r.hwmNote)
 		}
 	}
-	if len(results) == 2 && results[1].at["all pods bound"] > 0 {
-		a, b := results[0].at["all pods bound"], results[1].at["all pods bound"]
-		fmt.Fprintf(w, "\nall pods bound: A %.1f s, B %.1f s: A/B = %.2f× (goal: at most 1.5×)\n", a.Seconds(), b.Seconds(), a.Seconds()/b.Seconds())
+	at := map[string]time.Duration{}
+	for _, r := range results {
+		at[r.name] = r.at["all pods bound"]
+	}
+	if at["A"] > 0 && at["B"] > 0 {
+		fmt.Fprintf(w, "\nall pods bound (round %s ran first): A %.1f s, B %.1f s: A/B = %.2f× (goal: at most 1.5×)\n",
+			results[0].name, at["A"].Seconds(), at["B"].Seconds(), at["A"].Seconds()/at["B"].Seconds())
 	}
 }
 

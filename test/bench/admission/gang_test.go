@@ -87,3 +87,13 @@ func TestVmHWM(t *testing.T) {
 		t.Errorf("VmHWM %d, want 123456", got)
 	}
 }
+
+// -baseline-first runs round B before round A; the default is A first.
+func TestGangOrder(t *testing.T) {
+	if o := gangOrder(false); o[0].name != "A" || o[1].name != "B" {
+		t.Errorf("default order %s, %s: want A, B", o[0].name, o[1].name)
+	}
+	if o := gangOrder(true); o[0].name != "B" || o[1].name != "A" {
+		t.Errorf("-baseline-first order %s, %s: want B, A", o[0].name, o[1].name)
+	}
+}

@@ -81,6 +81,7 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
 	objects := flag.String("objects", "workloads,jobs", "the rounds' kinds, in order: workloads (bare Workloads), jobs (Jobs whose pods start)")
 	gang := flag.String("gang", "", "instead, one Job of PODSxGPUS (e.g. 128x8) end to end: the check with gpudra-scheduler on gpudra's slices, then Kueue alone with kube-scheduler on plain slices")
+	baselineFirst := flag.Bool("baseline-first", false, "with -gang, run the baseline round (B) before the gpudra round (A)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -91,7 +92,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
 			os.Exit(2)
 		}
-		if err := runGang(ctx, shape, *keep); err != nil {
+		if err := runGang(ctx, shape, *baselineFirst, *keep); err != nil {
 			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
 			os.Exit(1)
 		}
