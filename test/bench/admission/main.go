@@ -304,17 +304,7 @@ func sampleCPU() cpuSample {
 	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
 	if labState != nil {
 		for _, c := range labState.Components {
-			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.PID))
-			if err != nil {
-				continue
-			}
-			// Fields after the ")" that ends the command: state is field 3, utime 14, stime 15.
-			f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-			if len(f) > 12 {
-				u, _ := strconv.ParseFloat(f[11], 64)
-				k, _ := strconv.ParseFloat(f[12], 64)
-				s.procs[c.Name] = (u + k) / clockTicks
-			}
+			s.procs[c.Name] = cpuSeconds(c.PID)
 		}
 	}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
@@ -887,13 +877,4 @@ func stageSummary(all []stageTimes, release time.Time) string {
 		quota, med(func(st stageTimes) time.Duration { return st.checks.Sub(st.quota) }), med(func(st stageTimes) time.Duration { return st.admitted.Sub(st.checks) }))
 }
 
-func isAdmitted(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Admitted" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
-}
+func isAdmitted(u *unstructured.Unstructured) bool { return conditionTrue(u, "Admitted") }
