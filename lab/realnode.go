@@ -175,9 +175,12 @@ func (u *upper) startRealNode(ctx context.Context, n Node, plugin string, images
 	}
 	// The driver's user-space files (empty libraries named for the profile's driver
 	// version, an nvidia-smi stub): the plugin's nvcdi finds a driver there and the CDI
-	// specs mount them into containers, as on a GPU node.
-	if _, err := nvmlsim.WriteDriverFiles(p.driverRoot, n.Profile); err != nil {
-		return fmt.Errorf("real node %s: fake driver files: %w", n.Name, err)
+	// specs mount them into containers, as on a GPU node. A node of AMD GPUs alone (kfd,
+	// no NVML profile) has no NVIDIA driver.
+	if n.Profile != "" {
+		if _, err := nvmlsim.WriteDriverFiles(p.driverRoot, n.Profile); err != nil {
+			return fmt.Errorf("real node %s: fake driver files: %w", n.Name, err)
+		}
 	}
 	// A driver root is a shared mount on a host (systemd makes / shared; the GPU Operator's
 	// driver container mounts the driver there), and the chart's plugin asks for it with
