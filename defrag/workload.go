@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
-	"strings"
 
 	"github.com/gpudra/gpudra/queueing/gang"
 	"github.com/gpudra/gpudra/topology"
@@ -98,17 +96,15 @@ func gpusPerPod(wl *Workload) int {
 		n := 0
 		for _, c := range set.Claims {
 			for _, r := range c.Devices.Requests {
-				switch {
-				case r.Exactly == nil:
-					n++
-				case r.Exactly.DeviceClassName == api.DeviceClassGPU:
-					n += int(r.Exactly.Count)
-				case strings.HasPrefix(r.Exactly.DeviceClassName, "nvlink-group-"):
-					size, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(r.Exactly.DeviceClassName, "nvlink-group-"), ".gpudra.dev"))
-					n += max(size, 1) * int(max(r.Exactly.Count, 1))
-				default:
-					n++
+				gpus, ok := 0, false
+				if r.Exactly != nil {
+					gpus, ok = api.ClassGPUs(r.Exactly.DeviceClassName)
 				}
+				if !ok {
+					n++ // a share, a MIG device or a request of another kind: one GPU's room at most
+					continue
+				}
+				n += gpus * int(max(r.Exactly.Count, 1))
 			}
 		}
 		most = max(most, n)

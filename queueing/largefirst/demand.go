@@ -123,17 +123,8 @@ func requestDemand(r *resourceapi.ExactDeviceRequest) int64 {
 // classDemand is what one device of a DeviceClass is counted: whole GPUs and NVLink and
 // XGMI groups by their GPUs, anything else nothing (shares are counted by their request).
 func classDemand(class string) int64 {
-	switch class {
-	case api.DeviceClassGPU, api.DeviceClassAMDGPU, api.DeviceClassHygonGPU, api.DeviceClassAnyGPU:
-		return 100
-	case api.DeviceClassNVLinkGroup, api.DeviceClassXGMIGroup, api.DeviceClassGPUGroup:
-		return 200
-	}
-	if n, ok := groupSize(class, "nvlink-group-", ".gpudra.dev"); ok {
-		return 100 * n
-	}
-	if n, ok := groupSize(class, "gpu-group-", ".gpudra.dev"); ok {
-		return 100 * n
+	if n, ok := api.ClassGPUs(class); ok {
+		return 100 * int64(n)
 	}
 	return 0
 }

@@ -39,6 +39,31 @@ func DeviceClassGPUGroupOf(n int) string { return "gpu-group-" + strconv.Itoa(n)
 // ("nvlink-group-4.gpudra.dev"); the chart ships n = 2, 4 and 8.
 func DeviceClassNVLinkGroupOf(n int) string { return "nvlink-group-" + strconv.Itoa(n) + ".gpudra.dev" }
 
+// ClassGPUs is how many whole GPUs one device of a DeviceClass gpudra ships holds: 1 for
+// the whole-GPU classes of every vendor, n for the sized group classes (nvlink-group-n,
+// gpu-group-n), 2 for the group classes whose size a request leaves open (the smallest
+// group they select). ok is false for the share, MIG and unknown classes, which hold no
+// whole GPU.
+func ClassGPUs(class string) (gpus int, ok bool) {
+	switch class {
+	case DeviceClassGPU, DeviceClassAMDGPU, DeviceClassHygonGPU, DeviceClassAnyGPU:
+		return 1, true
+	case DeviceClassNVLinkGroup, DeviceClassXGMIGroup, DeviceClassGPUGroup:
+		return 2, true
+	}
+	name, found := strings.CutSuffix(class, ".gpudra.dev")
+	if !found {
+		return 0, false
+	}
+	for _, prefix := range []string{"nvlink-group-", "gpu-group-"} {
+		if size, sized := strings.CutPrefix(name, prefix); sized {
+			n, err := strconv.Atoi(size)
+			return n, err == nil && n > 0
+		}
+	}
+	return 0, false
+}
+
 // WholeDeviceClass says whether class is one gpudra ships whose devices are allocated whole
 // (gpu, mig, nvlink-group, and the sized group and MIG-profile classes): every class but
 // the share class. The allocator gives such a device whole whatever a request's
