@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
 )
 
 // gangStages are the round's stages, in order, as the report names them.
@@ -57,27 +58,17 @@ func gangOrder(baselineFirst bool) []gangRound {
 }
 
 func runGang(ctx context.Context, shape gangShape, baselineFirst, keep bool) error {
-	repo, err := lab.RepoRoot(".")
+	state, down, err := benchlab.Up(ctx, gangLabFile, keep)
 	if err != nil {
 		return err
 	}
+	defer down()
+	// A scratch folder for the baseline scheduler's configuration.
 	tmp, err := os.MkdirTemp("", "gpudra-bench-gang-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	lf := filepath.Join(tmp, "lab.yaml")
-	if err := os.WriteFile(lf, []byte(gangLabFile), 0o600); err != nil {
-		return err
-	}
-	dir := lab.DefaultDir()
-	state, err := lab.Up(ctx, lab.Options{Dir: dir, Repo: repo, LabFile: lf, Progress: os.Stderr})
-	if err != nil {
-		return err
-	}
-	if !keep {
-		defer func() { _ = lab.Down(lab.DownOptions{Dir: dir, Progress: os.Stderr}) }()
-	}
 	labState = state
 	controllerState = state.Component("gpudra-controller")
 	labSched := state.Component(lab.GpudraScheduler)

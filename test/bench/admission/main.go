@@ -34,7 +34,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -62,6 +61,7 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -146,27 +146,11 @@ func modesOf(objects string) []string {
 }
 
 func run(ctx context.Context, racks, perRack, n int, kinds []string, keep bool) error {
-	repo, err := lab.RepoRoot(".")
+	state, down, err := benchlab.Up(ctx, labFile, keep)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "gpudra-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	lf := filepath.Join(tmp, "lab.yaml")
-	if err := os.WriteFile(lf, []byte(labFile), 0o600); err != nil {
-		return err
-	}
-	dir := lab.DefaultDir()
-	state, err := lab.Up(ctx, lab.Options{Dir: dir, Repo: repo, LabFile: lf, Progress: os.Stderr})
-	if err != nil {
-		return err
-	}
-	if !keep {
-		defer func() { _ = lab.Down(lab.DownOptions{Dir: dir, Progress: os.Stderr}) }()
-	}
+	defer down()
 	controllerState = state.Component("gpudra-controller")
 	labState = state
 	cfg, err := state.RESTConfig()

@@ -53,6 +53,7 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
+	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -115,27 +116,17 @@ func main() {
 }
 
 func run(ctx context.Context, nodes, pods int, keep bool) error {
-	repo, err := lab.RepoRoot(".")
+	state, down, err := benchlab.Up(ctx, labFile, keep)
 	if err != nil {
 		return err
 	}
+	defer down()
+	// A scratch folder for the baseline scheduler's configuration.
 	tmp, err := os.MkdirTemp("", "gpudra-bench-scheduler-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	lf := filepath.Join(tmp, "lab.yaml")
-	if err := os.WriteFile(lf, []byte(labFile), 0o600); err != nil {
-		return err
-	}
-	dir := lab.DefaultDir()
-	state, err := lab.Up(ctx, lab.Options{Dir: dir, Repo: repo, LabFile: lf, Progress: os.Stderr})
-	if err != nil {
-		return err
-	}
-	if !keep {
-		defer func() { _ = lab.Down(lab.DownOptions{Dir: dir, Progress: os.Stderr}) }()
-	}
 	tc, err := lab.EnsureToolchain(ctx, os.Stderr, lab.ToolchainNeeds{})
 	if err != nil {
 		return err
