@@ -123,15 +123,25 @@ func TestHalfAppliedMIGLayoutIsRolledBack(t *testing.T) {
 	c.waitForEvent(plugin.ReasonMIGLayoutFailed, `MIG layout "all-1g.10gb" failed on GPU 3`, "CreateGpuInstanceWithPlacement: ERROR_UNKNOWN",
 		"restored to their previous layout: GPU 0, GPU 1, GPU 2, GPU 3", "no other GPU was changed")
 
-	// With the label gone nothing applies the layout again: every GPU is as it was.
+	// With the label gone nothing applies the layout again: every GPU is as it was. Until
+	// the plugin sees the label go it may try the layout once more (and roll it back), so
+	// every GPU must be as it was for a while, not at one instant.
 	c.label(api.LabelMIGConfig, "")
+	const settled = 500 * time.Millisecond
+	var since time.Time
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if len(c.n.gpuProfiles()) == 0 && !anyMIGEnabled(c) {
+		switch {
+		case len(c.n.gpuProfiles()) != 0 || anyMIGEnabled(c):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		}
+		if !since.IsZero() && time.Since(since) >= settled {
 			break
 		}
 	}
-	if got := c.n.gpuProfiles(); len(got) != 0 || anyMIGEnabled(c) {
-		t.Errorf("GPUs left half-applied: instances %v", got)
+	if got := c.n.gpuProfiles(); since.IsZero() || time.Since(since) < settled || len(got) != 0 || anyMIGEnabled(c) {
+		t.Errorf("GPUs left half-applied: instances %v, MIG mode on: %v", got, anyMIGEnabled(c))
 	}
 	c.publishedMIG(nil)
 }
