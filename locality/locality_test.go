@@ -173,3 +173,23 @@ func TestScoreAndPreferred(t *testing.T) {
 		t.Error("WithoutPreferred changed its input")
 	}
 }
+
+// TestMergeUnionsEachDatasetsKeys: two pod sets reading one dataset through different cache
+// labels (a named dataset and a Fluid volume keyed by the dataset's UID) need it once, cached
+// on nodes with either label; the input is not changed.
+func TestMergeUnionsEachDatasetsKeys(t *testing.T) {
+	d, other := Dataset{Namespace: "ml", Name: "imagenet"}, Dataset{Namespace: "ml", Name: "coco"}
+	first := []Need{{Dataset: d, Keys: []string{"dataset.gpudra.dev/ml.imagenet"}}}
+	second := []Need{{Dataset: d, Keys: []string{"fluid.io/s-ml-3f2a", "dataset.gpudra.dev/ml.imagenet"}}, {Dataset: other, Keys: []string{"dataset.gpudra.dev/ml.coco"}}}
+	got := Merge(Merge(nil, first...), second...)
+	want := []Need{
+		{Dataset: d, Keys: []string{"dataset.gpudra.dev/ml.imagenet", "fluid.io/s-ml-3f2a"}},
+		{Dataset: other, Keys: []string{"dataset.gpudra.dev/ml.coco"}},
+	}
+	if !slices.EqualFunc(got, want, func(a, b Need) bool { return a.Dataset == b.Dataset && slices.Equal(a.Keys, b.Keys) }) {
+		t.Errorf("Merge = %v, want %v", got, want)
+	}
+	if len(first[0].Keys) != 1 {
+		t.Errorf("Merge changed its input: %v", first)
+	}
+}

@@ -62,18 +62,7 @@ func (l listers) Volume(name string) (*corev1.PersistentVolume, error) {
 // gpudra's label.
 func Needs(namespace string, annotations map[string]string, spec *corev1.PodSpec, vols Volumes) ([]Need, error) {
 	var out []Need
-	add := func(d Dataset, keys ...string) {
-		i := slices.IndexFunc(out, func(n Need) bool { return n.Dataset == d })
-		if i < 0 {
-			out = append(out, Need{Dataset: d})
-			i = len(out) - 1
-		}
-		for _, k := range keys {
-			if !slices.Contains(out[i].Keys, k) {
-				out[i].Keys = append(out[i].Keys, k)
-			}
-		}
-	}
+	add := func(d Dataset, keys ...string) { out = Merge(out, Need{Dataset: d, Keys: keys}) }
 	if v, ok := annotations[api.AnnotationDatasets]; ok {
 		ds, err := ParseAnnotation(v, namespace)
 		if err != nil {
@@ -102,6 +91,24 @@ func Needs(namespace string, annotations map[string]string, spec *corev1.PodSpec
 		}
 	}
 	return out, nil
+}
+
+// Merge adds each of more to needs and returns them: a dataset already there gains the
+// cache label keys it lacked, so that a node carrying any key any of them names counts.
+func Merge(needs []Need, more ...Need) []Need {
+	for _, n := range more {
+		i := slices.IndexFunc(needs, func(o Need) bool { return o.Dataset == n.Dataset })
+		if i < 0 {
+			needs = append(needs, Need{Dataset: n.Dataset})
+			i = len(needs) - 1
+		}
+		for _, k := range n.Keys {
+			if !slices.Contains(needs[i].Keys, k) {
+				needs[i].Keys = append(needs[i].Keys, k)
+			}
+		}
+	}
+	return needs
 }
 
 // fluidVolume is the dataset behind claim and the cache labels its volume carries; no

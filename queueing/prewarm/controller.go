@@ -151,11 +151,7 @@ func needsOf(ctx context.Context, c client.Reader, wl *kueue.Workload) ([]locali
 		if err != nil {
 			return nil, fmt.Errorf("spec.podSets[%d]: %w", i, err)
 		}
-		for _, n := range needs {
-			if !slices.ContainsFunc(out, func(o locality.Need) bool { return o.Dataset == n.Dataset }) {
-				out = append(out, n)
-			}
-		}
+		out = locality.Merge(out, needs...)
 	}
 	return out, nil
 }
