@@ -229,9 +229,19 @@ func (r *Reconciler) recoverGang(ctx context.Context, st *allocation.State, g ad
 		takeSlot(planned, plan, p, len(unknown) == 0)
 	}
 
+	// add records one result with the claim and node it was planned for, as a decision's
+	// reservation does: when the scheduler gives those devices to another pod, the claim is
+	// allocated again on its node rather than counted on devices already counted (a rebuilt
+	// gang then held one device less than it planned, and a new leader placed another gang
+	// on a node that was full).
+	add := func(r resourceapi.AllocationResult, node string, claim *resourceapi.ResourceClaim) {
+		res.results = append(res.results, r)
+		res.nodes = append(res.nodes, node)
+		res.claims = append(res.claims, claim)
+	}
 	hold := func(node string) {
 		if r := holdNode(st, node); r != nil {
-			res.results = append(res.results, *r)
+			add(*r, node, nil)
 		}
 	}
 	held := map[string]bool{}
@@ -247,14 +257,17 @@ func (r *Reconciler) recoverGang(ctx context.Context, st *allocation.State, g ad
 				held[node] = true
 				continue
 			}
-			got, err := st.AllocateAndCommit(ctx, node, podClaims(set, i)...)
+			pc := podClaims(set, i)
+			got, err := st.AllocateAndCommit(ctx, node, pc...)
 			if err != nil {
 				logger.Info("Claims of an admitted pod do not fit on its planned node again; holding its free devices", "podSet", name, "node", node, "reason", err.Error())
 				hold(node)
 				held[node] = true
 				continue
 			}
-			res.results = append(res.results, got...)
+			for k := range got {
+				add(got[k], node, pc[k])
+			}
 		}
 	}
 
@@ -280,10 +293,15 @@ func (r *Reconciler) recoverGang(ctx context.Context, st *allocation.State, g ad
 			logger.Info("An admitted pod set without its planned nodes does not fit in its domain again; nothing held for it", "podSet", name, "reason", err.Error())
 			continue
 		}
-		for _, pod := range placement.Allocations[name] {
+		for i, pod := range placement.Allocations[name] {
+			pc := podClaims(set, i)
 			for k := range pod {
 				st.Commit(&pod[k])
-				res.results = append(res.results, pod[k])
+				var claim *resourceapi.ResourceClaim
+				if k < len(pc) {
+					claim = pc[k]
+				}
+				add(pod[k], placement.Nodes[name][i], claim)
 			}
 		}
 	}

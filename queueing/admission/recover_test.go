@@ -394,3 +394,60 @@ func TestRebuildErrorIsRetried(t *testing.T) {
 		t.Errorf("second: %s on %v, want Ready on another node than the first gang's %v", second.State, plannedNodes(second, "main"), plannedNodes(first, "main"))
 	}
 }
+
+// The scheduler gives a pinned pod any fitting devices of its node, not the ones a
+// reservation set aside. When a rebuilt gang's planned devices went to another gang's pod,
+// the rebuilt gang still holds as many on its node (a new leader once placed a third gang
+// on a node this left looking one GPU emptier than it was).
+func TestRebuiltReservationHoldsItsShareWhenItsDevicesGoToAnotherPod(t *testing.T) {
+	const two = `
+devices:
+  requests:
+  - name: gpus
+    exactly: {deviceClassName: gpu.gpudra.dev, count: 2}
+`
+	spec, err := allocation.ParseClaimSpec([]byte(two))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "two"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+	// Two one-pod gangs of 2 GPUs each, admitted by a leader that is gone, both planned on
+	// r1-n1 (4 GPUs): the node is full.
+	decided := func(at time.Time) kueue.AdmissionCheckState {
+		return kueue.AdmissionCheckState{Name: "gpudra-topology", State: kueue.CheckStateReady, LastTransitionTime: metav1.NewTime(at),
+			PodSetUpdates: []kueue.PodSetUpdate{{Name: "main", Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}}}}
+	}
+	gang := func(name string, at time.Time) *kueue.Workload {
+		wl := onOneNode(name)
+		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("two")
+		wl.Status.AdmissionChecks[0] = decided(at)
+		return wl
+	}
+	now := time.Now()
+	c := lab(t, tpl, gang("a", now.Add(-2*time.Second)), gang("b", now.Add(-time.Second)))
+	leader := newReconciler(c)
+	ctx := context.Background()
+	if err := leader.ensureReservations(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, b := leader.reserved["a"], leader.reserved["b"]
+	if len(a.results) != 1 || len(b.results) != 1 {
+		t.Fatalf("rebuilt %d and %d allocations, want one pod's each", len(a.results), len(b.results))
+	}
+	for name, res := range map[string]reservation{"a": a, "b": b} {
+		if len(res.claims) != 1 || res.claims[0] == nil || len(res.nodes) != 1 || res.nodes[0] != "r1-n1" {
+			t.Errorf("gang %s rebuilt without the claim and node of its allocation: claims %v, nodes %v", name, res.claims, res.nodes)
+		}
+	}
+	// a's pod is bound with the devices the rebuild set aside for b.
+	runPods(t, c, "a", "main", decided(now), b.results)
+	st, _, _, err := leader.snapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "probe", UID: "probe"}, Spec: spec}
+	if got, err := st.Allocate(ctx, "r1-n1", probe); !errors.Is(err, allocation.ErrUnsatisfiable) {
+		t.Errorf("2 more GPUs fit on r1-n1 (%v, %v): a runs on 2 of its 4 and b still holds 2", got, err)
+	}
+}
