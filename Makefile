@@ -31,7 +31,7 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
 
-.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-gang bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
+.PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-gang bench-stream bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
 all: build
 
@@ -116,6 +116,9 @@ bench-admission: build ## Kueue admission throughput with and without the gpudra
 
 bench-gang: build ## one Job of 128 pods × 8 GPUs end to end: Kueue + gpudra check + gpudra-scheduler against Kueue + kube-scheduler on plain slices (starts its own lab)
 	go run ./test/bench/admission -gang 128x8
+
+bench-stream: build ## 5 minutes of mixed jobs from an Alibaba trace on 512 nodes × 8 GPUs: Kueue + gpudra check + gpudra-scheduler against Kueue + kube-scheduler on plain slices (starts its own lab)
+	go run ./test/bench/admission -stream 5m
 
 bench-tiers: ## shares that fit with memory oversubscription (real allocator), and a model of the share tiers on one GPU
 	go run ./test/bench/tiers

@@ -81,11 +81,37 @@ func main() {
 	keep := flag.Bool("keep", false, "leave the lab running afterwards")
 	objects := flag.String("objects", "workloads,jobs", "the rounds' kinds, in order: workloads (bare Workloads), jobs (Jobs whose pods start)")
 	gang := flag.String("gang", "", "instead, one Job of PODSxGPUS (e.g. 128x8) end to end: the check with gpudra-scheduler on gpudra's slices, then Kueue alone with kube-scheduler on plain slices")
-	baselineFirst := flag.Bool("baseline-first", false, "with -gang, run the baseline round (B) before the gpudra round (A)")
+	baselineFirst := flag.Bool("baseline-first", false, "with -gang or -stream, run the baseline round (B) before the gpudra round (A)")
+	stream := flag.Duration("stream", 0, "instead, a stream of mixed jobs from an Alibaba trace for this long (e.g. 5m), on -stream-nodes nodes: the check with gpudra-scheduler on gpudra's slices, then Kueue alone with kube-scheduler on plain slices")
+	streamNodes := flag.Int("stream-nodes", 512, "with -stream, 8-GPU nodes, in racks of 16 (512: 4 096 GPUs)")
+	streamRate := flag.Float64("stream-rate", 4, "with -stream, mean jobs arriving per second")
+	streamTrace := flag.String("stream-trace", "default", "with -stream, the shipped Alibaba openb trace the jobs come from")
+	streamMedian := flag.Duration("stream-median-run", 90*time.Second, "with -stream, the median job's run time once its pods are bound (the trace's run times scaled)")
+	streamGangEvery := flag.Int("stream-gang-every", 25, "with -stream, every Nth arrival is a gang of 2, 4, 8 or 16 pods × 8 GPUs in turn (0: none)")
+	streamDrain := flag.Duration("stream-drain", 2*time.Minute, "with -stream, how long after the window to wait for the jobs still queued to be bound")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *stream != 0 {
+		if *streamNodes < gangRackNodes || *streamNodes > 1024 || *streamNodes%gangRackNodes != 0 {
+			fmt.Fprintf(os.Stderr, "admission benchmark: -stream-nodes %d: accepted a multiple of %d from %d to 1024\n", *streamNodes, gangRackNodes, gangRackNodes)
+			os.Exit(2)
+		}
+		if *stream < 0 || *streamDrain < 0 {
+			fmt.Fprintln(os.Stderr, "admission benchmark: -stream and -stream-drain: accepted positive durations")
+			os.Exit(2)
+		}
+		err := runStream(ctx, streamRun{
+			params: streamParams{window: *stream, rate: *streamRate, medianRun: *streamMedian, gangEvery: *streamGangEvery},
+			nodes:  *streamNodes, trace: *streamTrace, drain: *streamDrain, baselineFirst: *baselineFirst, keep: *keep,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *gang != "" {
 		shape, err := parseGang(*gang)
 		if err != nil {
