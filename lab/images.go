@@ -61,9 +61,9 @@ func (u *upper) pluginImage(ctx context.Context) buildinfo.Source {
 	return *u.pluginSource
 }
 
-// buildPluginImage builds gpudra-kubelet-plugin from src as a release does and writes its
-// image (the binary and the C libraries it loads from this machine) as an image archive at
-// out, named State.PluginImage.
+// buildPluginImage builds gpudra-kubelet-plugin from src as a release does (but for the
+// paths it keeps) and writes its image (the binary and the C libraries it loads from this
+// machine) as an image archive at out, named State.PluginImage.
 func (u *upper) buildPluginImage(ctx context.Context, out string) error {
 	dir, err := os.MkdirTemp("", "gpudra-image-")
 	if err != nil {
@@ -72,7 +72,9 @@ func (u *upper) buildPluginImage(ctx context.Context, out string) error {
 	defer os.RemoveAll(dir)
 	src := u.pluginImage(ctx)
 	fmt.Fprintf(u.out, "Building %s from %s\n", u.state.PluginImage, u.opts.Repo)
-	b := release.Builder{Repo: u.opts.Repo, Source: src, Registry: release.DefaultRegistry, Work: dir}
+	// Without -trimpath: the binaries the lab built a moment ago compiled every package
+	// (a cold lab up spent 5.7 minutes compiling them again with trimmed paths).
+	b := release.Builder{Repo: u.opts.Repo, Source: src, Registry: release.DefaultRegistry, Work: dir, KeepPaths: true}
 	if _, err := b.Image(ctx, release.Plugin, out); err != nil {
 		return &ComponentError{Component: "gpudra-kubelet-plugin image", Err: err}
 	}

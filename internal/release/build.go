@@ -25,6 +25,10 @@ type Builder struct {
 	Work string
 	// CABundle is the PEM file of CA certificates the images carry; empty: this machine's.
 	CABundle string
+	// KeepPaths builds without -trimpath, so that the build reuses every package a plain
+	// go build of the tree (make build, the lab's) compiled: the lab's own image, built
+	// after those, then only links. A release trims the paths.
+	KeepPaths bool
 }
 
 // Tag is the images' tag and the chart's version: the release's version without its v.
@@ -49,7 +53,12 @@ func (b Builder) Binary(ctx context.Context, img Image) (string, error) {
 	cgo := map[bool]string{true: "1", false: "0"}[img.CGO]
 	// Without the symbol table and DWARF (-s -w): a third of the size; panics still name
 	// functions and lines, and the build information (go version -m) stays.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w "+buildinfo.LinkerFlags(b.Source), "-o", out, "./cmd/"+img.Binary)
+	args := []string{"build", "-trimpath"}
+	if b.KeepPaths {
+		args = args[:1]
+	}
+	args = append(args, "-ldflags", "-s -w "+buildinfo.LinkerFlags(b.Source), "-o", out, "./cmd/"+img.Binary)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = b.Repo
 	// go-nvml's C bindings use deprecated NVML declarations (as in the Makefile).
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo, "GOTOOLCHAIN=local", "CGO_CFLAGS=-Wno-deprecated-declarations")

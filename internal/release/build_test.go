@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -152,6 +153,23 @@ func TestBuilderWritesTheImageOfEachBinary(t *testing.T) {
 		}
 		if libc != img.CGO || len(c.Libraries) > 0 != img.CGO {
 			t.Errorf("%s: carries libc %v (libraries %v), want %v", img.Binary, libc, c.Libraries, img.CGO)
+		}
+	}
+	// A release trims the build's paths; the lab's image keeps them (KeepPaths), so that it
+	// reuses the packages the lab's own build compiled.
+	for _, keep := range []bool{false, true} {
+		b.KeepPaths = keep
+		exe, err := b.Binary(context.Background(), controller)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bi, err := buildinfo.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trimmed := slices.ContainsFunc(bi.Settings, func(s debug.BuildSetting) bool { return s.Key == "-trimpath" && s.Value == "true" })
+		if trimmed == keep {
+			t.Errorf("KeepPaths %v: built with -trimpath %v", keep, trimmed)
 		}
 	}
 }
