@@ -84,7 +84,7 @@ func main() {
 	baselineFirst := flag.Bool("baseline-first", false, "with -gang or -stream, run the baseline round (B) before the gpudra round (A)")
 	stream := flag.Duration("stream", 0, "instead, a stream of mixed jobs from an Alibaba trace for this long (e.g. 5m), on -stream-nodes nodes: the check with gpudra-scheduler on gpudra's slices, then Kueue alone with kube-scheduler on plain slices")
 	streamNodes := flag.Int("stream-nodes", 512, "with -stream, 8-GPU nodes, in racks of 16 (512: 4 096 GPUs)")
-	streamRate := flag.Float64("stream-rate", 4, "with -stream, mean jobs arriving per second")
+	streamRate := flag.Float64("stream-rate", 2, "with -stream, mean jobs arriving per second")
 	streamTrace := flag.String("stream-trace", "default", "with -stream, the shipped Alibaba openb trace the jobs come from")
 	streamMedian := flag.Duration("stream-median-run", 90*time.Second, "with -stream, the median job's run time once its pods are bound (the trace's run times scaled)")
 	streamGangEvery := flag.Int("stream-gang-every", 25, "with -stream, every Nth arrival is a gang of 2, 4, 8 or 16 pods × 8 GPUs in turn (0: none)")

@@ -47,8 +47,9 @@ type streamResult struct {
 	bound             int       // pods bound during the window
 	latency           []float64 // per job submitted: seconds to all pods bound; +Inf if never
 	samples           []streamSample
-	gangsBound        int // gangs whose pods were all bound
-	gangsInRack       int // of those, the gangs in one rack
+	createTook        []float64 // seconds each Job create took (the API server and its webhooks)
+	gangsBound        int       // gangs whose pods were all bound
+	gangsInRack       int       // of those, the gangs in one rack
 	cpu               map[string]float64
 	peak              map[string]int
 	hwmNote           string
@@ -286,17 +287,21 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 
 	t0 := time.Now()
 	since := func() time.Duration { return time.Since(t0) }
-	// The submitter creates each job at its arrival time; submissions tell the loop.
+	// The submitter creates each job at its arrival time, up to 64 creates at once (an API
+	// server slowed by its admission webhooks must not hold the arrivals back); submissions
+	// tell the loop.
 	type submission struct {
-		name string
-		at   time.Duration
-		err  error
+		name     string
+		at, took time.Duration
+		err      error
 	}
-	submitted := make(chan submission, 1024)
+	submitted := make(chan submission, len(jobs))
 	subCtx, stopSubmitting := context.WithCancel(ctx)
 	defer stopSubmitting()
 	go func() {
-		defer close(submitted)
+		var creates sync.WaitGroup
+		defer func() { creates.Wait(); close(submitted) }()
+		sem := make(chan struct{}, 64)
 		for i, j := range jobs {
 			if d := j.at - since(); d > 0 {
 				select {
@@ -305,13 +310,18 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 					return
 				}
 			}
-			at := since()
-			_, err := cs.BatchV1().Jobs(r.set).Create(subCtx, manifests[i], metav1.CreateOptions{})
 			select {
-			case submitted <- submission{name: j.name, at: at, err: err}:
+			case sem <- struct{}{}:
 			case <-subCtx.Done():
 				return
 			}
+			creates.Add(1)
+			go func() {
+				defer func() { <-sem; creates.Done() }()
+				at := since()
+				_, err := cs.BatchV1().Jobs(r.set).Create(subCtx, manifests[i], metav1.CreateOptions{})
+				submitted <- submission{name: j.name, at: at, took: since() - at, err: err}
+			}()
 		}
 	}()
 	// Deleters delete finished jobs off the loop, so that a slow delete never holds it.
@@ -371,6 +381,7 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 				continue
 			}
 			res.submitted++
+			res.createTook = append(res.createTook, sub.took.Seconds())
 			if sub.err != nil {
 				res.submitErrors++
 				fmt.Fprintf(os.Stderr, "round %s: create %s: %v\n", r.name, sub.name, sub.err)
@@ -520,6 +531,9 @@ func reportStream(w io.Writer, s streamRun, jobs int, results []streamResult) {
 		}
 		return fmt.Sprintf("%d (%d)%s", r.submitted, r.gangs, e)
 	})
+	row("Job create (API server and webhooks), p50 / p99", func(r streamResult) string {
+		return fmt.Sprintf("%s / %s", seconds(percentile(r.createTook, 50)), seconds(percentile(r.createTook, 99)))
+	})
 	row("Workloads admitted in the window, per s", func(r streamResult) string { return fmt.Sprintf("%.2f", float64(r.admitted)/win) })
 	row("pods bound in the window, per s", func(r streamResult) string { return fmt.Sprintf("%.2f", float64(r.bound)/win) })
 	for _, q := range []float64{50, 90, 99} {
@@ -611,6 +625,9 @@ func seconds(v float64) string {
 		return "-"
 	case math.IsInf(v, 1):
 		return "not bound by the end"
+	}
+	if v < 1 {
+		return fmt.Sprintf("%.2f s", v)
 	}
 	return fmt.Sprintf("%.1f s", v)
 }

@@ -232,7 +232,7 @@ func TestStreamManifests(t *testing.T) {
 
 func TestStreamReport(t *testing.T) {
 	res := func(r gangRound, lat ...float64) streamResult {
-		return streamResult{gangRound: r, submitted: len(lat), admitted: 60, bound: 120, latency: lat, window: time.Minute,
+		return streamResult{gangRound: r, submitted: len(lat), admitted: 60, bound: 120, latency: lat, window: time.Minute, createTook: []float64{0.01, 0.02},
 			samples: []streamSample{{at: 0, held: 10, served: 5}, {at: time.Minute, held: 30, served: 15, waiting: 2}},
 			cpu:     map[string]float64{"kube-apiserver": 3}, peak: map[string]int{"kube-apiserver": 2048}}
 	}
@@ -245,6 +245,7 @@ func TestStreamReport(t *testing.T) {
 		"| submission → all pods bound, p50 | 2.0 s | 4.0 s |",
 		"| submission → all pods bound, p99 | not bound by the end | 8.0 s |",
 		"| jobs not bound by the end | 1 (drain 0s) | 0 (drain 0s) |",
+		"| Job create (API server and webhooks), p50 / p99 | 0.01 s / 0.02 s | 0.01 s / 0.02 s |",
 		"| GPUs held, mean over the window | 20 (16 %) | 20 (16 %) |",
 		"| 1 | 30, 2 | 30, 2 |",
 		"| kube-apiserver | 3.0 s, 2 MiB | 3.0 s, 2 MiB |",
