@@ -146,7 +146,11 @@ func (r *Reconciler) rebuildReservations(ctx context.Context) (int, error) {
 	running := map[types.UID][]*corev1.Pod{}
 	for k := range pods.Items {
 		p := &pods.Items[k]
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && claimsAllocated(p, allocated) {
+		// A pod whose claims are allocated holds its devices in the live claims, bound or
+		// not yet: the scheduler writes the allocation before the binding, and a pod counted
+		// as not running then was reserved again on top of its own claims, which filled its
+		// node in the rebuild and left a later gang there with nothing held.
+		if podNode(p) != "" && p.DeletionTimestamp == nil && claimsAllocated(p, allocated) {
 			uid := types.UID(p.Labels[api.LabelWorkload])
 			running[uid] = append(running[uid], p)
 		}
@@ -323,15 +327,25 @@ func takeSlot(planned map[string][]string, plan map[string]string, p *corev1.Pod
 			continue
 		}
 		nodes := planned[name]
-		if slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot]); err == nil && slot >= 0 && slot < len(nodes) && nodes[slot] == p.Spec.NodeName {
+		node := podNode(p)
+		if slot, err := strconv.Atoi(p.Labels[api.LabelPinnedSlot]); err == nil && slot >= 0 && slot < len(nodes) && nodes[slot] == node {
 			nodes[slot] = ""
 			return
 		}
-		if i := slices.Index(nodes, p.Spec.NodeName); i >= 0 {
+		if i := slices.Index(nodes, node); i >= 0 {
 			nodes[i] = ""
 			return
 		}
 	}
+}
+
+// podNode is the node a pod is bound to or, before its binding, pinned to (the node
+// selector the pinner set); "" for neither.
+func podNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	return p.Spec.NodeSelector[topology.LabelHostname]
 }
 
 // podClaims are pod i's claims of the set, named as the planner names them.

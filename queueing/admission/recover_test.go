@@ -451,3 +451,75 @@ devices:
 		t.Errorf("2 more GPUs fit on r1-n1 (%v, %v): a runs on 2 of its 4 and b still holds 2", got, err)
 	}
 }
+
+// The scheduler writes a claim's allocation before it binds the pod. A pinned pod caught
+// between the two holds its devices already: the rebuild does not reserve its slot again,
+// which would fill its node on paper and leave another gang planned there with nothing held
+// (a new leader then placed a third gang on that node once the pod was bound).
+func TestRebuildCountsAPinnedPodWhoseClaimsAreAllocatedBeforeItIsBound(t *testing.T) {
+	const two = `
+devices:
+  requests:
+  - name: gpus
+    exactly: {deviceClassName: gpu.gpudra.dev, count: 2}
+`
+	spec, err := allocation.ParseClaimSpec([]byte(two))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "two"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+	decided := func(at time.Time) kueue.AdmissionCheckState {
+		return kueue.AdmissionCheckState{Name: "gpudra-topology", State: kueue.CheckStateReady, LastTransitionTime: metav1.NewTime(at),
+			PodSetUpdates: []kueue.PodSetUpdate{{Name: "main", Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}}}}
+	}
+	gang := func(name string, at time.Time) *kueue.Workload {
+		wl := onOneNode(name)
+		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("two")
+		wl.Status.AdmissionChecks[0] = decided(at)
+		return wl
+	}
+	now := time.Now()
+	ctx := context.Background()
+	c := lab(t, tpl, gang("a", now.Add(-2*time.Second)), gang("b", now.Add(-time.Second)))
+	// a's pod: pinned to r1-n1, its claim allocated there (GPUs 0 and 1), not bound yet.
+	claim := "a-main-0-tp"
+	alloc := resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+		{Request: "gpus", Driver: api.DriverName, Pool: "r1-n1", Device: "gpu-0"},
+		{Request: "gpus", Driver: api.DriverName, Pool: "r1-n1", Device: "gpu-1"}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "a-main-0",
+		Labels:      map[string]string{api.LabelWorkload: "a", api.LabelPinnedSlot: "0"},
+		Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": "r1-n1"}, Containers: []corev1.Container{{Name: "c", Image: "i"}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "tp", ResourceClaimTemplateName: ptr.To("two")}}},
+		Status: corev1.PodStatus{ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tp", ResourceClaimName: &claim}}}}
+	rc := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: claim}, Status: resourceapi.ResourceClaimStatus{Allocation: &alloc}}
+	for _, o := range []client.Object{pod, rc} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := newReconciler(c)
+	if err := leader.ensureReservations(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, held := leader.reserved["a"]; held {
+		t.Errorf("a's pod, its claim allocated, reserved again: %v", heldNodes(res))
+	}
+	if got := heldNodes(leader.reserved["b"]); !slices.Equal(got, []string{"r1-n1"}) {
+		t.Fatalf("b holds devices on %v, want its 2 GPUs on r1-n1", got)
+	}
+	// The scheduler binds a's pod: r1-n1 is full, a's 2 GPUs in use and b's 2 held.
+	pod.Spec.NodeName = "r1-n1"
+	if err := c.Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _, err := leader.snapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "probe", UID: "probe"}, Spec: spec}
+	if got, err := st.Allocate(ctx, "r1-n1", probe); !errors.Is(err, allocation.ErrUnsatisfiable) {
+		t.Errorf("2 more GPUs fit on r1-n1 (%v, %v): a runs on 2 of its 4 and b holds 2", got, err)
+	}
+}
