@@ -400,32 +400,8 @@ func TestRebuildErrorIsRetried(t *testing.T) {
 // the rebuilt gang still holds as many on its node (a new leader once placed a third gang
 // on a node this left looking one GPU emptier than it was).
 func TestRebuiltReservationHoldsItsShareWhenItsDevicesGoToAnotherPod(t *testing.T) {
-	const two = `
-devices:
-  requests:
-  - name: gpus
-    exactly: {deviceClassName: gpu.gpudra.dev, count: 2}
-`
-	spec, err := allocation.ParseClaimSpec([]byte(two))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "two"},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
-	// Two one-pod gangs of 2 GPUs each, admitted by a leader that is gone, both planned on
-	// r1-n1 (4 GPUs): the node is full.
-	decided := func(at time.Time) kueue.AdmissionCheckState {
-		return kueue.AdmissionCheckState{Name: "gpudra-topology", State: kueue.CheckStateReady, LastTransitionTime: metav1.NewTime(at),
-			PodSetUpdates: []kueue.PodSetUpdate{{Name: "main", Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}}}}
-	}
-	gang := func(name string, at time.Time) *kueue.Workload {
-		wl := onOneNode(name)
-		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("two")
-		wl.Status.AdmissionChecks[0] = decided(at)
-		return wl
-	}
+	c, spec, decided := sharedNodeLab(t)
 	now := time.Now()
-	c := lab(t, tpl, gang("a", now.Add(-2*time.Second)), gang("b", now.Add(-time.Second)))
 	leader := newReconciler(c)
 	ctx := context.Background()
 	if err := leader.ensureReservations(ctx); err != nil {
@@ -442,14 +418,7 @@ devices:
 	}
 	// a's pod is bound with the devices the rebuild set aside for b.
 	runPods(t, c, "a", "main", decided(now), b.results)
-	st, _, _, err := leader.snapshot(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "probe", UID: "probe"}, Spec: spec}
-	if got, err := st.Allocate(ctx, "r1-n1", probe); !errors.Is(err, allocation.ErrUnsatisfiable) {
-		t.Errorf("2 more GPUs fit on r1-n1 (%v, %v): a runs on 2 of its 4 and b still holds 2", got, err)
-	}
+	noTwoMoreFit(t, leader, spec)
 }
 
 // The scheduler writes a claim's allocation before it binds the pod. A pinned pod caught
@@ -457,31 +426,8 @@ devices:
 // which would fill its node on paper and leave another gang planned there with nothing held
 // (a new leader then placed a third gang on that node once the pod was bound).
 func TestRebuildCountsAPinnedPodWhoseClaimsAreAllocatedBeforeItIsBound(t *testing.T) {
-	const two = `
-devices:
-  requests:
-  - name: gpus
-    exactly: {deviceClassName: gpu.gpudra.dev, count: 2}
-`
-	spec, err := allocation.ParseClaimSpec([]byte(two))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "two"},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
-	decided := func(at time.Time) kueue.AdmissionCheckState {
-		return kueue.AdmissionCheckState{Name: "gpudra-topology", State: kueue.CheckStateReady, LastTransitionTime: metav1.NewTime(at),
-			PodSetUpdates: []kueue.PodSetUpdate{{Name: "main", Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}}}}
-	}
-	gang := func(name string, at time.Time) *kueue.Workload {
-		wl := onOneNode(name)
-		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("two")
-		wl.Status.AdmissionChecks[0] = decided(at)
-		return wl
-	}
-	now := time.Now()
+	c, spec, _ := sharedNodeLab(t)
 	ctx := context.Background()
-	c := lab(t, tpl, gang("a", now.Add(-2*time.Second)), gang("b", now.Add(-time.Second)))
 	// a's pod: pinned to r1-n1, its claim allocated there (GPUs 0 and 1), not bound yet.
 	claim := "a-main-0-tp"
 	alloc := resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
@@ -514,6 +460,47 @@ devices:
 	if err := c.Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	noTwoMoreFit(t, leader, spec)
+}
+
+// twoGPUs is a claim for 2 whole GPUs; twoGPUTemplate its template in team-a.
+const twoGPUs = `
+devices:
+  requests:
+  - name: gpus
+    exactly: {deviceClassName: gpu.gpudra.dev, count: 2}
+`
+
+// sharedNodeLab is two one-pod gangs of 2 GPUs each, a (decided first) and b, admitted by a
+// leader that is gone, both planned on r1-n1 (4 GPUs): the node is full. It returns the
+// lab, the 2-GPU claim spec and the check's state as decided.
+func sharedNodeLab(t *testing.T) (client.Client, resourceapi.ResourceClaimSpec, func(time.Time) kueue.AdmissionCheckState) {
+	t.Helper()
+	spec, err := allocation.ParseClaimSpec([]byte(twoGPUs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "two"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec}}
+	decided := func(at time.Time) kueue.AdmissionCheckState {
+		return kueue.AdmissionCheckState{Name: "gpudra-topology", State: kueue.CheckStateReady, LastTransitionTime: metav1.NewTime(at),
+			PodSetUpdates: []kueue.PodSetUpdate{{Name: "main", Annotations: map[string]string{api.AnnotationPlacement: "r1-n1"}}}}
+	}
+	gang := func(name string, at time.Time) *kueue.Workload {
+		wl := onOneNode(name)
+		wl.Spec.PodSets[0].Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("two")
+		wl.Status.AdmissionChecks[0] = decided(at)
+		return wl
+	}
+	now := time.Now()
+	return lab(t, tpl, gang("a", now.Add(-2*time.Second)), gang("b", now.Add(-time.Second))), spec, decided
+}
+
+// noTwoMoreFit checks that 2 more GPUs do not fit on r1-n1 in the leader's snapshot (they
+// must not: a runs on 2 of its 4 GPUs and b holds 2).
+func noTwoMoreFit(t *testing.T, leader *Reconciler, spec resourceapi.ResourceClaimSpec) {
+	t.Helper()
+	ctx := context.Background()
 	st, _, _, err := leader.snapshot(ctx, "")
 	if err != nil {
 		t.Fatal(err)

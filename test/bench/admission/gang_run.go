@@ -57,34 +57,55 @@ func gangOrder(baselineFirst bool) []gangRound {
 	return gangRounds
 }
 
-func runGang(ctx context.Context, shape gangShape, baselineFirst, keep bool) error {
+// roundsLab is the lab of the two-round modes (-gang, -stream): its gpudra-scheduler, the
+// toolchain (for round B's kube-scheduler), a client, and a scratch folder.
+type roundsLab struct {
+	sched *lab.Component
+	tc    *lab.Toolchain
+	cfg   *rest.Config
+	cs    *kubernetes.Clientset
+	tmp   string
+}
+
+// upRoundsLab brings up gangLabFile's lab; close tears it down (unless keep) and removes
+// the scratch folder.
+func upRoundsLab(ctx context.Context, keep bool) (roundsLab, func(), error) {
+	var l roundsLab
 	state, down, err := benchlab.Up(ctx, gangLabFile, keep)
 	if err != nil {
-		return err
+		return l, nil, err
 	}
-	defer down()
 	// A scratch folder for the baseline scheduler's configuration.
-	tmp, err := os.MkdirTemp("", "gpudra-bench-gang-")
-	if err != nil {
-		return err
+	if l.tmp, err = os.MkdirTemp("", "gpudra-bench-rounds-"); err != nil {
+		down()
+		return l, nil, err
 	}
-	defer os.RemoveAll(tmp)
+	closeLab := func() { os.RemoveAll(l.tmp); down() }
 	labState = state
 	controllerState = state.Component("gpudra-controller")
-	labSched := state.Component(lab.GpudraScheduler)
-	if labSched == nil {
-		return errors.New("the lab runs no gpudra-scheduler")
+	if l.sched = state.Component(lab.GpudraScheduler); l.sched == nil {
+		closeLab()
+		return l, nil, errors.New("the lab runs no gpudra-scheduler")
 	}
-	tc, err := lab.EnsureToolchain(ctx, os.Stderr, lab.ToolchainNeeds{})
+	if l.tc, err = lab.EnsureToolchain(ctx, os.Stderr, lab.ToolchainNeeds{}); err == nil {
+		l.cfg, err = state.RESTConfig()
+	}
+	if err != nil {
+		closeLab()
+		return l, nil, err
+	}
+	l.cfg.QPS, l.cfg.Burst = 200, 400
+	l.cs = kubernetes.NewForConfigOrDie(l.cfg)
+	return l, closeLab, nil
+}
+
+func runGang(ctx context.Context, shape gangShape, baselineFirst, keep bool) error {
+	l, closeLab, err := upRoundsLab(ctx, keep)
 	if err != nil {
 		return err
 	}
-	cfg, err := state.RESTConfig()
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	defer closeLab()
+	cfg, cs, tmp, labSched, tc := l.cfg, l.cs, l.tmp, l.sched, l.tc
 
 	start := time.Now()
 	for _, r := range gangRounds {

@@ -27,7 +27,6 @@ import (
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
-	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
 )
 
 // streamSample is the cluster at one moment of a round.
@@ -84,32 +83,12 @@ func runStream(ctx context.Context, s streamRun) error {
 	fmt.Fprintf(os.Stderr, "stream: %d jobs (%d gangs) from trace %s over %s, offered load %.0f %% of %d GPUs\n",
 		len(jobs), gangs, s.trace, s.params.window, 100*streamOffered(jobs, s.nodes, s.params.window), s.nodes*gangNodeGPUs)
 
-	state, down, err := benchlab.Up(ctx, gangLabFile, s.keep)
+	l, closeLab, err := upRoundsLab(ctx, s.keep)
 	if err != nil {
 		return err
 	}
-	defer down()
-	tmp, err := os.MkdirTemp("", "gpudra-bench-stream-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	labState = state
-	controllerState = state.Component("gpudra-controller")
-	labSched := state.Component(lab.GpudraScheduler)
-	if labSched == nil {
-		return errors.New("the lab runs no gpudra-scheduler")
-	}
-	tc, err := lab.EnsureToolchain(ctx, os.Stderr, lab.ToolchainNeeds{})
-	if err != nil {
-		return err
-	}
-	cfg, err := state.RESTConfig()
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 200, 400
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	defer closeLab()
+	cfg, cs, tmp, labSched, tc := l.cfg, l.cs, l.tmp, l.sched, l.tc
 
 	start := time.Now()
 	if err := addStreamNodes(ctx, cs, s.nodes); err != nil {
