@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -196,22 +195,7 @@ func slicesInOneRack(set string, nodeOf map[int]string, pods, sliceSize int) int
 }
 
 func addGangNodes(ctx context.Context, cs kubernetes.Interface, r gangRound, shape gangShape) error {
-	errs := make(chan error, shape.nodes())
-	sem := make(chan struct{}, 16)
-	for k := range shape.racks() {
-		for i := range gangRackNodes {
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem }()
-				errs <- addGangNode(ctx, cs, r, k, i)
-			}()
-		}
-	}
-	var err error
-	for range shape.nodes() {
-		err = errors.Join(err, <-errs)
-	}
-	return err
+	return forEachNode(shape.nodes(), func(rack, i int) error { return addGangNode(ctx, cs, r, rack, i) })
 }
 
 func addGangNode(ctx context.Context, cs kubernetes.Interface, r gangRound, rack, i int) error {

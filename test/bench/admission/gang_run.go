@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -173,6 +174,43 @@ func waitServiceAccount(ctx context.Context, cs kubernetes.Interface, ns string)
 	return nil
 }
 
+// roundProcesses are the pids of the processes a round measures: gangProcesses of the lab's,
+// and extra.
+func roundProcesses(extra map[string]int) map[string]int {
+	pids := map[string]int{}
+	for _, c := range labState.Components {
+		if slices.Contains(gangProcesses, c.Name) {
+			pids[c.Name] = c.PID
+		}
+	}
+	maps.Copy(pids, extra)
+	return pids
+}
+
+// startRound resets each process's peak memory (writing 5 to clear_refs resets VmHWM to
+// the current resident size, Linux 4.0 and later) and reads its CPU time so far; note says
+// which peak could not be reset.
+func startRound(pids map[string]int) (cpu map[string]float64, note string) {
+	cpu = map[string]float64{}
+	for name, pid := range pids {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+			note = fmt.Sprintf("%s's peak memory could not be reset (%v): it is the peak since it started", name, err)
+		}
+		cpu[name] = cpuSeconds(pid)
+	}
+	return cpu, note
+}
+
+// endRound is each process's CPU seconds since startRound and its peak memory, in KiB.
+func endRound(pids map[string]int, before map[string]float64) (map[string]float64, map[string]int) {
+	cpu, peak := map[string]float64{}, map[string]int{}
+	for name, pid := range pids {
+		cpu[name] = cpuSeconds(pid) - before[name]
+		peak[name] = peakKiB(pid)
+	}
+	return cpu, peak
+}
+
 // gangProcesses are the processes whose CPU and peak memory the report gives.
 var gangProcesses = []string{"kube-apiserver", "kueue", "gpudra-controller", lab.GpudraScheduler, lab.KubeScheduler}
 
@@ -180,15 +218,7 @@ var gangProcesses = []string{"kube-apiserver", "kueue", "gpudra-controller", lab
 // bound (or 10 minutes pass).
 func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, r gangRound, shape gangShape, extra map[string]int) (gangResult, error) {
 	res := gangResult{gangRound: r, at: map[string]time.Duration{}, cpu: map[string]float64{}, peak: map[string]int{}}
-	pids := map[string]int{}
-	for _, c := range labState.Components {
-		if slices.Contains(gangProcesses, c.Name) {
-			pids[c.Name] = c.PID
-		}
-	}
-	for name, pid := range extra {
-		pids[name] = pid
-	}
+	pids := roundProcesses(extra)
 	var j batchv1.Job
 	if err := yaml.UnmarshalStrict([]byte(gangJob(r, shape)), &j); err != nil {
 		return res, err
@@ -233,17 +263,8 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 	}
 	defer pw.Stop()
 
-	// Peak memory per round: writing 5 to clear_refs resets a process's VmHWM to its
-	// current resident size (Linux 4.0 and later).
-	for name, pid := range pids {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-			res.hwmNote = fmt.Sprintf("%s's peak memory could not be reset (%v): it is the peak since it started", name, err)
-		}
-	}
-	before := map[string]float64{}
-	for name, pid := range pids {
-		before[name] = cpuSeconds(pid)
-	}
+	before, hwmNote := startRound(pids)
+	res.hwmNote = hwmNote
 	machine := sampleCPU()
 	if r.mode == "gpudra" && cpuProfile != "" {
 		profiling.Go(func() { profileController(ctx, cpuProfile+".gang") })
@@ -322,10 +343,7 @@ func measureGang(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 		}
 	}
 	mark("all pods bound")
-	for name, pid := range pids {
-		res.cpu[name] = cpuSeconds(pid) - before[name]
-		res.peak[name] = peakKiB(pid)
-	}
+	res.cpu, res.peak = endRound(pids, before)
 	fmt.Fprintf(os.Stderr, "round %s: %s\n", r.name, cpuSince(machine))
 	res.slices = shape.pods / shape.sliceSize()
 	res.inRack = slicesInOneRack(r.set, nodeOf, shape.pods, shape.sliceSize())

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -210,15 +209,7 @@ type jobState struct {
 // submitted job is bound or the drain time after the window has passed.
 func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, r gangRound, jobs []streamJob, s streamRun, extra map[string]int) (streamResult, error) {
 	res := streamResult{gangRound: r, cpu: map[string]float64{}, peak: map[string]int{}, window: s.params.window}
-	pids := map[string]int{}
-	for _, c := range labState.Components {
-		if slices.Contains(gangProcesses, c.Name) {
-			pids[c.Name] = c.PID
-		}
-	}
-	for name, pid := range extra {
-		pids[name] = pid
-	}
+	pids := roundProcesses(extra)
 	manifests := make([]*batchv1.Job, len(jobs))
 	for i, j := range jobs {
 		manifests[i] = &batchv1.Job{}
@@ -253,15 +244,8 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 	}
 	defer pw.Stop()
 
-	for name, pid := range pids {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
-			res.hwmNote = fmt.Sprintf("%s's peak memory could not be reset (%v): it is the peak since it started", name, err)
-		}
-	}
-	before := map[string]float64{}
-	for name, pid := range pids {
-		before[name] = cpuSeconds(pid)
-	}
+	before, hwmNote := startRound(pids)
+	res.hwmNote = hwmNote
 	machine := sampleCPU()
 
 	t0 := time.Now()
@@ -438,10 +422,7 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 		}
 	}
 	stopSubmitting()
-	for name, pid := range pids {
-		res.cpu[name] = cpuSeconds(pid) - before[name]
-		res.peak[name] = peakKiB(pid)
-	}
+	res.cpu, res.peak = endRound(pids, before)
 	fmt.Fprintf(os.Stderr, "round %s: %s\n", r.name, cpuSince(machine))
 	for _, js := range byName {
 		if js.submitted == 0 {
