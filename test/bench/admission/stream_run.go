@@ -23,8 +23,6 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpudra/gpudra/driver"
-	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
 )
 
@@ -161,19 +159,7 @@ func publishStreamSlices(ctx context.Context, cs kubernetes.Interface, nodes int
 			metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}); err != nil {
 			return fmt.Errorf("node %s: delete its slices: %w", name, err)
 		}
-		inv, rs, err := simulated.Slices("dgx-h100", name, driver.RenderOptions{})
-		if err == nil && kind == "plain" {
-			rs, err = driver.PlainSlices(inv, name)
-		}
-		if err != nil {
-			return err
-		}
-		for _, s := range rs {
-			if _, err := cs.ResourceV1().ResourceSlices().Create(ctx, s, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("node %s: %w", name, err)
-			}
-		}
-		return nil
+		return publishSlices(ctx, cs, name, kind)
 	})
 }
 
