@@ -59,7 +59,7 @@ func (u *upper) startKueue(ctx context.Context) error {
 		return err
 	}
 	c, err := u.startConfiguredController(ctx, "kueue", u.tc.Kueue, kueueUser, kcfg,
-		map[string]int{"health": u.port("kueue-health"), "metrics": u.port("kueue-metrics"), "webhook": webhookPort},
+		map[string]int{"health": u.port("kueue-health"), "metrics": u.port("kueue-metrics"), "pprof": u.port("kueue-pprof"), "webhook": webhookPort},
 		func(ctx context.Context) error { return copySecretCerts(ctx, u, kueueNamespace, kueueSecret, certDir) })
 	if err != nil {
 		return err
@@ -138,6 +138,8 @@ func kueueLabConfig(configDir, certDir string, podsReadyTimeout time.Duration, p
 	cfg["namespace"] = kueueNamespace
 	cfg["health"] = map[string]any{"healthProbeBindAddress": "127.0.0.1:" + strconv.Itoa(port("kueue-health"))}
 	cfg["metrics"] = map[string]any{"bindAddress": "127.0.0.1:" + strconv.Itoa(port("kueue-metrics"))}
+	// Profiles on loopback, for the benchmarks (`-cpuprofile`).
+	cfg["pprofBindAddress"] = "127.0.0.1:" + strconv.Itoa(port("kueue-pprof"))
 	cfg["webhook"] = map[string]any{"host": "127.0.0.1", "port": port("kueue-webhook"), "certDir": certDir}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
 	cfg["internalCertManagement"] = map[string]any{"enable": true, "webhookServiceName": kueueService, "webhookSecretName": kueueSecret}

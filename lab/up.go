@@ -197,7 +197,7 @@ func (u *upper) run(ctx context.Context) error {
 		}
 	}
 	names := []string{"etcd-client", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok",
-		"kueue-health", "kueue-metrics", "kueue-webhook", "jobset-health", "jobset-webhook",
+		"kueue-health", "kueue-metrics", "kueue-pprof", "kueue-webhook", "jobset-health", "jobset-webhook",
 		"training-operator-health", "training-operator-webhook", "trainer-health", "trainer-webhook"}
 	names = append(names, controllerPortNames(u.state.ControllerReplicas)...)
 	for _, n := range u.state.Nodes {

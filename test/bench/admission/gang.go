@@ -205,13 +205,17 @@ func addGangNode(ctx context.Context, cs kubernetes.Interface, r gangRound, rack
 		Resources: lab.NodeResources{CPU: "112", Memory: "2Ti", Pods: 110}}); err != nil {
 		return err
 	}
-	return publishSlices(ctx, cs, name, r.slices)
+	return publishSlices(ctx, cs, name, r.slices, driver.PublishAll)
 }
 
 // publishSlices creates a DGX H100 node's ResourceSlices: gpudra's (kind "gpudra") or plain
 // ones of the same GPUs (kind "plain", driver.PlainSlices).
-func publishSlices(ctx context.Context, cs kubernetes.Interface, name, kind string) error {
-	inv, rs, err := simulated.Slices("dgx-h100", name, driver.RenderOptions{})
+func publishSlices(ctx context.Context, cs kubernetes.Interface, name, kind string, pub driver.Publication) error {
+	opts, err := pub.Options(driver.RenderOptions{})
+	if err != nil {
+		return err
+	}
+	inv, rs, err := simulated.Slices("dgx-h100", name, opts)
 	if err == nil && kind == "plain" {
 		rs, err = driver.PlainSlices(inv, name)
 	}

@@ -88,8 +88,10 @@ func main() {
 	streamTrace := flag.String("stream-trace", "default", "with -stream, the shipped Alibaba openb trace the jobs come from")
 	streamMedian := flag.Duration("stream-median-run", 90*time.Second, "with -stream, the median job's run time once its pods are bound (the trace's run times scaled)")
 	streamGangEvery := flag.Int("stream-gang-every", 25, "with -stream, every Nth arrival is a gang of 2, 4, 8 or 16 pods × 8 GPUs in turn (0: none)")
+	streamOnly := flag.String("stream-only", "", "with -stream, run only round A or B (to look at one side, e.g. with -cpuprofile)")
+	streamShareNodes := flag.Int("stream-share-nodes", 0, "with -stream, > 0: in round A only the first N nodes publish shares (a share pool), the others what the plugin's --publish=training publishes (a training pool)")
 	streamDrain := flag.Duration("stream-drain", 2*time.Minute, "with -stream, how long after the window to wait for the jobs still queued to be bound")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang; with -stream, gpudra-controller's and Kueue's halfway through each round's window, to FILE.stream-ROUND-PROCESS)")
 	flag.Parse()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -104,7 +106,7 @@ func main() {
 		}
 		err := runStream(ctx, streamRun{
 			params: streamParams{window: *stream, rate: *streamRate, medianRun: *streamMedian, gangEvery: *streamGangEvery},
-			nodes:  *streamNodes, trace: *streamTrace, drain: *streamDrain, baselineFirst: *baselineFirst, keep: *keep,
+			nodes:  *streamNodes, trace: *streamTrace, drain: *streamDrain, baselineFirst: *baselineFirst, keep: *keep, only: *streamOnly, shareNodes: *streamShareNodes,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "admission benchmark:", err)
@@ -416,7 +418,12 @@ func profileController(ctx context.Context, file string) {
 		fmt.Fprintln(os.Stderr, "cpuprofile: no gpudra-controller metrics port")
 		return
 	}
-	url := "http://127.0.0.1:" + strconv.Itoa(controllerState.Ports["metrics"]) + "/debug/pprof/profile?seconds=15"
+	profileCPU(ctx, controllerState.Ports["metrics"], file)
+}
+
+// profileCPU writes a 15-second CPU profile of the process serving /debug/pprof on port to file.
+func profileCPU(ctx context.Context, port int, file string) {
+	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/debug/pprof/profile?seconds=15"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cpuprofile:", err)
@@ -442,6 +449,15 @@ func profileController(ctx context.Context, file string) {
 
 // controllerMetrics scrapes the check's own series from gpudra-controller's metrics.
 func controllerMetrics(ctx context.Context, port int) []string {
+	return scrape(ctx, port, func(l string) bool {
+		return strings.HasPrefix(l, "gpudra_admission_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count") || strings.Contains(l, "_total")) ||
+			(strings.Contains(l, `name="gpudra-topology"`) && strings.HasPrefix(l, "workqueue_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count"))) ||
+			(strings.Contains(l, `controller="gpudra-topology"`) && (strings.HasPrefix(l, "controller_runtime_reconcile_total") || strings.HasPrefix(l, "controller_runtime_reconcile_errors_total") || strings.HasPrefix(l, "controller_runtime_reconcile_time_seconds_sum")))
+	})
+}
+
+// scrape returns the lines of the metrics served on 127.0.0.1:port/metrics that keep.
+func scrape(ctx context.Context, port int, keep func(string) bool) []string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)
 	if err != nil {
 		return []string{err.Error()}
@@ -454,9 +470,7 @@ func controllerMetrics(ctx context.Context, port int) []string {
 	data, _ := io.ReadAll(resp.Body)
 	var out []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, "gpudra_admission_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count") || strings.Contains(l, "_total")) ||
-			(strings.Contains(l, `name="gpudra-topology"`) && strings.HasPrefix(l, "workqueue_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count"))) ||
-			(strings.Contains(l, `controller="gpudra-topology"`) && (strings.HasPrefix(l, "controller_runtime_reconcile_total") || strings.HasPrefix(l, "controller_runtime_reconcile_errors_total") || strings.HasPrefix(l, "controller_runtime_reconcile_time_seconds_sum"))) {
+		if keep(l) {
 			out = append(out, l)
 		}
 	}

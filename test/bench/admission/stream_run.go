@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/lab"
 )
 
@@ -60,9 +62,14 @@ type streamRun struct {
 	drain         time.Duration
 	baselineFirst bool
 	keep          bool
+	only          string // "A" or "B": run that round alone
+	shareNodes    int    // > 0: in round A, only the first shareNodes nodes publish shares; the rest publish --publish=training
 }
 
 func runStream(ctx context.Context, s streamRun) error {
+	if o := s.only; o != "" && !strings.EqualFold(o, streamRounds[0].name) && !strings.EqualFold(o, streamRounds[1].name) {
+		return fmt.Errorf("-stream-only %q: want %s or %s", o, streamRounds[0].name, streamRounds[1].name)
+	}
 	pods, err := readStreamTrace(s.trace)
 	if err != nil {
 		return err
@@ -100,10 +107,13 @@ func runStream(ctx context.Context, s streamRun) error {
 	if s.baselineFirst {
 		order = []gangRound{streamRounds[1], streamRounds[0]}
 	}
+	if s.only != "" {
+		order = slices.DeleteFunc(order, func(r gangRound) bool { return !strings.EqualFold(r.name, s.only) })
+	}
 	var results []streamResult
 	for _, r := range order {
 		t := time.Now()
-		if err := publishStreamSlices(ctx, cs, s.nodes, r.slices); err != nil {
+		if err := publishStreamSlices(ctx, cs, s.nodes, r.slices, s.shareNodes); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "round %s: the nodes publish %s slices (%s)\n", r.name, r.slices, time.Since(t).Round(time.Second))
@@ -128,6 +138,12 @@ func runStream(ctx context.Context, s streamRun) error {
 			return fmt.Errorf("round %s: %w", r.name, err)
 		}
 		results = append(results, res)
+		if r.mode == "gpudra" && controllerState != nil && controllerState.Ports["metrics"] > 0 {
+			fmt.Fprintf(os.Stderr, "gpudra-controller after round %s:\n", r.name)
+			for _, line := range controllerMetrics(ctx, controllerState.Ports["metrics"]) {
+				fmt.Fprintln(os.Stderr, "    "+line)
+			}
+		}
 		t = time.Now()
 		err = cleanUp(ctx, cfg, cs, r.set, "jobs")
 		stop()
@@ -136,8 +152,31 @@ func runStream(ctx context.Context, s streamRun) error {
 		}
 		fmt.Fprintf(os.Stderr, "round %s: its jobs deleted, their pods and claims gone, in %s\n", r.name, time.Since(t).Round(time.Second))
 	}
+	profiling.Wait()
 	reportStream(os.Stdout, s, len(jobs), results)
 	return nil
+}
+
+// profileStream takes CPU profiles of gpudra-controller (in the gpudra round) and Kueue,
+// after. A profile's 15 seconds run on while the round goes on.
+func profileStream(ctx context.Context, r gangRound, after time.Duration) {
+	targets := map[string]int{}
+	if c := controllerState; c != nil && r.mode == "gpudra" && c.Ports["metrics"] > 0 {
+		targets["gpudra-controller"] = c.Ports["metrics"]
+	}
+	if c := labState.Component("kueue"); c != nil && c.Ports["pprof"] > 0 {
+		targets["kueue"] = c.Ports["pprof"]
+	}
+	for name, port := range targets {
+		profiling.Go(func() {
+			select {
+			case <-time.After(after):
+			case <-ctx.Done():
+				return
+			}
+			profileCPU(ctx, port, fmt.Sprintf("%s.stream-%s-%s", cpuProfile, r.name, name))
+		})
+	}
 }
 
 // addStreamNodes adds the stream's kwok nodes, racks of gangRackNodes in one block, without
@@ -152,14 +191,20 @@ func addStreamNodes(ctx context.Context, cs kubernetes.Interface, nodes int) err
 }
 
 // publishStreamSlices replaces the stream nodes' ResourceSlices with gpudra's or plain ones.
-func publishStreamSlices(ctx context.Context, cs kubernetes.Interface, nodes int, kind string) error {
+// With shareNodes > 0, gpudra's are two node pools: the first shareNodes nodes publish
+// everything (shares among them), the others what --publish=training does.
+func publishStreamSlices(ctx context.Context, cs kubernetes.Interface, nodes int, kind string, shareNodes int) error {
 	return forEachNode(nodes, func(rack, i int) error {
 		name := gangNodeName(streamBlock, rack, i)
+		pub := driver.PublishAll
+		if shareNodes > 0 && rack*gangRackNodes+i >= shareNodes {
+			pub = driver.PublishTraining
+		}
 		if err := cs.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
 			metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}); err != nil {
 			return fmt.Errorf("node %s: delete its slices: %w", name, err)
 		}
-		return publishSlices(ctx, cs, name, kind)
+		return publishSlices(ctx, cs, name, kind, pub)
 	})
 }
 
@@ -236,6 +281,9 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 
 	t0 := time.Now()
 	since := func() time.Duration { return time.Since(t0) }
+	if cpuProfile != "" {
+		profileStream(ctx, r, s.params.window/2)
+	}
 	// The submitter creates each job at its arrival time, up to 64 creates at once (an API
 	// server slowed by its admission webhooks must not hold the arrivals back); submissions
 	// tell the loop.
@@ -453,6 +501,9 @@ func reportStream(w io.Writer, s streamRun, jobs int, results []streamResult) {
 	gpus := s.nodes * gangNodeGPUs
 	fmt.Fprintf(w, "\nA stream of %d jobs over %s (trace %s, %.1f jobs/s, median run %s, every %dth a gang of 2–16 pods × 8 GPUs) on %d nodes × 8 GPUs (%d GPUs, %d racks of %d); %s drain at most:\n\n",
 		jobs, s.params.window, s.trace, s.params.rate, s.params.medianRun, s.params.gangEvery, s.nodes, gpus, s.nodes/gangRackNodes, gangRackNodes, s.drain)
+	if s.shareNodes > 0 {
+		fmt.Fprintf(w, "Round A's nodes are two pools: %d publish shares (everything), %d what --publish=training publishes.\n\n", min(s.shareNodes, s.nodes), max(s.nodes-s.shareNodes, 0))
+	}
 	row := func(name string, f func(streamResult) string) {
 		fmt.Fprintf(w, "| %s |", name)
 		for _, r := range results {

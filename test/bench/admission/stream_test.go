@@ -10,6 +10,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/driver/simulated"
@@ -266,5 +268,51 @@ func TestPercentileNearestRank(t *testing.T) {
 	}
 	if !math.IsNaN(percentile(nil, 50)) {
 		t.Error("no values: want NaN")
+	}
+}
+
+// With -stream-share-nodes, round A's first nodes publish shares and the others what
+// --publish=training publishes (no shares, still NVLink groups); without it, every node
+// publishes shares.
+func TestStreamSharePoolPublishesSharesOnItsNodesOnly(t *testing.T) {
+	for _, shareNodes := range []int{0, 16} {
+		cs := fake.NewClientset()
+		if err := publishStreamSlices(t.Context(), cs, 32, "gpudra", shareNodes); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := cs.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares, groups := map[string]bool{}, map[string]bool{}
+		for _, s := range rs.Items {
+			for _, d := range s.Spec.Devices {
+				v := d.Attributes[api.AttrType].StringValue
+				switch {
+				case v == nil:
+				case *v == api.TypeShare:
+					shares[*s.Spec.NodeName] = true
+				case *v == api.TypeNVLinkGroup:
+					groups[*s.Spec.NodeName] = true
+				}
+			}
+		}
+		want := 32
+		if shareNodes > 0 {
+			want = shareNodes
+		}
+		if len(shares) != want || len(groups) != 32 {
+			t.Errorf("-stream-share-nodes %d: %d nodes publish shares (want %d), %d NVLink groups (want 32)", shareNodes, len(shares), want, len(groups))
+		}
+		if shareNodes > 0 && (!shares[gangNodeName(streamBlock, 0, 0)] || shares[gangNodeName(streamBlock, 1, 0)]) {
+			t.Errorf("the share pool is not the first %d nodes: %v", shareNodes, shares)
+		}
+	}
+}
+
+func TestStreamOnlyNamesARound(t *testing.T) {
+	err := runStream(t.Context(), streamRun{only: "C"})
+	if err == nil || !strings.Contains(err.Error(), "-stream-only") || !strings.Contains(err.Error(), "A or B") {
+		t.Fatalf("runStream with -stream-only C: %v, want a refusal naming the flag and A or B", err)
 	}
 }
