@@ -449,15 +449,6 @@ func profileCPU(ctx context.Context, port int, file string) {
 
 // controllerMetrics scrapes the check's own series from gpudra-controller's metrics.
 func controllerMetrics(ctx context.Context, port int) []string {
-	return scrape(ctx, port, func(l string) bool {
-		return strings.HasPrefix(l, "gpudra_admission_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count") || strings.Contains(l, "_total")) ||
-			(strings.Contains(l, `name="gpudra-topology"`) && strings.HasPrefix(l, "workqueue_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count"))) ||
-			(strings.Contains(l, `controller="gpudra-topology"`) && (strings.HasPrefix(l, "controller_runtime_reconcile_total") || strings.HasPrefix(l, "controller_runtime_reconcile_errors_total") || strings.HasPrefix(l, "controller_runtime_reconcile_time_seconds_sum")))
-	})
-}
-
-// scrape returns the lines of the metrics served on 127.0.0.1:port/metrics that keep.
-func scrape(ctx context.Context, port int, keep func(string) bool) []string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)
 	if err != nil {
 		return []string{err.Error()}
@@ -470,7 +461,9 @@ func scrape(ctx context.Context, port int, keep func(string) bool) []string {
 	data, _ := io.ReadAll(resp.Body)
 	var out []string
 	for _, l := range strings.Split(string(data), "\n") {
-		if keep(l) {
+		if strings.HasPrefix(l, "gpudra_admission_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count") || strings.Contains(l, "_total")) ||
+			(strings.Contains(l, `name="gpudra-topology"`) && strings.HasPrefix(l, "workqueue_") && (strings.Contains(l, "_sum") || strings.Contains(l, "_count"))) ||
+			(strings.Contains(l, `controller="gpudra-topology"`) && (strings.HasPrefix(l, "controller_runtime_reconcile_total") || strings.HasPrefix(l, "controller_runtime_reconcile_errors_total") || strings.HasPrefix(l, "controller_runtime_reconcile_time_seconds_sum"))) {
 			out = append(out, l)
 		}
 	}

@@ -197,7 +197,7 @@ func publishStreamSlices(ctx context.Context, cs kubernetes.Interface, nodes int
 	return forEachNode(nodes, func(rack, i int) error {
 		name := gangNodeName(streamBlock, rack, i)
 		pub := driver.PublishAll
-		if shareNodes > 0 && rack*gangRackNodes+i >= shareNodes {
+		if kind == "gpudra" && shareNodes > 0 && rack*gangRackNodes+i >= shareNodes {
 			pub = driver.PublishTraining
 		}
 		if err := cs.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{},
