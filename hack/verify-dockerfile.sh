@@ -4,7 +4,7 @@
 # BASE_IMAGE and STATIC_IMAGE, as a mirror or an air-gapped registry would.
 #
 #   build stage  a Debian 13 root (debootstrap, with gcc, libc6-dev and CA certificates) and
-#                this machine's Go, GOPATH=/go, its GOPROXY
+#                this machine's Go, GOPATH=/go, its GOPROXY and its CA certificates
 #   BASE_IMAGE   the same Debian 13 root (glibc)
 #   STATIC_IMAGE CA certificates and a passwd naming the nonroot user 65532, nothing else
 #
@@ -51,6 +51,9 @@ echo "base images: $prefix/base, $prefix/go, $prefix/static"
 image_from_root "$prefix/base:trixie"
 c=$(buildah from "$prefix/base:trixie")
 buildah copy --quiet "$c" "$(go env GOROOT)" /usr/local/go >/dev/null
+# The build stage fetches modules through this machine's network: it trusts the same CAs
+# (a proxy that inspects TLS has its own).
+buildah copy --quiet "$c" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt >/dev/null
 buildah config --env GOPATH=/go --env PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env GOPROXY="$(go env GOPROXY)" --env GOSUMDB="$(go env GOSUMDB)" "$c"
 buildah commit --quiet "$c" "$prefix/go:1.26-trixie" >/dev/null
@@ -73,7 +76,7 @@ for target in gpudra-kubelet-plugin gpudra-controller gpudra-scheduler; do
     --build-arg GO_IMAGE="$prefix/go:1.26-trixie" --build-arg BASE_IMAGE="$prefix/base:trixie" \
     --build-arg STATIC_IMAGE="$prefix/static:nonroot" --build-arg VERSION="$version" \
     --build-arg GIT_COMMIT="$(git rev-parse HEAD 2>/dev/null || true)" -t "$tag" . >/dev/null
-  entry=$(buildah inspect --type image --format '{{json .OCIv1.Config.Entrypoint}} {{.OCIv1.Config.User}}' "$tag")
+  entry=$(buildah inspect --type image --format '{{.OCIv1.Config.Entrypoint}} user {{.OCIv1.Config.User}}' "$tag")
   c=$(buildah from "$tag")
   if out=$(buildah run --isolation chroot "$c" -- "/usr/bin/$target" --version 2>&1) && [[ $out == *"$version"* ]]; then
     echo "  $entry: $out"
