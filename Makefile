@@ -98,7 +98,7 @@ browser: ## install Debian's chromium for the web view's browser test, unless it
 	hack/install-chromium.sh
 
 toolchain: ## build and cache the lab's Kubernetes components and the job controllers the end-to-end lab runs
-	lab/toolchain.sh k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid
+	GPUDRA_BUILD_LIST=$(CURDIR) lab/toolchain.sh k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid
 
 demo: ## bring up the local lab with simulated GPU nodes and walk through example claims
 	lab/demo.sh

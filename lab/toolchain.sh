@@ -99,19 +99,42 @@ k8s_module() {
   go mod tidy -e
 }
 
-build_k8s_cmds() { # $1 = output folder, then the cmd/ names
+build_k8s_cmds() { # $1 = output folder, then the cmd/ names; K8S_SHARED=1: built as gpudra's binaries are
   local out=$1; shift
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  local flags=(-trimpath) cgo=0
+  if [[ -n ${K8S_SHARED:-} ]]; then flags=(); cgo=1; fi
   for cmd in "$@"; do
     echo "building $cmd"
-    go build -trimpath -ldflags "$ld" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+    CGO_ENABLED=$cgo go build "${flags[@]}" -ldflags "$ld" -o "$out/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd"
   done
 }
 
+# share_build_list makes the throw-away module select the versions of the module in folder $1
+# (the Makefile passes gpudra's repository as GPUDRA_BUILD_LIST): it requires every module of
+# that build list at its version, and tidy keeps those the commands use.
+share_build_list() {
+  local reqs
+  reqs=$(cd "$1" && go list -m -f '{{if not .Main}}-require={{.Path}}@{{.Version}}{{end}}' all)
+  # shellcheck disable=SC2086 # one -require flag per word
+  [[ -z $reqs ]] || go mod edit $reqs
+  go mod tidy -e
+}
+
+# With GPUDRA_BUILD_LIST, the control plane is built with gpudra's module versions and as
+# gpudra's own binaries are (cgo on, CGO_CFLAGS as given, no -trimpath): on an empty build
+# cache it then reuses the client-go, apiserver and scheduler packages gpudra's build just
+# compiled instead of compiling them again at other versions.
 build_k8s() {
   k8s_module kube-apiserver kube-controller-manager kube-scheduler kubectl
-  build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+  if [[ -n ${GPUDRA_BUILD_LIST:-} ]]; then
+    echo "with the module versions of $GPUDRA_BUILD_LIST"
+    share_build_list "$GPUDRA_BUILD_LIST"
+    K8S_SHARED=1 build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+  else
+    build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+  fi
 }
 
 # node: what a real lab node runs — kubelet, containerd 2 (CRI, CDI on by default) with its runc

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 const stubGo = `#!/usr/bin/env bash
 set -eu
 last=${!#}
+[[ -z ${STUB_GO_LOG:-} ]] || echo "CGO_ENABLED=${CGO_ENABLED:-} $*" >>"$STUB_GO_LOG"
 build() { # $1 = output file, $2 = package
   sleep 1
   if [[ -n ${STUB_GO_FAIL:-} && $2 == *"$STUB_GO_FAIL"* ]]; then
@@ -112,6 +114,45 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 	}
 	if strings.Contains(progress.String(), "building") {
 		t.Errorf("second run built again:\n%s", progress.String())
+	}
+}
+
+// With GPUDRA_BUILD_LIST (the Makefile's toolchain target passes the repository), the control
+// plane is built with that module's versions, with cgo and without -trimpath, as gpudra's own
+// binaries are, so that a cold build reuses what gpudra's build compiled; without it, as a
+// release of Kubernetes is built.
+func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		stubToolchain(t)
+		log := filepath.Join(t.TempDir(), "go.log")
+		t.Setenv("STUB_GO_LOG", log)
+		repo := ""
+		if shared {
+			repo = t.TempDir()
+		}
+		t.Setenv("GPUDRA_BUILD_LIST", repo)
+		if _, err := runToolchain(t.Context(), io.Discard, "k8s"); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var build string
+		listed := false
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, " build ") && strings.HasSuffix(l, "k8s.io/kubernetes/cmd/kube-apiserver") {
+				build = l
+			}
+			listed = listed || strings.Contains(l, " list -m ")
+		}
+		wantCgo, wantTrim := "CGO_ENABLED=0", true
+		if shared {
+			wantCgo, wantTrim = "CGO_ENABLED=1", false
+		}
+		if !strings.HasPrefix(build, wantCgo+" ") || strings.Contains(build, "-trimpath") != wantTrim || listed != shared {
+			t.Errorf("GPUDRA_BUILD_LIST=%q: kube-apiserver built as %q (want %s, -trimpath %v), build list read: %v (want %v)", repo, build, wantCgo, wantTrim, listed, shared)
+		}
 	}
 }
 
