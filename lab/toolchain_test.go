@@ -36,10 +36,16 @@ func TestMakeToolchainBuildsWhatTheE2ELabNeeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^toolchain:.*\n\tlab/toolchain\.sh (.*)$`).FindSubmatch(makefile)
+	m := regexp.MustCompile(`(?m)^toolchain:.*\n\t((?:[A-Z_]+=\S+ )*)lab/toolchain\.sh (.*)$`).FindSubmatch(makefile)
 	if m == nil {
 		t.Fatal("the Makefile has no toolchain target running lab/toolchain.sh")
 	}
+	// The control plane is built with gpudra's module versions and flags, so that a cold
+	// build reuses what make build compiled.
+	if !strings.Contains(string(m[1]), "GPUDRA_BUILD_LIST=$(CURDIR) ") {
+		t.Errorf("make toolchain runs lab/toolchain.sh with %q, want GPUDRA_BUILD_LIST=$(CURDIR)", m[1])
+	}
+	m = m[1:]
 	f, err := LoadFile(filepath.Join("..", "deployments", "lab", "e2e.yaml"))
 	if err != nil {
 		t.Fatal(err)
