@@ -35,20 +35,13 @@ if [[ ! -f $root/.complete ]]; then
   touch "$root/.complete"
 fi
 
-image_from_root() { # $1 = tag; $2.. = extra buildah config flags
-  local tag=$1; shift
-  local c m
-  c=$(buildah from scratch)
-  m=$(buildah mount "$c")
-  tar -C "$root" --exclude=./.complete -cf - . | tar -C "$m" -xf -
-  buildah umount "$c" >/dev/null
-  [[ $# -gt 0 ]] && buildah config "$@" "$c"
-  buildah commit --quiet "$c" "$tag" >/dev/null
-  buildah rm "$c" >/dev/null
-}
-
 echo "base images: $prefix/base, $prefix/go, $prefix/static"
-image_from_root "$prefix/base:trixie"
+c=$(buildah from scratch)
+m=$(buildah mount "$c")
+tar -C "$root" --exclude=./.complete -cf - . | tar -C "$m" -xf -
+buildah umount "$c" >/dev/null
+buildah commit --quiet "$c" "$prefix/base:trixie" >/dev/null
+buildah rm "$c" >/dev/null
 c=$(buildah from "$prefix/base:trixie")
 buildah copy --quiet "$c" "$(go env GOROOT)" /usr/local/go >/dev/null
 # The build stage fetches modules through this machine's network: it trusts the same CAs

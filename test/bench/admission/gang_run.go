@@ -145,12 +145,7 @@ func runGang(ctx context.Context, shape gangShape, baselineFirst, keep bool) err
 			return fmt.Errorf("round %s: %w", r.name, err)
 		}
 		results = append(results, res)
-		if r.mode == "gpudra" && controllerState != nil && controllerState.Ports["metrics"] > 0 {
-			fmt.Fprintln(os.Stderr, "gpudra-controller after round A:")
-			for _, line := range controllerMetrics(ctx, controllerState.Ports["metrics"]) {
-				fmt.Fprintln(os.Stderr, "    "+line)
-			}
-		}
+		printControllerMetrics(ctx, r)
 		t := time.Now()
 		err = cleanUp(ctx, cfg, cs, r.set, "jobs")
 		stop()

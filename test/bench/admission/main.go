@@ -447,6 +447,17 @@ func profileCPU(ctx context.Context, port int, file string) {
 	}
 }
 
+// printControllerMetrics prints the check's series after the gpudra round r.
+func printControllerMetrics(ctx context.Context, r gangRound) {
+	if r.mode != "gpudra" || controllerState == nil || controllerState.Ports["metrics"] == 0 {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "gpudra-controller after round %s:\n", r.name)
+	for _, line := range controllerMetrics(ctx, controllerState.Ports["metrics"]) {
+		fmt.Fprintln(os.Stderr, "    "+line)
+	}
+}
+
 // controllerMetrics scrapes the check's own series from gpudra-controller's metrics.
 func controllerMetrics(ctx context.Context, port int) []string {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/metrics", nil)

@@ -138,12 +138,7 @@ func runStream(ctx context.Context, s streamRun) error {
 			return fmt.Errorf("round %s: %w", r.name, err)
 		}
 		results = append(results, res)
-		if r.mode == "gpudra" && controllerState != nil && controllerState.Ports["metrics"] > 0 {
-			fmt.Fprintf(os.Stderr, "gpudra-controller after round %s:\n", r.name)
-			for _, line := range controllerMetrics(ctx, controllerState.Ports["metrics"]) {
-				fmt.Fprintln(os.Stderr, "    "+line)
-			}
-		}
+		printControllerMetrics(ctx, r)
 		t = time.Now()
 		err = cleanUp(ctx, cfg, cs, r.set, "jobs")
 		stop()
