@@ -22,11 +22,11 @@ func jobsetConfigDir(t *testing.T) string {
 		}
 	}
 	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
-		if d := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "jobset@v0.11.1", "config", "components"); dirExists(d) {
+		if d := filepath.Join(strings.TrimSpace(string(out)), "sigs.k8s.io", "jobset@v0.12.0", "config", "components"); dirExists(d) {
 			return d
 		}
 	}
-	lacking(t, "JobSet v0.11.1 manifests are neither in the toolchain cache nor in the Go module cache: run lab/toolchain.sh jobset (or go mod download sigs.k8s.io/jobset@v0.11.1)")
+	lacking(t, "JobSet v0.12.0 manifests are neither in the toolchain cache nor in the Go module cache: run lab/toolchain.sh jobset (or go mod download sigs.k8s.io/jobset@v0.12.0)")
 	return ""
 }
 

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -89,5 +90,30 @@ func TestSecondLabIsRefused(t *testing.T) {
 	}
 	if err := claimActive(b); err != nil {
 		t.Fatalf("after the first lab is gone: %v", err)
+	}
+}
+
+// A component that is never ready is reported with why its last full check failed, not with
+// the deadline that cut the final one short (a rate-limited client says only "would exceed
+// context deadline").
+func TestNotReadySaysWhyTheLastFullCheckFailed(t *testing.T) {
+	l := Layout{Root: t.TempDir()}
+	c, err := startProcess(l, "slow", []string{"/bin/sleep", "30"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopProcesses([]Component{c}, time.Second) })
+	err = waitReady(t.Context(), c, "answering its webhooks", time.Second, func(ctx context.Context) error {
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < 500*time.Millisecond {
+			<-ctx.Done()
+			return fmt.Errorf("client rate limiter Wait returned an error: %w", ctx.Err())
+		}
+		return errors.New(`admission webhook "vtrainjob.kb.io" denied the request`)
+	})
+	if err == nil {
+		t.Fatal("a component that never answered was reported ready")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "vtrainjob.kb.io") || strings.Contains(msg, "rate limiter") {
+		t.Errorf("error %q should give the webhook's answer, not the deadline's", msg)
 	}
 }

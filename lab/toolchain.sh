@@ -14,7 +14,7 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
-JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.2.1}
 FLUID_VERSION=${FLUID_VERSION:-v1.0.8}
@@ -43,7 +43,7 @@ dir_of() { # component → cache folder
     jobset) echo "$TOOLS/jobset-$JOBSET_VERSION" ;;
     # keyed by the lab's main too: a changed main is built again
     trainingoperator) echo "$TOOLS/training-operator-$TRAINING_OPERATOR_VERSION-$(sha256sum "$TRAINING_OPERATOR_MAIN" | cut -c1-12)" ;;
-    trainer) echo "$TOOLS/trainer-$TRAINER_VERSION-$(sha256sum "$TRAINER_MAIN" | cut -c1-12)" ;;
+    trainer) echo "$TOOLS/trainer-$TRAINER_VERSION-jobset-$JOBSET_VERSION-$(sha256sum "$TRAINER_MAIN" | cut -c1-12)" ;;
     fluid) echo "$TOOLS/fluid-crds-$FLUID_VERSION" ;;
     *) echo "unknown component $1 (accepted: k8s etcd kwok kueue node cdihook jobset trainingoperator trainer fluid)" >&2; return 2 ;;
   esac
@@ -216,15 +216,24 @@ build_kueue() {
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
 }
 
+# with_kueue_build_list makes the throw-away module select Kueue's versions of every module
+# it shares with Kueue (Kueue compiles against JobSet's and Trainer's APIs, so it pins
+# Kubernetes, controller-runtime, JobSet and Trainer): a controller built after Kueue, with
+# Kueue's flags, then compiles only the packages Kueue does not use. Built with their own
+# pins, JobSet and Trainer compiled the Kubernetes libraries again (2.5-3 min each, cold).
+with_kueue_build_list() {
+  go get "sigs.k8s.io/kueue@$KUEUE_VERSION" "$@"
+}
+
 # jobset: the JobSet controller (jobset.x-k8s.io) and its config/components manifests (CRD,
-# RBAC, webhooks). Its main package is the module's root, and `go install` of it asks the
-# proxy for the module's version list, which it does not serve: it is built in a module of
-# its own. Not a default component: `gpudra lab up` asks for it when the lab file's
-# kueue.jobKinds names jobset.
+# RBAC, webhooks), at the version Kueue compiles against. Its main package is the module's
+# root, and `go install` of it asks the proxy for the module's version list, which it does
+# not serve: it is built in a module of its own, with Kueue's build list. Not a default
+# component: `gpudra lab up` asks for it when the lab file's kueue.jobKinds names jobset.
 build_jobset() {
   local out=$1
   go mod init gpudra.dev/lab-jobset >/dev/null
-  go get "sigs.k8s.io/jobset@$JOBSET_VERSION"
+  with_kueue_build_list "sigs.k8s.io/jobset@$JOBSET_VERSION"
   go build -trimpath -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" -o "$out/bin/jobset" sigs.k8s.io/jobset
   local src; src=$(go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
@@ -249,13 +258,14 @@ build_trainingoperator() {
 # trainer: Kubeflow Trainer's controllers and webhooks (TrainJob and its runtimes) under the
 # lab's own main (trainer_main.go: a webhook server on 127.0.0.1 with the lab's certificate),
 # and its manifests/base (CRDs, RBAC, webhooks, runtimes). Trainer pins k8s.io v0.36, so it
-# builds in a module of its own; only the one binary is built. Not a default component:
-# `gpudra lab up` asks for it when the lab file's kueue.jobKinds names trainjob.
+# builds in a module of its own, with Kueue's build list (the version of Trainer Kueue
+# compiles against, and JobSet's as above); only the one binary is built. Not a default
+# component: `gpudra lab up` asks for it when the lab file's kueue.jobKinds names trainjob.
 build_trainer() {
   local out=$1
   go mod init gpudra.dev/lab-trainer >/dev/null
   sed '/^\/\/go:build ignore$/d' "$TRAINER_MAIN" >main.go
-  go get "github.com/kubeflow/trainer/v2@$TRAINER_VERSION"
+  with_kueue_build_list "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" "sigs.k8s.io/jobset@$JOBSET_VERSION"
   go mod tidy
   go build -trimpath -ldflags "-s -w" -o "$out/bin/trainer" .
   local src; src=$(go mod download -json "github.com/kubeflow/trainer/v2@$TRAINER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')

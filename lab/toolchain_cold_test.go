@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -152,6 +153,58 @@ func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 		}
 		if !strings.HasPrefix(build, wantCgo+" ") || strings.Contains(build, "-trimpath") != wantTrim || listed != shared {
 			t.Errorf("GPUDRA_BUILD_LIST=%q: kube-apiserver built as %q (want %s, -trimpath %v), build list read: %v (want %v)", repo, build, wantCgo, wantTrim, listed, shared)
+		}
+	}
+}
+
+// JobSet and Trainer are built with Kueue's build list and Kueue's flags, after Kueue: Kueue
+// compiles against their APIs, so the Kubernetes libraries, controller-runtime and their API
+// packages are compiled once for the three (built with their own pins, each compiled them
+// again, 2.5-3 min apiece on a cold machine).
+func TestToolchainBuildsJobSetAndTrainerWithKueuesBuildList(t *testing.T) {
+	stubToolchain(t)
+	log := filepath.Join(t.TempDir(), "go.log")
+	t.Setenv("STUB_GO_LOG", log)
+	if _, err := runToolchain(t.Context(), io.Discard, "kueue", "jobset", "trainer"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kueueBuild string
+	gets := map[string]string{}
+	builds := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		switch {
+		case strings.Contains(l, " install ") && strings.Contains(l, "sigs.k8s.io/kueue/cmd/kueue@"):
+			kueueBuild = l
+		case strings.Contains(l, " get ") && strings.Contains(l, "kubeflow/trainer"):
+			gets["trainer"] = l
+		case strings.Contains(l, " get ") && strings.Contains(l, "sigs.k8s.io/jobset@"):
+			gets["jobset"] = l
+		case strings.Contains(l, " build ") && strings.HasSuffix(l, " sigs.k8s.io/jobset"):
+			builds["jobset"] = l
+		case strings.Contains(l, " build ") && strings.HasSuffix(l, " ."):
+			builds["trainer"] = l
+		}
+	}
+	if kueueBuild == "" {
+		t.Fatalf("Kueue was not installed; go was called as:\n%s", data)
+	}
+	kueueVersion := kueueBuild[strings.LastIndex(kueueBuild, "@")+1:]
+	flags := func(l string) string {
+		return strings.Fields(l)[0] + " trimpath=" + fmt.Sprint(strings.Contains(l, "-trimpath"))
+	}
+	for _, c := range []string{"jobset", "trainer"} {
+		if !strings.Contains(gets[c], "sigs.k8s.io/kueue@"+kueueVersion+" ") {
+			t.Errorf("%s's module does not select Kueue %s's build list: go %q", c, kueueVersion, gets[c])
+		}
+		if !strings.Contains(gets[c], "sigs.k8s.io/jobset@") {
+			t.Errorf("%s's module does not pin JobSet's version: go %q", c, gets[c])
+		}
+		if builds[c] == "" || flags(builds[c]) != flags(kueueBuild) {
+			t.Errorf("%s built as %q, Kueue as %q: the flags differ, so they share no compiled package", c, builds[c], kueueBuild)
 		}
 	}
 }

@@ -44,8 +44,13 @@ func waitReady(ctx context.Context, c Component, what string, timeout time.Durat
 		if gone, why := exitedEarly(c); gone {
 			return false, fmt.Errorf("exited before it was %s: %w", what, why)
 		}
-		last = check(ctx)
-		return last == nil, nil
+		err := check(ctx)
+		// A check cut short by the deadline says only that (a client's rate limiter: "would
+		// exceed context deadline"); the one before it says why the component was not ready.
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		return err == nil, nil
 	})
 	if err == nil {
 		return nil
