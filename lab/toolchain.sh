@@ -122,19 +122,26 @@ share_build_list() {
   go mod tidy -e
 }
 
-# With GPUDRA_BUILD_LIST, the control plane is built with gpudra's module versions and as
-# gpudra's own binaries are (cgo on, CGO_CFLAGS as given, no -trimpath): on an empty build
-# cache it then reuses the client-go, apiserver and scheduler packages gpudra's build just
-# compiled instead of compiling them again at other versions.
-build_k8s() {
-  k8s_module kube-apiserver kube-controller-manager kube-scheduler kubectl
+# kubernetes_cmds builds k8s.io/kubernetes commands ($2...) into $1/bin in a throw-away module.
+# With GPUDRA_BUILD_LIST, they are built with gpudra's module versions and as gpudra's own
+# binaries are (cgo on, CGO_CFLAGS as given, no -trimpath): on an empty build cache they then
+# reuse the client-go, apiserver and scheduler packages gpudra's build just compiled instead
+# of compiling them again at other versions. The control plane (k8s) and the real node's
+# kubelet (node) are built alike, so that the kubelet reuses the control plane's packages.
+kubernetes_cmds() {
+  local out=$1; shift
+  k8s_module "$@"
   if [[ -n ${GPUDRA_BUILD_LIST:-} ]]; then
     echo "with the module versions of $GPUDRA_BUILD_LIST"
     share_build_list "$GPUDRA_BUILD_LIST"
-    K8S_SHARED=1 build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+    K8S_SHARED=1 build_k8s_cmds "$out" "$@"
   else
-    build_k8s_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
+    build_k8s_cmds "$out" "$@"
   fi
+}
+
+build_k8s() {
+  kubernetes_cmds "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl
 }
 
 # node: what a real lab node runs — kubelet, containerd 2 (CRI, CDI on by default) with its runc
@@ -142,7 +149,7 @@ build_k8s() {
 # component: `gpudra lab up` asks for it when the lab file has real nodes.
 build_node() {
   local out=$1
-  mkdir -p kubelet && (cd kubelet && k8s_module kubelet && build_k8s_cmds "$out" kubelet)
+  mkdir -p kubelet && (cd kubelet && kubernetes_cmds "$out" kubelet)
   mkdir -p containerd && (
     cd containerd && go mod init gpudra.dev/lab-containerd >/dev/null
     printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/containerd/containerd/v2/cmd/containerd"\n' >tools.go

@@ -119,9 +119,10 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 }
 
 // With GPUDRA_BUILD_LIST (the Makefile's toolchain target passes the repository), the control
-// plane is built with that module's versions, with cgo and without -trimpath, as gpudra's own
-// binaries are, so that a cold build reuses what gpudra's build compiled; without it, as a
-// release of Kubernetes is built.
+// plane and the real node's kubelet are built with that module's versions, with cgo and
+// without -trimpath, as gpudra's own binaries are, so that a cold build reuses what gpudra's
+// build compiled and the kubelet what the control plane's did; without it, as a release of
+// Kubernetes is built.
 func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		stubToolchain(t)
@@ -132,27 +133,38 @@ func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 			repo = t.TempDir()
 		}
 		t.Setenv("GPUDRA_BUILD_LIST", repo)
-		if _, err := runToolchain(t.Context(), io.Discard, "k8s"); err != nil {
+		if _, err := runToolchain(t.Context(), io.Discard, "k8s", "node"); err != nil {
 			t.Fatal(err)
 		}
 		data, err := os.ReadFile(log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var build string
-		listed := false
+		builds := map[string]string{}
+		listed := 0
 		for _, l := range strings.Split(string(data), "\n") {
-			if strings.Contains(l, " build ") && strings.HasSuffix(l, "k8s.io/kubernetes/cmd/kube-apiserver") {
-				build = l
+			for _, cmd := range []string{"kube-apiserver", "kubelet"} {
+				if strings.Contains(l, " build ") && strings.HasSuffix(l, "k8s.io/kubernetes/cmd/"+cmd) {
+					builds[cmd] = l
+				}
 			}
-			listed = listed || strings.Contains(l, " list -m ")
+			if strings.Contains(l, " list -m ") {
+				listed++
+			}
 		}
-		wantCgo, wantTrim := "CGO_ENABLED=0", true
+		wantCgo, wantTrim, wantListed := "CGO_ENABLED=0", true, 0
 		if shared {
-			wantCgo, wantTrim = "CGO_ENABLED=1", false
+			// the control plane and the kubelet, each in its module
+			wantCgo, wantTrim, wantListed = "CGO_ENABLED=1", false, 2
 		}
-		if !strings.HasPrefix(build, wantCgo+" ") || strings.Contains(build, "-trimpath") != wantTrim || listed != shared {
-			t.Errorf("GPUDRA_BUILD_LIST=%q: kube-apiserver built as %q (want %s, -trimpath %v), build list read: %v (want %v)", repo, build, wantCgo, wantTrim, listed, shared)
+		for _, cmd := range []string{"kube-apiserver", "kubelet"} {
+			build := builds[cmd]
+			if !strings.HasPrefix(build, wantCgo+" ") || strings.Contains(build, "-trimpath") != wantTrim {
+				t.Errorf("GPUDRA_BUILD_LIST=%q: %s built as %q (want %s, -trimpath %v)", repo, cmd, build, wantCgo, wantTrim)
+			}
+		}
+		if listed != wantListed {
+			t.Errorf("GPUDRA_BUILD_LIST=%q: the build list was read %d times, want %d", repo, listed, wantListed)
 		}
 	}
 }
