@@ -36,7 +36,7 @@ dir_of() { # component → cache folder
   case $1 in
     k8s) echo "$TOOLS/kubernetes-$K8S_VERSION" ;;
     etcd) echo "$TOOLS/etcd-$ETCD_VERSION" ;;
-    kwok) echo "$TOOLS/kwok-$KWOK_VERSION" ;;
+    kwok) echo "$TOOLS/kwok-$KWOK_VERSION-kueue-$KUEUE_VERSION" ;;
     kueue) echo "$TOOLS/kueue-$KUEUE_VERSION" ;;
     node) echo "$TOOLS/node-$K8S_VERSION-containerd-$CONTAINERD_VERSION-runc-$RUNC_VERSION-seccomp-cni-$CNI_VERSION" ;;
     cdihook) echo "$TOOLS/nvidia-cdi-hook-$NVIDIA_CTK_VERSION" ;;
@@ -209,9 +209,25 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
 }
 
+# with_kueue_build_list makes the throw-away module select Kueue's versions of every module
+# it shares with Kueue (Kueue compiles against JobSet's and Trainer's APIs, so it pins
+# Kubernetes, controller-runtime, JobSet and Trainer): the kwok, Kueue, JobSet and Trainer
+# builds, with the same flags, then compile the libraries they share once. Built with their
+# own pins (Kubernetes v0.36.0, v0.36.1, v0.35.0), each compiled them again (2.5-3 min
+# apiece, cold).
+with_kueue_build_list() {
+  go get "sigs.k8s.io/kueue@$KUEUE_VERSION" "$@"
+}
+
+# kwok: kwok, with Kueue's module versions (it pins Kubernetes v0.36.1, Kueue v0.36.2), and
+# its stages.
 build_kwok() {
   local out=$1
-  GOBIN=$out/bin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  go mod init gpudra.dev/lab-kwok >/dev/null
+  printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/kwok/cmd/kwok"\n' >tools.go
+  with_kueue_build_list "sigs.k8s.io/kwok@$KWOK_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$out/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
   local src; src=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   mkdir -p "$out/stage"; cp -r "$src/kustomize/stage/." "$out/stage/"; chmod -R u+w "$out/stage"
 }
@@ -221,15 +237,6 @@ build_kueue() {
   GOBIN=$out/bin go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   local src; src=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   mkdir -p "$out/config"; cp -r "$src/config/components/." "$out/config/"; chmod -R u+w "$out/config"
-}
-
-# with_kueue_build_list makes the throw-away module select Kueue's versions of every module
-# it shares with Kueue (Kueue compiles against JobSet's and Trainer's APIs, so it pins
-# Kubernetes, controller-runtime, JobSet and Trainer): a controller built after Kueue, with
-# Kueue's flags, then compiles only the packages Kueue does not use. Built with their own
-# pins, JobSet and Trainer compiled the Kubernetes libraries again (2.5-3 min each, cold).
-with_kueue_build_list() {
-  go get "sigs.k8s.io/kueue@$KUEUE_VERSION" "$@"
 }
 
 # jobset: the JobSet controller (jobset.x-k8s.io) and its config/components manifests (CRD,

@@ -169,15 +169,16 @@ func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 	}
 }
 
-// JobSet and Trainer are built with Kueue's build list and Kueue's flags, after Kueue: Kueue
-// compiles against their APIs, so the Kubernetes libraries, controller-runtime and their API
-// packages are compiled once for the three (built with their own pins, each compiled them
-// again, 2.5-3 min apiece on a cold machine).
-func TestToolchainBuildsJobSetAndTrainerWithKueuesBuildList(t *testing.T) {
+// kwok, JobSet and Trainer are built with Kueue's build list and Kueue's flags: Kueue
+// compiles against JobSet's and Trainer's APIs and kwok pins nearly the same Kubernetes, so
+// the Kubernetes libraries, controller-runtime and the API packages are compiled once for the
+// four (built with their own pins, each compiled them again, 2.5-3 min apiece on a cold
+// machine).
+func TestToolchainBuildsKwokJobSetAndTrainerWithKueuesBuildList(t *testing.T) {
 	stubToolchain(t)
 	log := filepath.Join(t.TempDir(), "go.log")
 	t.Setenv("STUB_GO_LOG", log)
-	if _, err := runToolchain(t.Context(), io.Discard, "kueue", "jobset", "trainer"); err != nil {
+	if _, err := runToolchain(t.Context(), io.Discard, "kwok", "kueue", "jobset", "trainer"); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(log)
@@ -191,6 +192,10 @@ func TestToolchainBuildsJobSetAndTrainerWithKueuesBuildList(t *testing.T) {
 		switch {
 		case strings.Contains(l, " install ") && strings.Contains(l, "sigs.k8s.io/kueue/cmd/kueue@"):
 			kueueBuild = l
+		case strings.Contains(l, " get ") && strings.Contains(l, "sigs.k8s.io/kwok@"):
+			gets["kwok"] = l
+		case strings.Contains(l, " build ") && strings.HasSuffix(l, " sigs.k8s.io/kwok/cmd/kwok"):
+			builds["kwok"] = l
 		case strings.Contains(l, " get ") && strings.Contains(l, "kubeflow/trainer"):
 			gets["trainer"] = l
 		case strings.Contains(l, " get ") && strings.Contains(l, "sigs.k8s.io/jobset@"):
@@ -208,11 +213,11 @@ func TestToolchainBuildsJobSetAndTrainerWithKueuesBuildList(t *testing.T) {
 	flags := func(l string) string {
 		return strings.Fields(l)[0] + " trimpath=" + fmt.Sprint(strings.Contains(l, "-trimpath"))
 	}
-	for _, c := range []string{"jobset", "trainer"} {
+	for _, c := range []string{"kwok", "jobset", "trainer"} {
 		if !strings.Contains(gets[c], "sigs.k8s.io/kueue@"+kueueVersion+" ") {
 			t.Errorf("%s's module does not select Kueue %s's build list: go %q", c, kueueVersion, gets[c])
 		}
-		if !strings.Contains(gets[c], "sigs.k8s.io/jobset@") {
+		if c != "kwok" && !strings.Contains(gets[c], "sigs.k8s.io/jobset@") {
 			t.Errorf("%s's module does not pin JobSet's version: go %q", c, gets[c])
 		}
 		if builds[c] == "" || flags(builds[c]) != flags(kueueBuild) {
