@@ -24,6 +24,15 @@ func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
 			c.report(NotConverted, o, p.child("containers"), "not a list of containers each with a name, so its nvidia.com resources are not converted")
 			return
 		}
+		// Resources outside any pod's containers (a custom resource's own resources field,
+		// a fragment of a manifest): nothing here becomes a claim, so each is named.
+		for _, f := range []string{"limits", "requests"} {
+			for _, k := range keys(get(n, f)) {
+				if nvidiaKey(k) {
+					c.report(NotConverted, o, p.child(f), "%s is not in a pod's containers, so it is not converted", k)
+				}
+			}
+		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
 			if p == "" && (k == "apiVersion" || k == "kind" || k == "metadata" || k == "status") {
