@@ -213,14 +213,14 @@ build_etcd() {
 # it shares with Kueue (Kueue compiles against JobSet's and Trainer's APIs, so it pins
 # Kubernetes, controller-runtime, JobSet and Trainer): the kwok, Kueue, JobSet and Trainer
 # builds, with the same flags, then compile the libraries they share once. Built with their
-# own pins (Kubernetes v0.36.0, v0.36.1, v0.35.0), each compiled them again (2.5-3 min
-# apiece, cold).
+# own pins (Kubernetes libraries v0.36.1 for kwok, v0.35.0 for JobSet, v0.36.0 for Trainer),
+# each compiled them again (2.5-3 min apiece, cold).
 with_kueue_build_list() {
   go get "sigs.k8s.io/kueue@$KUEUE_VERSION" "$@"
 }
 
-# kwok: kwok, with Kueue's module versions (it pins Kubernetes v0.36.1, Kueue v0.36.2), and
-# its stages.
+# kwok: kwok, with Kueue's module versions (it pins the Kubernetes libraries at v0.36.1,
+# Kueue at v0.36.2), and its stages.
 build_kwok() {
   local out=$1
   go mod init gpudra.dev/lab-kwok >/dev/null
