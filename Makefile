@@ -57,24 +57,29 @@ unit: ## fast tests: plain go test, without the e2e tag (no lab, no chart tests,
 	go test $(PKGS)
 
 # make test runs the race detector and the fuzz targets beside the main suite, whose lab
-# end-to-end tests spend most of their time waiting for controllers; their output is kept in
-# SIDE_LOG and shown once both are done.
-SIDE_LOG := _output/test-race-fuzz.log
+# end-to-end tests spend most of their time waiting for controllers. The two run at once:
+# the race detector's plugin tests wait on timers most of their time, while the fuzz targets
+# compile. Their output is kept in RACE_LOG and FUZZ_LOG and shown once all three are done.
+RACE_LOG := _output/test-race.log
+FUZZ_LOG := _output/test-fuzz.log
 # The end-to-end package is named first: go test builds and runs packages in the order they
 # are named, so its lab comes up while the other packages compile and run beside its waits
 # (named last, as ./... orders it, its 20 minutes would start after them).
 E2E_FIRST := $(if $(filter ./...,$(PKGS)),./test/e2e/ )
 
 test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, and beside them the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
-	@mkdir -p $(dir $(SIDE_LOG)); \
-	( $(MAKE) --no-print-directory race && $(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_BRIEF) ) > $(SIDE_LOG) 2>&1 & side=$$!; \
-	trap 'kill $$side 2>/dev/null' INT TERM; \
-	echo "go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(PKGS)    (make race and make fuzz beside it, into $(SIDE_LOG))"; \
+	@mkdir -p $(dir $(RACE_LOG)) $(dir $(FUZZ_LOG)); \
+	$(MAKE) --no-print-directory race > $(RACE_LOG) 2>&1 & race=$$!; \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_BRIEF) > $(FUZZ_LOG) 2>&1 & fuzz=$$!; \
+	trap 'kill $$race $$fuzz 2>/dev/null' INT TERM; \
+	echo "go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(PKGS)    (make race and make fuzz beside it, into $(RACE_LOG) and $(FUZZ_LOG))"; \
 	go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(PKGS); main=$$?; \
-	wait $$side; side=$$?; \
-	echo "--- make race, make fuzz FUZZTIME=$(FUZZTIME_BRIEF) ($(SIDE_LOG)):"; cat $(SIDE_LOG); \
-	if [ $$side -ne 0 ]; then echo "make race or make fuzz failed (exit $$side)"; fi; \
-	[ $$main -eq 0 ] && [ $$side -eq 0 ]
+	wait $$race; race=$$?; wait $$fuzz; fuzz=$$?; \
+	echo "--- make race ($(RACE_LOG)):"; cat $(RACE_LOG); \
+	echo "--- make fuzz FUZZTIME=$(FUZZTIME_BRIEF) ($(FUZZ_LOG)):"; cat $(FUZZ_LOG); \
+	if [ $$race -ne 0 ]; then echo "make race failed (exit $$race)"; fi; \
+	if [ $$fuzz -ne 0 ]; then echo "make fuzz failed (exit $$fuzz)"; fi; \
+	[ $$main -eq 0 ] && [ $$race -eq 0 ] && [ $$fuzz -eq 0 ]
 
 race: ## the kubelet plugin and controller-side packages' unit tests under the race detector
 	go test -tags e2e -race -count=1 -timeout 30m $(RACE_PKGS)

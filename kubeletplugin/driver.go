@@ -86,6 +86,9 @@ type Config struct {
 	// instances of GPUs in MIG mode and republishes when someone created or destroyed one.
 	// 0 means 30 s.
 	MIGLayoutInterval time.Duration
+	// NVMLEventWait is how long one wait for NVML health events blocks. NVML cannot cut a
+	// wait short, so stopping the plugin waits for the one under way to end. 0 means 1 s.
+	NVMLEventWait time.Duration
 	// MIGLayoutsFile is the file of named MIG layouts (driver/miglayout) of which the
 	// Node's gpu.gpudra.dev/mig-config label chooses one, with static MIG; it is read
 	// again every MIGLayoutInterval. "" applies none.

@@ -1,6 +1,7 @@
 package kubeletplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -174,7 +175,7 @@ func (d *Driver) healthReport() (kubeletplugin.DeviceHealthReport, <-chan struct
 func (d *Driver) startHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	if d.cfg.Backend.NVML != nil {
-		wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, logger, &d.health.loops)
+		wait, err := watchNVMLHealth(d.cfg.Backend.NVML, d.inventory, cmp.Or(d.cfg.NVMLEventWait, time.Second), logger, &d.health.loops)
 		if err != nil {
 			logger.Error(err, "GPU health is not watched: devices are reported with unknown health")
 		} else {

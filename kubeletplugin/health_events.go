@@ -22,9 +22,9 @@ import (
 )
 
 // watchNVMLHealth registers for the health events of every GPU and returns a function
-// that waits for them until ctx ends, beating loops each time round. GPUs that cannot
+// that waits for them, up to timeout at a time, until ctx ends, beating loops each time round. GPUs that cannot
 // report events are logged and left out; it fails when none can.
-func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logger, l *loops) (func(ctx context.Context, handle func(health.Event)), error) {
+func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, timeout time.Duration, logger klog.Logger, l *loops) (func(ctx context.Context, handle func(health.Event)), error) {
 	set, ret := lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML EventSetCreate: %v", ret)
@@ -60,7 +60,7 @@ func watchNVMLHealth(lib nvml.Interface, inv *driver.Inventory, logger klog.Logg
 		defer set.Free()
 		for ctx.Err() == nil {
 			l.beat(loop)
-			ev, ret := set.Wait(1000)
+			ev, ret := set.Wait(uint32(max(timeout.Milliseconds(), 1)))
 			switch ret {
 			case nvml.SUCCESS:
 				gpu, ok := gpus[ev.Device]

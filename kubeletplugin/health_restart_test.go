@@ -30,6 +30,7 @@ func TestHealthTaintsAcrossRestarts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each on a node and a cluster of its own
 			n := newNode(t, "dgx-h100")
 			c := startOnCluster(t, n)
 			inject(t, n, 2, tc.event)

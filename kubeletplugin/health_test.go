@@ -183,6 +183,7 @@ func TestUnhealthyGPUTaintsEveryDeviceUsingIt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each on a node and a cluster of its own
 			c := startOnCluster(t, newNode(t, "dgx-h100"))
 			inject(t, c.n, 2, tc.event)
 			devs := c.waitForSlices(allTainted(2, 1))

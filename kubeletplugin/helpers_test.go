@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/moby/sys/mountinfo"
@@ -92,6 +93,8 @@ func newNode(t testing.TB, profile string, mutate ...func(*plugin.Config)) *node
 		DriverRoot:    root,
 		BootIDPath:    bootID,
 		Render:        driver.RenderOptions{MIG: driver.MIGDynamic},
+		// Each plugin a test stops waits for its NVML event wait to end.
+		NVMLEventWait: 20 * time.Millisecond,
 	}
 	for _, m := range mutate {
 		m(&cfg)

@@ -310,6 +310,7 @@ func TestImpossibleMIGLayoutIsRefusedAndChangesNothing(t *testing.T) {
 		{"no-such-layout", `no MIG layout "no-such-layout"; the layouts are all-1g.10gb, all-balanced`},
 	} {
 		t.Run(tc.layout, func(t *testing.T) {
+			t.Parallel() // each on a node and a cluster of its own
 			c := layoutCluster(t, "dgx-h100")
 			before, pool := c.n.layout(), migNames(c.d.Pool())
 			c.label(api.LabelMIGConfig, tc.layout)

@@ -3,11 +3,17 @@
 package e2e
 
 import (
+	"cmp"
 	"flag"
+	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The suite's tests run in two lanes at once, one test at a time in each, in the order they
@@ -25,21 +31,29 @@ import (
 
 // lane hands its tests their turn in the order they asked for it.
 type lane struct {
+	name   string
 	mu     sync.Mutex
 	turn   *sync.Cond
 	issued int // tickets handed out
 	next   int // the ticket whose turn it is
+	ran    []ranTest
 }
 
-func newLane() *lane {
-	l := &lane{}
+// ranTest is how long a test of a lane took once its turn came.
+type ranTest struct {
+	name string
+	took time.Duration
+}
+
+func newLane(name string) *lane {
+	l := &lane{name: name}
 	l.turn = sync.NewCond(&l.mu)
 	return l
 }
 
 var (
-	realNodeLane = newLane()
-	clusterLane  = newLane()
+	realNodeLane = newLane("real nodes")
+	clusterLane  = newLane("cluster")
 	serialSuite  = os.Getenv("GPUDRA_E2E_SERIAL") == "1"
 )
 
@@ -61,8 +75,10 @@ func inLane(t *testing.T, l *lane) {
 		l.turn.Wait()
 	}
 	l.mu.Unlock()
+	start := time.Now()
 	t.Cleanup(func() {
 		l.mu.Lock()
+		l.ran = append(l.ran, ranTest{t.Name(), time.Since(start)})
 		l.next++
 		l.mu.Unlock()
 		l.turn.Broadcast()
@@ -81,4 +97,29 @@ func allowLanes() {
 			_ = f.Value.Set("1000")
 		}
 	}
+}
+
+// writeLaneTimes writes how long each lane's tests took, longest first, to path: the
+// suite takes about as long as its longest lane, which is where to look when it grows.
+func writeLaneTimes(path string, suite time.Duration) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "e2e suite: %s from the suite's start (the lab's start-up included) to its last test's end\n", suite.Round(time.Second))
+	for _, l := range []*lane{realNodeLane, clusterLane} {
+		l.mu.Lock()
+		ran := slices.Clone(l.ran)
+		l.mu.Unlock()
+		var sum time.Duration
+		for _, r := range ran {
+			sum += r.took
+		}
+		slices.SortFunc(ran, func(a, b ranTest) int { return cmp.Compare(b.took, a.took) })
+		fmt.Fprintf(&b, "\n%s lane: %d tests, %s\n", l.name, len(ran), sum.Round(time.Second))
+		for _, r := range ran {
+			fmt.Fprintf(&b, "  %7s  %s\n", r.took.Round(100*time.Millisecond), r.name)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

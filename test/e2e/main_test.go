@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
+	suiteStart := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Ctrl-C or SIGTERM: a lab still starting is stopped by Up itself (ctx); a running one is
@@ -121,7 +122,14 @@ func run(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "e2e: build gpudra:", err)
 		return 1
 	}
-	return m.Run()
+	code = m.Run()
+	if !serialSuite {
+		path := filepath.Join(repo, "_output", "e2e-lanes.txt")
+		if err := writeLaneTimes(path, time.Since(suiteStart)); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: lane times:", err)
+		}
+	}
+	return code
 }
 
 // labLacks ends a test that needs something its lab lacks (why says what). The suite's own
