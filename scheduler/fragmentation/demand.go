@@ -161,6 +161,9 @@ type devices struct {
 	anyVendor bool
 	// unmodelled is set by a request the policies do not model.
 	unmodelled bool
+	// adminAccess is set by a request for admin access, which the allocator may give
+	// devices that are allocated already.
+	adminAccess bool
 }
 
 // classVendor is the vendor whose GPUs a whole-GPU or share class takes ("" for
@@ -180,6 +183,7 @@ func classVendor(class string) (vendor string, ok bool) {
 }
 
 func (d *devices) add(r *resourceapi.ExactDeviceRequest) {
+	d.adminAccess = d.adminAccess || r.AdminAccess != nil && *r.AdminAccess
 	vendor, ok := classVendor(r.DeviceClassName)
 	if !ok {
 		d.unmodelled = d.unmodelled || strings.HasSuffix(r.DeviceClassName, classSuffix)

@@ -78,12 +78,11 @@ type sliceLayout struct {
 // XGMI group has nothing left; a shared GPU has 1000 minus ten times the compute percent its shares
 // reserve.
 func (c *layouts) gpusByNode(slices []*resourceapi.ResourceSlice, allocated *structured.AllocatedState, nodes sets.Set[string]) map[string]*nodeGPUs {
-	c.mu.Lock()
-	if !c.unchanged(slices) {
-		c.index(slices)
-	}
-	byNode := c.byNode
-	c.mu.Unlock()
+	return layoutsFree(c.snapshot(slices), allocated, nodes)
+}
+
+// layoutsFree is the GPUs of the given nodes, from their layouts less what is allocated.
+func layoutsFree(byNode map[string][]*sliceLayout, allocated *structured.AllocatedState, nodes sets.Set[string]) map[string]*nodeGPUs {
 	out := make(map[string]*nodeGPUs, len(nodes))
 	for node := range nodes {
 		if ls := byNode[node]; len(ls) > 0 {
@@ -91,6 +90,16 @@ func (c *layouts) gpusByNode(slices []*resourceapi.ResourceSlice, allocated *str
 		}
 	}
 	return out
+}
+
+// snapshot is the layouts of every node's gpudra slices, by node name, read only.
+func (c *layouts) snapshot(slices []*resourceapi.ResourceSlice) map[string][]*sliceLayout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.unchanged(slices) {
+		c.index(slices)
+	}
+	return c.byNode
 }
 
 // unchanged: the slices are the very objects byNode was built from. c.mu is held.

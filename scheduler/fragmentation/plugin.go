@@ -35,6 +35,9 @@ type Plugin struct {
 }
 
 var (
+	_ fwk.PreFilterPlugin            = (*Plugin)(nil)
+	_ fwk.FilterPlugin               = (*Plugin)(nil)
+	_ fwk.EnqueueExtensions          = (*Plugin)(nil)
 	_ fwk.PreScorePlugin             = (*Plugin)(nil)
 	_ fwk.ScorePlugin                = (*Plugin)(nil)
 	_ fwk.ScoreExtensions            = (*Plugin)(nil)
@@ -99,7 +102,11 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 			s.offered[name], _ = d.on(alloc) // fewer devices than a modelled demand: modelled
 		}
 	}
-	if s.nodes, err = p.gpusOf(names); err != nil {
+	if fs, err := cs.Read(filterStateKey); err == nil {
+		// What PreFilter read for the Filter: the state the nodes were filtered on.
+		f := fs.(*filterState)
+		s.nodes = layoutsFree(f.byNode, f.allocated, names)
+	} else if s.nodes, err = p.gpusOf(names); err != nil {
 		return fwk.AsStatus(err)
 	}
 	// On a node with GPUs of several vendors, the pod sees those its classes take.

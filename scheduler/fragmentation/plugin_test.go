@@ -269,13 +269,17 @@ func (l *lab) bind(pod *corev1.Pod, claim *resourceapi.ResourceClaim, node strin
 	var gpus []int
 	for _, d := range res[0].Devices.Results {
 		name := strings.TrimSuffix(d.Device, "-share")
-		_, idx, _ := strings.Cut(name, "-") // gpu-3, nvlink-0-1, xgmi-0-1-2-3
+		_, idx, _ := strings.Cut(name, "-") // gpu-3, nvlink-0-1, xgmi-0-1-2-3, gpu-4-mig-1g10gb-0
+		n := len(gpus)
 		for _, s := range strings.Split(idx, "-") {
 			i, err := strconv.Atoi(s)
 			if err != nil {
-				l.t.Fatalf("device %s", d.Device)
+				break
 			}
 			gpus = append(gpus, i)
+		}
+		if len(gpus) == n {
+			l.t.Fatalf("device %s", d.Device)
 		}
 	}
 	slices.Sort(gpus)

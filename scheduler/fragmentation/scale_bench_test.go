@@ -45,7 +45,8 @@ import (
 // stopped until it has found as many feasible nodes as kube-scheduler's adaptive
 // percentageOfNodesToScore asks for; the pod goes to the first feasible node and its
 // devices count as allocated from the next pod on. gpudra-scheduler adds the
-// GPUFragmentation plugin's PreScore and Score over the feasible nodes.
+// GPUFragmentation plugin's PreScore and Score over the feasible nodes, and runs its Filter
+// before the allocator on each node visited.
 //
 // The same pods go, interleaved, through clusters that differ only in their slices: plain
 // 8-device slices (driver.PlainSlices) and each publication of gpudra's. Times are the
@@ -145,14 +146,19 @@ type scaleCluster struct {
 	next      int // kube-scheduler's nextStartNodeIndex
 	// CPU time of PreFilter+Filter and of the plugin's PreScore+Score, nodes filtered.
 	filter, score time.Duration
-	filtered      int
-	pods          int
+	// ownFilter is the CPU time of PreFilter+Filter in gpudra-scheduler, whose
+	// GPUFragmentation Filter runs first and spares the allocator the nodes it turns down.
+	ownFilter time.Duration
+	filtered  int
+	pods      int
 }
 
 // BenchmarkSchedulingScale measures the scheduler's DRA cost per pod at 1 024 to 4 096
 // GPUs on gpudra's slices against plain slices (x-plain: CPU time over the plain
-// cluster's), and what GPUFragmentation adds to it (score-x-filter: the plugin's CPU
-// time over PreFilter+Filter's on the same slices). Each iteration resets the clusters
+// cluster's), what GPUFragmentation's PreScore and Score add to it (score-x-filter: their
+// CPU time over PreFilter+Filter's on the same slices), and what its Filter, which
+// gpudra-scheduler runs first, spares (gpudra-filter-x-filter: PreFilter+Filter's CPU time
+// in gpudra-scheduler over kube-scheduler's, on the same slices). Each iteration resets the clusters
 // to the fill and schedules scaleWindow pods on each, interleaved.
 //
 //	go test -run '^$' -bench SchedulingScale -benchtime 3x ./scheduler/fragmentation/
@@ -183,7 +189,7 @@ func BenchmarkSchedulingScale(b *testing.B) {
 				}
 				b.Run(fmt.Sprintf("gpus=%d/nodes=%d/%s/%s", nodes*scaleGPUsPerNode, nodes, shape.name, fill.name), func(b *testing.B) {
 					for _, c := range clusters {
-						c.filter, c.score, c.filtered, c.pods = 0, 0, 0, 0
+						c.filter, c.ownFilter, c.score, c.filtered, c.pods = 0, 0, 0, 0, 0
 					}
 					seq := 0
 					for b.Loop() {
@@ -205,6 +211,7 @@ func BenchmarkSchedulingScale(b *testing.B) {
 							b.ReportMetric(float64(c.filter)/float64(plain.filter), c.variant.name+"-x-plain")
 						}
 						b.ReportMetric(float64(c.score)/float64(c.filter), c.variant.name+"-score-x-filter")
+						b.ReportMetric(float64(c.ownFilter)/float64(c.filter), c.variant.name+"-gpudra-filter-x-filter")
 					}
 					b.ReportMetric(float64(plain.filtered)/float64(plain.pods), "nodes-filtered/pod")
 				})
@@ -345,8 +352,37 @@ func (c *scaleCluster) schedule(b *testing.B, ctx context.Context, celCache *cel
 		}
 		feasible = append(feasible, c.infos[k])
 	}
-	c.next = (c.next + visited) % len(c.nodes)
 	mid := cpuTime()
+	c.filter += mid - start
+	// The same in gpudra-scheduler: GPUFragmentation's PreFilter beside the DynamicResources
+	// plugin's, and on the same nodes its Filter first, the allocator only where it passes.
+	state = c.dra.gather()
+	if alloc, err = structured.NewAllocator(ctx, allocation.Features, *state, classLister(classes), c.slices, celCache); err != nil {
+		b.Fatal(err)
+	}
+	fcs := framework.NewCycleState()
+	_, pst := c.plugin.PreFilter(ctx, fcs, pod, nil)
+	found := 0
+	for v := range visited {
+		k := (c.next + v) % len(c.nodes)
+		if !pst.IsSkip() && !c.plugin.Filter(ctx, fcs, pod, c.infos[k]).IsSuccess() {
+			continue
+		}
+		res, err := alloc.Allocate(ctx, c.nodes[k], []*resourceapi.ResourceClaim{claim})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res != nil {
+			found++
+		}
+	}
+	own := cpuTime()
+	c.ownFilter += own - mid
+	if found != len(feasible) {
+		b.Fatalf("%s: pod %d fits %d of the nodes visited, %d once GPUFragmentation's Filter turned some down", c.variant.name, seq, len(feasible), found)
+	}
+	c.next = (c.next + visited) % len(c.nodes)
+	mid = cpuTime()
 	if len(feasible) > 0 {
 		cs := framework.NewCycleState()
 		if st := c.plugin.PreScore(ctx, cs, pod, feasible); !st.IsSuccess() {
@@ -359,7 +395,7 @@ func (c *scaleCluster) schedule(b *testing.B, ctx context.Context, celCache *cel
 		}
 	}
 	end := cpuTime()
-	c.filter, c.score = c.filter+mid-start, c.score+end-mid
+	c.score += end - mid
 	c.filtered += visited
 	c.pods++
 	if first == nil {
