@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,7 +180,8 @@ func TestFilterTakesNoViewOfWhatItDoesNotModel(t *testing.T) {
 }
 
 // In the shipped configuration, gpudra-scheduler's default profile runs GPUFragmentation's
-// Filter before every other, the DynamicResources plugin's included.
+// Filter after kube-scheduler's cheap filters (a pod's node affinity turns most nodes down
+// for less) and before the DynamicResources plugin's, and every default filter still runs.
 func TestShippedConfigurationFiltersFirst(t *testing.T) {
 	logger, ctx := ktesting.NewTestContext(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
@@ -212,9 +214,20 @@ func TestShippedConfigurationFiltersFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		filters := fw.ListPlugins().Filter.Enabled
-		if len(filters) == 0 || filters[0].Name != Name {
-			t.Errorf("profile %s filters with %v, want %s first", prof.SchedulerName, filters, Name)
+		var names []string
+		for _, p := range fw.ListPlugins().Filter.Enabled {
+			names = append(names, p.Name)
+		}
+		at := func(name string) int { return slices.Index(names, name) }
+		if at(Name) < 0 || at(Name) < at("NodeAffinity") || at(Name) > at("DynamicResources") {
+			t.Errorf("profile %s filters with %v, want %s after NodeAffinity and before DynamicResources", prof.SchedulerName, names, Name)
+		}
+		// Every filter kube-scheduler runs by default still runs.
+		for _, want := range []string{"NodeName", "NodeUnschedulable", "TaintToleration", "NodeAffinity", "NodePorts", "NodeResourcesFit",
+			"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread", "InterPodAffinity", "DynamicResources"} {
+			if at(want) < 0 {
+				t.Errorf("profile %s filters with %v: %s is missing", prof.SchedulerName, names, want)
+			}
 		}
 		return
 	}
