@@ -51,9 +51,6 @@ func (s *filterState) Clone() fwk.StateData { return s }
 // PreFilter reads the pod's demand and, for a pod that asks for whole GPUs only, the
 // cluster's GPUs; it skips Filter for every other pod.
 func (p *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if len(pod.Spec.ResourceClaims) == 0 && !hasExtendedRequests(pod) {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
 	d, err := readDemand(pod, p.dra.ResourceClaims(), p.dra.DeviceClassResolver())
 	if err != nil {
 		// The DynamicResources plugin reports a missing claim; this one has no view.
@@ -116,33 +113,6 @@ func freeWholeGPUs(g *nodeGPUs, vendors []string) int {
 		}
 	}
 	return n
-}
-
-// hasExtendedRequests: the pod asks for an extended resource, which a DeviceClass may back.
-func hasExtendedRequests(pod *corev1.Pod) bool {
-	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			for name := range cs[i].Resources.Requests {
-				if !isNativeResource(name) {
-					return true
-				}
-			}
-			for name := range cs[i].Resources.Limits {
-				if !isNativeResource(name) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-func isNativeResource(name corev1.ResourceName) bool {
-	switch name {
-	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage, corev1.ResourcePods:
-		return true
-	}
-	return false
 }
 
 // EventsToRegister: a node turned down gets GPUs back when a claim is deallocated or
