@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -23,8 +24,10 @@ import (
 
 // TestShippedConfiguration loads deployments/scheduler/scheduler-config.yaml the way
 // kube-scheduler does, validates it, and builds the plugin from each profile's args.
-func TestShippedConfiguration(t *testing.T) {
-	logger, ctx := ktesting.NewTestContext(t)
+// shippedConfig is the shipped scheduler configuration as kube-scheduler loads it, defaults
+// applied.
+func shippedConfig(t testing.TB) *schedconfig.KubeSchedulerConfiguration {
+	logger, _ := ktesting.NewTestContext(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, deployments.SchedulerConfiguration, 0o600); err != nil {
 		t.Fatal(err)
@@ -33,6 +36,12 @@ func TestShippedConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+func TestShippedConfiguration(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	cfg := shippedConfig(t)
 	if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package fragmentation
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
@@ -23,7 +20,6 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/scheduler/datalocality"
@@ -183,15 +179,8 @@ func TestFilterTakesNoViewOfWhatItDoesNotModel(t *testing.T) {
 // Filter after kube-scheduler's cheap filters (a pod's node affinity turns most nodes down
 // for less) and before the DynamicResources plugin's, and every default filter still runs.
 func TestShippedConfigurationFiltersFirst(t *testing.T) {
-	logger, ctx := ktesting.NewTestContext(t)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, deployments.SchedulerConfiguration, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := options.LoadConfigFromFile(logger, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ctx := ktesting.NewTestContext(t)
+	cfg := shippedConfig(t)
 	schedmetrics.Register() // the framework counts plugins' calls in kube-scheduler's metrics
 	registry := plugins.NewInTreeRegistry()
 	if err := registry.Register(Name, New); err != nil {

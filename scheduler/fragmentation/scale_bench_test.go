@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -26,7 +25,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -444,16 +442,7 @@ func cpuTime() time.Duration {
 
 // shippedArgs are GPUFragmentation's args in the shipped scheduler configuration.
 func shippedArgs(b *testing.B) apiruntime.Object {
-	logger, _ := ktesting.NewTestContext(b)
-	path := filepath.Join(b.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, deployments.SchedulerConfiguration, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := options.LoadConfigFromFile(logger, path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, prof := range cfg.Profiles {
+	for _, prof := range shippedConfig(b).Profiles {
 		for _, pc := range prof.PluginConfig {
 			if pc.Name == Name {
 				return pc.Args
