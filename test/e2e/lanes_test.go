@@ -104,32 +104,32 @@ func allowLanes() {
 // that run alone before the lanes, and each lane's tests, longest first. The suite takes
 // about as long as its longest lane after the first two, which is where to look when it grows.
 func writeLaneTimes(path string, suiteStart, testsStart time.Time) error {
+	lanes := []*lane{realNodeLane, clusterLane}
+	ran := make([][]ranTest, len(lanes))
 	lanesStart := time.Now()
-	for _, l := range []*lane{realNodeLane, clusterLane} {
+	for i, l := range lanes {
 		l.mu.Lock()
-		for _, r := range l.ran {
+		ran[i] = slices.Clone(l.ran)
+		l.mu.Unlock()
+		for _, r := range ran[i] {
 			if r.start.Before(lanesStart) {
 				lanesStart = r.start
 			}
 		}
-		l.mu.Unlock()
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "e2e suite: %s\n", time.Since(suiteStart).Round(time.Second))
 	fmt.Fprintf(&b, "  %s  the lab's start-up and the suite's gpudra build\n", testsStart.Sub(suiteStart).Round(time.Second))
 	fmt.Fprintf(&b, "  %s  the tests that run alone, before the lanes\n", lanesStart.Sub(testsStart).Round(time.Second))
 	fmt.Fprintf(&b, "  %s  the lanes, side by side\n", time.Since(lanesStart).Round(time.Second))
-	for _, l := range []*lane{realNodeLane, clusterLane} {
-		l.mu.Lock()
-		ran := slices.Clone(l.ran)
-		l.mu.Unlock()
+	for i, l := range lanes {
 		var sum time.Duration
-		for _, r := range ran {
+		for _, r := range ran[i] {
 			sum += r.took
 		}
-		slices.SortFunc(ran, func(a, b ranTest) int { return cmp.Compare(b.took, a.took) })
-		fmt.Fprintf(&b, "\n%s lane: %d tests, %s\n", l.name, len(ran), sum.Round(time.Second))
-		for _, r := range ran {
+		slices.SortFunc(ran[i], func(a, b ranTest) int { return cmp.Compare(b.took, a.took) })
+		fmt.Fprintf(&b, "\n%s lane: %d tests, %s\n", l.name, len(ran[i]), sum.Round(time.Second))
+		for _, r := range ran[i] {
 			fmt.Fprintf(&b, "  %7s  %s\n", r.took.Round(100*time.Millisecond), r.name)
 		}
 	}
