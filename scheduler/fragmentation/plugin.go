@@ -82,9 +82,20 @@ func (s *cycleState) Clone() fwk.StateData { return s }
 // its DRA-backed extended resources — and the candidate nodes' GPUs once per cycle. Pods
 // asking for gpudra devices the policies do not model are left to the other plugins.
 func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	d, err := readDemand(pod, p.dra.ResourceClaims(), p.dra.DeviceClassResolver())
-	if err != nil {
-		return fwk.AsStatus(err)
+	// What PreFilter read for the Filter, if it took a view: the pod's demand and the
+	// state the nodes were filtered on.
+	var filtered *filterState
+	if fs, err := cs.Read(filterStateKey); err == nil {
+		filtered = fs.(*filterState)
+	}
+	var d *demand
+	if filtered != nil {
+		d = filtered.demand
+	} else {
+		var err error
+		if d, err = readDemand(pod, p.dra.ResourceClaims(), p.dra.DeviceClassResolver()); err != nil {
+			return fwk.AsStatus(err)
+		}
 	}
 	s := &cycleState{}
 	var ok bool
@@ -102,12 +113,13 @@ func (p *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *corev1.Po
 			s.offered[name], _ = d.on(alloc) // fewer devices than a modelled demand: modelled
 		}
 	}
-	if fs, err := cs.Read(filterStateKey); err == nil {
-		// What PreFilter read for the Filter: the state the nodes were filtered on.
-		f := fs.(*filterState)
-		s.nodes = layoutsFree(f.byNode, f.allocated, names)
-	} else if s.nodes, err = p.gpusOf(names); err != nil {
-		return fwk.AsStatus(err)
+	if filtered != nil {
+		s.nodes = layoutsFree(filtered.byNode, filtered.allocated, names)
+	} else {
+		var err error
+		if s.nodes, err = p.gpusOf(names); err != nil {
+			return fwk.AsStatus(err)
+		}
 	}
 	// On a node with GPUs of several vendors, the pod sees those its classes take.
 	for _, n := range nodes {
