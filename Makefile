@@ -30,6 +30,10 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 # while a worker is busy (golang/go#75804), which fails a target that found nothing.
 FUZZTIME_BRIEF ?= 20000x
 FUZZTIME ?= 2000000x
+# How long a fuzz target may spend shrinking an input it keeps (go test -fuzzminimizetime).
+# make fuzz keeps Go's default; make test's brief run shrinks nothing (0): in a run of 20000
+# inputs, shrinking each new input took most of the time. A failing input is kept either way.
+FUZZMINIMIZETIME ?= 60s
 
 .PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-gang bench-stream bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
 
@@ -66,14 +70,20 @@ FUZZ_LOG := _output/test-fuzz.log
 # are named, so its lab comes up while the other packages compile and run beside its waits
 # (named last, as ./... orders it, its 20 minutes would start after them).
 E2E_FIRST := $(if $(filter ./...,$(PKGS)),./test/e2e/ )
+# The packages make test runs without the race detector: all but RACE_PKGS, whose tests make
+# race runs (with -tags e2e too) beside them; running them twice would only cost CPU time.
+empty :=
+space := $(empty) $(empty)
+RACE_RE := $(subst $(space),|,$(strip $(patsubst ./%/...,%,$(RACE_PKGS))))
+TEST_PKGS = $(if $(filter ./...,$(PKGS)),$(shell go list -find -tags e2e ./... | grep -Ev '^github.com/gpudra/gpudra/($(RACE_RE))(/|$$)'),$(PKGS))
 
-test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, and beside them the race detector on RACE_PKGS and each fuzz target for FUZZTIME_BRIEF inputs
+test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, allocator tests, chart tests, the web view in a headless browser, the lab end-to-end tests, and beside them RACE_PKGS' tests under the race detector and each fuzz target for FUZZTIME_BRIEF inputs
 	@mkdir -p $(dir $(RACE_LOG)) $(dir $(FUZZ_LOG)); \
 	$(MAKE) --no-print-directory race > $(RACE_LOG) 2>&1 & race=$$!; \
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_BRIEF) > $(FUZZ_LOG) 2>&1 & fuzz=$$!; \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_BRIEF) FUZZMINIMIZETIME=0 > $(FUZZ_LOG) 2>&1 & fuzz=$$!; \
 	trap 'kill $$race $$fuzz 2>/dev/null' INT TERM; \
-	echo "go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(PKGS)    (make race and make fuzz beside it, into $(RACE_LOG) and $(FUZZ_LOG))"; \
-	go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(PKGS); main=$$?; \
+	echo "go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)<every package but $(RACE_PKGS)>    (make race and make fuzz beside it, into $(RACE_LOG) and $(FUZZ_LOG))"; \
+	go test -tags e2e -count=1 -timeout 80m $(E2E_FIRST)$(TEST_PKGS); main=$$?; \
 	wait $$race; race=$$?; wait $$fuzz; fuzz=$$?; \
 	echo "--- make race ($(RACE_LOG)):"; cat $(RACE_LOG); \
 	echo "--- make fuzz FUZZTIME=$(FUZZTIME_BRIEF) ($(FUZZ_LOG)):"; cat $(FUZZ_LOG); \
@@ -86,8 +96,8 @@ race: ## the kubelet plugin and controller-side packages' unit tests under the r
 
 fuzz: ## each fuzz target for FUZZTIME inputs (default 2000000x); a failing input is kept under the package's testdata/fuzz/
 	@set -e; for t in $(FUZZ_TARGETS); do \
-		echo "go test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) $${t%%:*}"; \
-		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+		echo "go test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $${t%%:*}"; \
+		go test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $${t%%:*}; \
 	done
 
 e2e: build ## only the lab end-to-end tests (-tags e2e)

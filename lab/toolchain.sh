@@ -11,7 +11,7 @@
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
-ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+ETCD_VERSION=${ETCD_VERSION:-v3.7.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
@@ -199,14 +199,30 @@ build_cdihook() {
     "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook@$NVIDIA_CTK_VERSION"
 }
 
+# etcd: the lab's store, at the release Kubernetes $K8S_VERSION names (build/dependencies.yaml).
+# With GPUDRA_BUILD_LIST it is built as the control plane is: with that module's versions
+# (gpudra's build list selects etcd's server, client and API at this release), with cgo and
+# without -trimpath, so that a cold build compiles only etcd's own packages (about 100 of
+# 570) and reuses the grpc, protobuf, otel and etcd client packages gpudra's build compiled.
 build_etcd() {
   local out=$1
   go mod init gpudra.dev/lab-etcd >/dev/null
   # tools.go first: `go mod tidy` drops requirements that no package of the module imports.
   printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-  go mod tidy -e
-  go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
+  if [[ -n ${GPUDRA_BUILD_LIST:-} ]]; then
+    echo "with the module versions of $GPUDRA_BUILD_LIST"
+    share_build_list "$GPUDRA_BUILD_LIST"
+    local got; got=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+    if [[ -n $got && $got != "$ETCD_VERSION" ]]; then
+      echo "the build list of $GPUDRA_BUILD_LIST selects etcd $got, not ETCD_VERSION=$ETCD_VERSION: set ETCD_VERSION=$got, or build without GPUDRA_BUILD_LIST"
+      return 1
+    fi
+    CGO_ENABLED=1 go build -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
+  else
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+    go mod tidy -e
+    go build -trimpath -ldflags "-s -w" -o "$out/bin/etcd" go.etcd.io/etcd/server/v3
+  fi
 }
 
 # with_kueue_build_list makes the throw-away module select Kueue's versions of every module

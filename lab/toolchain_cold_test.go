@@ -119,10 +119,10 @@ func TestToolchainFirstRunBuildsEveryComponentFromAnEmptyCache(t *testing.T) {
 }
 
 // With GPUDRA_BUILD_LIST (the Makefile's toolchain target passes the repository), the control
-// plane and the real node's kubelet are built with that module's versions, with cgo and
+// plane, etcd and the real node's kubelet are built with that module's versions, with cgo and
 // without -trimpath, as gpudra's own binaries are, so that a cold build reuses what gpudra's
 // build compiled and the kubelet what the control plane's did; without it, as a release of
-// Kubernetes is built.
+// Kubernetes or etcd is built.
 func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		stubToolchain(t)
@@ -133,7 +133,7 @@ func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 			repo = t.TempDir()
 		}
 		t.Setenv("GPUDRA_BUILD_LIST", repo)
-		if _, err := runToolchain(t.Context(), io.Discard, "k8s", "node"); err != nil {
+		if _, err := runToolchain(t.Context(), io.Discard, "k8s", "etcd", "node"); err != nil {
 			t.Fatal(err)
 		}
 		data, err := os.ReadFile(log)
@@ -143,21 +143,21 @@ func TestToolchainBuildsTheControlPlaneLikeGpudrasBuild(t *testing.T) {
 		builds := map[string]string{}
 		listed := 0
 		for _, l := range strings.Split(string(data), "\n") {
-			for _, cmd := range []string{"kube-apiserver", "kubelet"} {
-				if strings.Contains(l, " build ") && strings.HasSuffix(l, "k8s.io/kubernetes/cmd/"+cmd) {
+			for _, cmd := range []string{"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubelet", "go.etcd.io/etcd/server/v3"} {
+				if strings.Contains(l, " build ") && strings.HasSuffix(l, " "+cmd) {
 					builds[cmd] = l
 				}
 			}
-			if strings.Contains(l, " list -m ") {
+			if strings.Contains(l, " list -m ") && strings.HasSuffix(l, " all") {
 				listed++
 			}
 		}
 		wantCgo, wantTrim, wantListed := "CGO_ENABLED=0", true, 0
 		if shared {
-			// the control plane and the kubelet, each in its module
-			wantCgo, wantTrim, wantListed = "CGO_ENABLED=1", false, 2
+			// the control plane, etcd and the kubelet, each in its module
+			wantCgo, wantTrim, wantListed = "CGO_ENABLED=1", false, 3
 		}
-		for _, cmd := range []string{"kube-apiserver", "kubelet"} {
+		for _, cmd := range []string{"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kubelet", "go.etcd.io/etcd/server/v3"} {
 			build := builds[cmd]
 			if !strings.HasPrefix(build, wantCgo+" ") || strings.Contains(build, "-trimpath") != wantTrim {
 				t.Errorf("GPUDRA_BUILD_LIST=%q: %s built as %q (want %s, -trimpath %v)", repo, cmd, build, wantCgo, wantTrim)

@@ -29,6 +29,27 @@ func TestToolchainBuildsTheNvidiaCDIHookOfGoMod(t *testing.T) {
 	}
 }
 
+// The lab's etcd is the release gpudra's build list selects (the one Kubernetes' client
+// libraries are pinned to, and the one Kubernetes names in its build/dependencies.yaml):
+// make toolchain builds it with that build list, and toolchain.sh refuses another version.
+func TestToolchainBuildsTheEtcdOfGoMod(t *testing.T) {
+	gomod, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`(?m)^\s*go\.etcd\.io/etcd/client/v3 (v\S+)`).FindSubmatch(gomod)
+	if want == nil {
+		t.Fatal("go.mod does not require go.etcd.io/etcd/client/v3")
+	}
+	got := regexp.MustCompile(`(?m)^ETCD_VERSION=\$\{ETCD_VERSION:-(v\S+)\}$`).FindSubmatch(toolchainScript)
+	if got == nil {
+		t.Fatal("toolchain.sh pins no ETCD_VERSION")
+	}
+	if string(got[1]) != string(want[1]) {
+		t.Errorf("toolchain.sh builds etcd %s, go.mod's etcd client is %s", got[1], want[1])
+	}
+}
+
 // make toolchain builds what the end-to-end lab (deployments/lab/e2e.yaml) needs, no more:
 // the suite's lab then builds nothing, and a component no lab file asks for costs no CI time.
 func TestMakeToolchainBuildsWhatTheE2ELabNeeds(t *testing.T) {
