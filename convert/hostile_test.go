@@ -375,3 +375,46 @@ func TestUnnamedContainersAreReported(t *testing.T) {
 		t.Errorf("report %v", res.Entries)
 	}
 }
+
+// nvidia.com resources outside the containers' and init containers' resources (pod-level
+// resources, ephemeral containers) become no claim: each is named, and the containers' own
+// are converted as usual.
+func TestGPUsOutsideTheContainersAreNamed(t *testing.T) {
+	in := `apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns}
+spec:
+  resources:
+    limits: {nvidia.com/gpu: 1, cpu: "2"}
+  containers:
+  - name: a
+    image: x
+    resources:
+      limits: {nvidia.com/gpu: 1}
+  ephemeralContainers:
+  - name: debug
+    image: x
+    resources:
+      requests: {nvidia.com/mig-1g.10gb: 1}
+`
+	_, res := convertString(t, in, Options{Claims: true})
+	want := map[string]string{
+		"spec.resources.limits[nvidia.com/gpu]":          "pod-level resources take cpu, memory and hugepages only",
+		"spec.ephemeralContainers[0].resources.requests": "nvidia.com/mig-1g.10gb is not in a pod's containers",
+	}
+	converted := false
+	for _, e := range res.Entries {
+		if e.Level == Converted && strings.HasPrefix(e.Path, "spec.containers[0]") {
+			converted = true
+		}
+		if msg, ok := want[e.Path]; ok && e.Level == NotConverted && strings.Contains(e.Message, msg) {
+			delete(want, e.Path)
+		}
+	}
+	if !converted {
+		t.Errorf("the container's GPU was not converted: %v", res.Entries)
+	}
+	for p, msg := range want {
+		t.Errorf("no NotConverted entry at %s saying %q: %v", p, msg, res.Entries)
+	}
+}

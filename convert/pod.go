@@ -94,6 +94,7 @@ type want struct {
 func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path, meta *yaml.Node, mp path) {
 	c.reportNodeSelection(o, spec, p)
 	c.reportNvidiaRuntime(o, spec, p)
+	c.reportOutsideContainers(o, spec, p)
 	for i, rc := range items(get(spec, "resourceClaims")) {
 		if cd, ok := c.cdTemplates[o.namespace+"/"+text(rc, "resourceClaimTemplateName")]; ok {
 			c.report(NotConverted, o, p.child("resourceClaims").index(i), "ResourceClaimTemplate %s is ComputeDomain %s's IMEX channel, which gpudra does not offer; it stays for NVIDIA's compute-domain driver", text(rc, "resourceClaimTemplateName"), cd)
@@ -172,6 +173,28 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path, meta *yam
 		return
 	}
 	c.claimsFor(o, spec, p, wants, "NVIDIA's device plugin")
+}
+
+// reportOutsideContainers names the nvidia.com resources of a pod spec that are not in its
+// containers' or init containers' resources: pod-level resources (spec.resources, which
+// Kubernetes accepts for cpu, memory and hugepages only), ephemeral containers (which take no
+// resources) or any other field. None of them becomes a claim.
+func (c *converter) reportOutsideContainers(o *object, spec *yaml.Node, p path) {
+	res := get(spec, "resources")
+	for _, f := range []string{"limits", "requests"} {
+		for _, k := range keys(get(res, f)) {
+			if nvidiaKey(k) {
+				c.report(NotConverted, o, p.child("resources").child(f).child(k), "pod-level resources take cpu, memory and hugepages only, so %s is not converted; ask for it in a container's resources", k)
+			}
+		}
+	}
+	for i := 0; i+1 < len(spec.Content); i += 2 {
+		switch k := spec.Content[i].Value; k {
+		case "containers", "initContainers", "resources":
+		default:
+			c.convertPodSpecs(o, spec.Content[i+1], p.child(k))
+		}
+	}
 }
 
 // maxDevices is the most devices one ResourceClaim can be allocated.
