@@ -377,7 +377,7 @@ func TestUnnamedContainersAreReported(t *testing.T) {
 }
 
 // nvidia.com resources outside the containers' and init containers' resources (pod-level
-// resources, ephemeral containers) become no claim: each is named, and the containers' own
+// resources, ephemeral containers, a container's misplaced limits) become no claim: each is named, and the containers' own
 // are converted as usual.
 func TestGPUsOutsideTheContainersAreNamed(t *testing.T) {
 	in := `apiVersion: v1
@@ -391,6 +391,10 @@ spec:
     image: x
     resources:
       limits: {nvidia.com/gpu: 1}
+  initContainers:
+  - name: init
+    image: x
+    limits: {nvidia.com/gpu: 1}
   ephemeralContainers:
   - name: debug
     image: x
@@ -401,6 +405,7 @@ spec:
 	want := map[string]string{
 		"spec.resources.limits[nvidia.com/gpu]":          "pod-level resources take cpu, memory and hugepages only",
 		"spec.ephemeralContainers[0].resources.requests": "nvidia.com/mig-1g.10gb is not in a pod's containers",
+		"spec.initContainers[0].limits":                  "nvidia.com/gpu is not in a container's resources",
 	}
 	converted := false
 	for _, e := range res.Entries {

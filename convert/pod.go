@@ -2,6 +2,7 @@ package convert
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -176,23 +177,61 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path, meta *yam
 }
 
 // reportOutsideContainers names the nvidia.com resources of a pod spec that are not in its
-// containers' or init containers' resources: pod-level resources (spec.resources, which
-// Kubernetes accepts for cpu, memory and hugepages only), ephemeral containers (which take no
-// resources) or any other field. None of them becomes a claim.
+// containers' or init containers' resources limits and requests: in pod-level resources
+// (spec.resources, which Kubernetes accepts for cpu, memory and hugepages only), ephemeral
+// containers (which take no resources), or any other field of the spec or of a container.
+// None of them becomes a claim.
 func (c *converter) reportOutsideContainers(o *object, spec *yaml.Node, p path) {
-	res := get(spec, "resources")
+	res, rp := get(spec, "resources"), p.child("resources")
 	for _, f := range []string{"limits", "requests"} {
 		for _, k := range keys(get(res, f)) {
 			if nvidiaKey(k) {
-				c.report(NotConverted, o, p.child("resources").child(f).child(k), "pod-level resources take cpu, memory and hugepages only, so %s is not converted; ask for it in a container's resources", k)
+				c.report(NotConverted, o, rp.child(f).child(k), "pod-level resources take cpu, memory and hugepages only, so %s is not converted; ask for it in a container's resources", k)
 			}
 		}
 	}
-	for i := 0; i+1 < len(spec.Content); i += 2 {
-		switch k := spec.Content[i].Value; k {
-		case "containers", "initContainers", "resources":
-		default:
-			c.convertPodSpecs(o, spec.Content[i+1], p.child(k))
+	c.reportStray(o, res, rp, false)
+	c.reportStray(o, spec, p, false, "containers", "initContainers", "resources")
+	for _, list := range []string{"containers", "initContainers"} {
+		v, lp := get(spec, list), p.child(list)
+		if v == nil {
+			continue
+		}
+		if v.Kind != yaml.SequenceNode {
+			c.convertPodSpecs(o, v, lp)
+			continue
+		}
+		for i, ctr := range v.Content {
+			if !isMap(ctr) {
+				c.convertPodSpecs(o, ctr, lp.index(i))
+				continue
+			}
+			c.reportStray(o, ctr, lp.index(i), true, "resources")
+			c.reportStray(o, get(ctr, "resources"), lp.index(i).child("resources"), false)
+		}
+	}
+}
+
+// reportStray names the nvidia.com resources under n that nothing converts: those of n's
+// own limits and requests when own is set, and those under any field of n but skip, at any
+// depth.
+func (c *converter) reportStray(o *object, n *yaml.Node, p path, own bool, skip ...string) {
+	if !isMap(n) {
+		return
+	}
+	for _, f := range []string{"limits", "requests"} {
+		if !own || slices.Contains(skip, f) {
+			continue
+		}
+		for _, k := range keys(get(n, f)) {
+			if nvidiaKey(k) {
+				c.report(NotConverted, o, p.child(f), "%s is not in a container's resources, so it is not converted", k)
+			}
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(skip, k) {
+			c.convertPodSpecs(o, n.Content[i+1], p.child(k))
 		}
 	}
 }
