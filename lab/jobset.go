@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
 
@@ -84,6 +85,55 @@ func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, 
 }
 
 // startJobKinds starts the controllers of the job kinds the lab file's kueue.jobKinds names.
+// serveJobKindCRDs serves the CRDs of the job kinds the lab runs, before Kueue starts.
+// Kueue sets up its integration of a kind whose CRD is not served yet later, polling for it
+// with a backoff that grows to 2 minutes, and until then its webhook refuses the kind's jobs
+// (a TrainJob as of an "unsupported runtime"); served first, every integration is set up
+// as Kueue starts.
+func (u *upper) serveJobKindCRDs(ctx context.Context) error {
+	k, ca := u.file.Kueue, u.pki.CA.CertPEM()
+	var crds []*unstructured.Unstructured
+	var kinds []string
+	if k.runsJobSet() {
+		c, _, err := jobsetManifests(u.tc.JobSetConfig, u.port("jobset-webhook"), ca)
+		if err != nil {
+			return &ComponentError{Component: "jobset", Err: fmt.Errorf("JobSet manifests in %s: %w", u.tc.JobSetConfig, err)}
+		}
+		crds, kinds = append(crds, c...), append(kinds, "JobSet")
+	}
+	if k.runsTrainingOperator() {
+		c, _, err := trainingOperatorManifests(u.tc.TrainingOperatorConfig, k.kubeflowKinds(), u.port("training-operator-webhook"), ca)
+		if err != nil {
+			return &ComponentError{Component: "training-operator", Err: fmt.Errorf("the training operator's manifests in %s: %w", u.tc.TrainingOperatorConfig, err)}
+		}
+		crds, kinds = append(crds, c...), append(kinds, k.kubeflowKinds()...)
+	}
+	if k.runsTrainer() {
+		c, _, _, err := trainerManifests(u.tc.TrainerConfig, u.port("trainer-webhook"), ca)
+		if err != nil {
+			return &ComponentError{Component: "trainer", Err: fmt.Errorf("Trainer's manifests in %s: %w", u.tc.TrainerConfig, err)}
+		}
+		crds, kinds = append(crds, c...), append(kinds, "TrainJob")
+	}
+	if len(crds) == 0 {
+		return nil
+	}
+	u.step("serving the CRDs of %s for Kueue", strings.Join(kinds, ", "))
+	cfg, err := u.state.RESTConfig()
+	if err != nil {
+		return err
+	}
+	ap, err := NewApplier(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return serveCRDs(ctx, ap, dyn, *u.state.Component("kube-apiserver"), "kueue", "serving the job kinds' CRDs", crds)
+}
+
 func (u *upper) startJobKinds(ctx context.Context) error {
 	if u.file.Kueue.runsJobSet() {
 		u.step("starting the JobSet controller")

@@ -267,6 +267,9 @@ func (u *upper) run(ctx context.Context) error {
 	}
 	// The chart creates Kueue objects, so with install: chart Kueue starts first.
 	if u.chart() && u.file.Kueue.Enabled {
+		if err := u.serveJobKindCRDs(ctx); err != nil {
+			return err
+		}
 		u.step("starting Kueue")
 		if err := u.startKueue(ctx); err != nil {
 			return err
@@ -304,6 +307,9 @@ func (u *upper) run(ctx context.Context) error {
 				return err
 			}
 		} else {
+			if err := u.serveJobKindCRDs(ctx); err != nil {
+				return err
+			}
 			u.step("starting Kueue")
 			if err := u.startKueue(ctx); err != nil {
 				return err

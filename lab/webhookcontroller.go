@@ -75,11 +75,21 @@ func (u *upper) applyWithCRDs(ctx context.Context, component, what string, crds,
 	if err != nil {
 		return nil, err
 	}
-	apiserver := *u.state.Component("kube-apiserver")
-	if err := ap.Apply(ctx, crds...); err != nil {
+	if err := serveCRDs(ctx, ap, dyn, *u.state.Component("kube-apiserver"), component, what, crds); err != nil {
+		return nil, err
+	}
+	if err := ap.Apply(ctx, rest...); err != nil {
 		return nil, &ComponentError{Component: component, Err: err}
 	}
-	if err := waitReady(ctx, apiserver, what, componentTimeout, func(ctx context.Context) error {
+	return dyn, nil
+}
+
+// serveCRDs applies crds and waits until the API server has Established each one.
+func serveCRDs(ctx context.Context, ap *Applier, dyn dynamic.Interface, apiserver Component, component, what string, crds []*unstructured.Unstructured) error {
+	if err := ap.Apply(ctx, crds...); err != nil {
+		return &ComponentError{Component: component, Err: err}
+	}
+	return waitReady(ctx, apiserver, what, componentTimeout, func(ctx context.Context) error {
 		for _, c := range crds {
 			obj, err := dyn.Resource(crdGVR).Get(ctx, c.GetName(), metav1.GetOptions{})
 			if err != nil {
@@ -90,13 +100,7 @@ func (u *upper) applyWithCRDs(ctx context.Context, component, what string, crds,
 			}
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := ap.Apply(ctx, rest...); err != nil {
-		return nil, &ComponentError{Component: component, Err: err}
-	}
-	return dyn, nil
+	})
 }
 
 // componentCertDir makes and returns the folder a component serves its webhook

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -145,4 +146,30 @@ func podSetNames(wl *kueue.Workload) []string {
 		out = append(out, fmt.Sprintf("%s×%d", ps.Name, ps.Count))
 	}
 	return out
+}
+
+// Kueue sets up its integration of every job kind the lab runs as it starts, because the
+// lab serves the kinds' CRDs first: an integration Kueue defers is polled for with a backoff
+// that grows to 2 minutes, and until it is set up Kueue's webhook refuses the kind's jobs
+// (a TrainJob with "unsupported runtime"), a wait that grew past the lab's start-up timeout
+// on a busy machine.
+func TestKueueSetsUpEveryJobKindAtStart(t *testing.T) {
+	inLane(t, clusterLane)
+	if !state.Kueue {
+		labLacks(t, "Kueue (lab file kueue.enabled)")
+	}
+	data, err := os.ReadFile(lab.Layout{Root: state.Dir}.Log("kueue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, "deferring setting up controller") {
+			t.Errorf("Kueue deferred a job kind's integration: %s", line)
+		}
+		started = started || strings.Contains(line, "Starting Controller")
+	}
+	if !started {
+		t.Fatalf("%s shows no controller started; is it Kueue's log?", lab.Layout{Root: state.Dir}.Log("kueue"))
+	}
 }
