@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
 
@@ -84,7 +83,6 @@ func jobsetLabConfig(configDir, certDir string, port func(string) int) ([]byte, 
 	return yaml.Marshal(cfg)
 }
 
-// startJobKinds starts the controllers of the job kinds the lab file's kueue.jobKinds names.
 // serveJobKindCRDs serves the CRDs of the job kinds the lab runs, before Kueue starts.
 // Kueue sets up its integration of a kind whose CRD is not served yet later, polling for it
 // with a backoff that grows to 2 minutes, and until then its webhook refuses the kind's jobs
@@ -119,21 +117,14 @@ func (u *upper) serveJobKindCRDs(ctx context.Context) error {
 		return nil
 	}
 	u.step("serving the CRDs of %s for Kueue", strings.Join(kinds, ", "))
-	cfg, err := u.state.RESTConfig()
-	if err != nil {
-		return err
-	}
-	ap, err := NewApplier(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	ap, dyn, err := u.clients()
 	if err != nil {
 		return err
 	}
 	return serveCRDs(ctx, ap, dyn, *u.state.Component("kube-apiserver"), "kueue", "serving the job kinds' CRDs", crds)
 }
 
+// startJobKinds starts the controllers of the job kinds the lab file's kueue.jobKinds names.
 func (u *upper) startJobKinds(ctx context.Context) error {
 	if u.file.Kueue.runsJobSet() {
 		u.step("starting the JobSet controller")

@@ -63,15 +63,7 @@ func localhostWebhookService(namespace, name string, port int) *unstructured.Uns
 // informers fail on kinds that are not served yet; what names them in the wait), then applies
 // rest. It returns a dynamic client for the component's later checks.
 func (u *upper) applyWithCRDs(ctx context.Context, component, what string, crds, rest []*unstructured.Unstructured) (dynamic.Interface, error) {
-	cfg, err := u.state.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	ap, err := NewApplier(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	ap, dyn, err := u.clients()
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +74,23 @@ func (u *upper) applyWithCRDs(ctx context.Context, component, what string, crds,
 		return nil, &ComponentError{Component: component, Err: err}
 	}
 	return dyn, nil
+}
+
+// clients returns an applier and a dynamic client of the lab's API server.
+func (u *upper) clients() (*Applier, dynamic.Interface, error) {
+	cfg, err := u.state.RESTConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	ap, err := NewApplier(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ap, dyn, nil
 }
 
 // serveCRDs applies crds and waits until the API server has Established each one.
