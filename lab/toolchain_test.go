@@ -9,44 +9,33 @@ import (
 	"testing"
 )
 
-// The lab's nvidia-cdi-hook runs the hooks that the kubelet plugin's nvcdi writes; both come
-// from one nvidia-container-toolkit version, go.mod's.
-func TestToolchainBuildsTheNvidiaCDIHookOfGoMod(t *testing.T) {
+// The toolchain builds the versions go.mod names: the lab's nvidia-cdi-hook runs the hooks
+// that the kubelet plugin's nvcdi writes, so both come from one nvidia-container-toolkit;
+// the lab's etcd is the release gpudra's build list selects (the one Kubernetes' client
+// libraries are pinned to and Kubernetes names in its build/dependencies.yaml), which make
+// toolchain builds with that build list, and toolchain.sh refuses another.
+func TestToolchainBuildsTheVersionsOfGoMod(t *testing.T) {
 	gomod, err := os.ReadFile("../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := regexp.MustCompile(`(?m)^\s*github\.com/NVIDIA/nvidia-container-toolkit (v\S+)`).FindSubmatch(gomod)
-	if want == nil {
-		t.Fatal("go.mod does not require github.com/NVIDIA/nvidia-container-toolkit")
-	}
-	got := regexp.MustCompile(`(?m)^NVIDIA_CTK_VERSION=\$\{NVIDIA_CTK_VERSION:-(v\S+)\}$`).FindSubmatch(toolchainScript)
-	if got == nil {
-		t.Fatal("toolchain.sh pins no NVIDIA_CTK_VERSION")
-	}
-	if string(got[1]) != string(want[1]) {
-		t.Errorf("toolchain.sh builds nvidia-cdi-hook %s, go.mod's nvcdi is %s", got[1], want[1])
-	}
-}
-
-// The lab's etcd is the release gpudra's build list selects (the one Kubernetes' client
-// libraries are pinned to, and the one Kubernetes names in its build/dependencies.yaml):
-// make toolchain builds it with that build list, and toolchain.sh refuses another version.
-func TestToolchainBuildsTheEtcdOfGoMod(t *testing.T) {
-	gomod, err := os.ReadFile("../go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := regexp.MustCompile(`(?m)^\s*go\.etcd\.io/etcd/client/v3 (v\S+)`).FindSubmatch(gomod)
-	if want == nil {
-		t.Fatal("go.mod does not require go.etcd.io/etcd/client/v3")
-	}
-	got := regexp.MustCompile(`(?m)^ETCD_VERSION=\$\{ETCD_VERSION:-(v\S+)\}$`).FindSubmatch(toolchainScript)
-	if got == nil {
-		t.Fatal("toolchain.sh pins no ETCD_VERSION")
-	}
-	if string(got[1]) != string(want[1]) {
-		t.Errorf("toolchain.sh builds etcd %s, go.mod's etcd client is %s", got[1], want[1])
+	for _, pin := range []struct{ variable, module string }{
+		{"NVIDIA_CTK_VERSION", "github.com/NVIDIA/nvidia-container-toolkit"},
+		{"ETCD_VERSION", "go.etcd.io/etcd/client/v3"},
+	} {
+		want := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(pin.module) + ` (v\S+)`).FindSubmatch(gomod)
+		if want == nil {
+			t.Errorf("go.mod does not require %s", pin.module)
+			continue
+		}
+		got := regexp.MustCompile(`(?m)^` + pin.variable + `=\$\{` + pin.variable + `:-(v\S+)\}$`).FindSubmatch(toolchainScript)
+		if got == nil {
+			t.Errorf("toolchain.sh pins no %s", pin.variable)
+			continue
+		}
+		if string(got[1]) != string(want[1]) {
+			t.Errorf("toolchain.sh's %s is %s, go.mod's %s is %s", pin.variable, got[1], pin.module, want[1])
+		}
 	}
 }
 
