@@ -27,13 +27,9 @@ func (c *converter) convertPodSpecs(o *object, n *yaml.Node, p path) {
 		}
 		// Resources outside any pod's containers (a custom resource's own resources field,
 		// a fragment of a manifest): nothing here becomes a claim, so each is named.
-		for _, f := range []string{"limits", "requests"} {
-			for _, k := range keys(get(n, f)) {
-				if nvidiaKey(k) {
-					c.report(NotConverted, o, p.child(f), "%s is not in a pod's containers, so it is not converted", k)
-				}
-			}
-		}
+		forNvidiaKeys(n, func(f, k string) {
+			c.report(NotConverted, o, p.child(f), "%s is not in a pod's containers, so it is not converted", k)
+		})
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k := n.Content[i].Value
 			if p == "" && (k == "apiVersion" || k == "kind" || k == "metadata" || k == "status") {
@@ -183,13 +179,9 @@ func (c *converter) convertPodSpec(o *object, spec *yaml.Node, p path, meta *yam
 // None of them becomes a claim.
 func (c *converter) reportOutsideContainers(o *object, spec *yaml.Node, p path) {
 	res, rp := get(spec, "resources"), p.child("resources")
-	for _, f := range []string{"limits", "requests"} {
-		for _, k := range keys(get(res, f)) {
-			if nvidiaKey(k) {
-				c.report(NotConverted, o, rp.child(f).child(k), "pod-level resources take cpu, memory and hugepages only, so %s is not converted; ask for it in a container's resources", k)
-			}
-		}
-	}
+	forNvidiaKeys(res, func(f, k string) {
+		c.report(NotConverted, o, rp.child(f).child(k), "pod-level resources take cpu, memory and hugepages only, so %s is not converted; ask for it in a container's resources", k)
+	})
 	c.reportStray(o, res, rp, false)
 	c.reportStray(o, spec, p, false, "containers", "initContainers", "resources")
 	for _, list := range []string{"containers", "initContainers"} {
@@ -212,6 +204,18 @@ func (c *converter) reportOutsideContainers(o *object, spec *yaml.Node, p path) 
 	}
 }
 
+// forNvidiaKeys calls f for each resource in NVIDIA's domains that n's limits or requests
+// name.
+func forNvidiaKeys(n *yaml.Node, f func(field, key string)) {
+	for _, field := range []string{"limits", "requests"} {
+		for _, k := range keys(get(n, field)) {
+			if nvidiaKey(k) {
+				f(field, k)
+			}
+		}
+	}
+}
+
 // reportStray names the nvidia.com resources under n that nothing converts: those of n's
 // own limits and requests when own is set, and those under any field of n but skip, at any
 // depth.
@@ -219,15 +223,10 @@ func (c *converter) reportStray(o *object, n *yaml.Node, p path, own bool, skip 
 	if !isMap(n) {
 		return
 	}
-	for _, f := range []string{"limits", "requests"} {
-		if !own || slices.Contains(skip, f) {
-			continue
-		}
-		for _, k := range keys(get(n, f)) {
-			if nvidiaKey(k) {
-				c.report(NotConverted, o, p.child(f), "%s is not in a container's resources, so it is not converted", k)
-			}
-		}
+	if own {
+		forNvidiaKeys(n, func(f, k string) {
+			c.report(NotConverted, o, p.child(f), "%s is not in a container's resources, so it is not converted", k)
+		})
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i].Value; !slices.Contains(skip, k) {
