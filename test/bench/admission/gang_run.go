@@ -33,6 +33,7 @@ import (
 
 	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
+	"github.com/gpudra/gpudra/test/bench/internal/proc"
 )
 
 // gangStages are the round's stages, in order, as the report names them.
@@ -188,10 +189,10 @@ func roundProcesses(extra map[string]int) map[string]int {
 func startRound(pids map[string]int) (cpu map[string]float64, note string) {
 	cpu = map[string]float64{}
 	for name, pid := range pids {
-		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		if err := proc.ResetPeak(pid); err != nil {
 			note = fmt.Sprintf("%s's peak memory could not be reset (%v): it is the peak since it started", name, err)
 		}
-		cpu[name] = cpuSeconds(pid)
+		cpu[name] = proc.CPUSeconds(pid)
 	}
 	return cpu, note
 }
@@ -200,8 +201,8 @@ func startRound(pids map[string]int) (cpu map[string]float64, note string) {
 func endRound(pids map[string]int, before map[string]float64) (map[string]float64, map[string]int) {
 	cpu, peak := map[string]float64{}, map[string]int{}
 	for name, pid := range pids {
-		cpu[name] = cpuSeconds(pid) - before[name]
-		peak[name] = peakKiB(pid)
+		cpu[name] = proc.CPUSeconds(pid) - before[name]
+		peak[name] = proc.PeakKiB(pid)
 	}
 	return cpu, peak
 }
@@ -366,42 +367,6 @@ func checksReady(u *unstructured.Unstructured) bool {
 		}
 	}
 	return len(checks) > 0
-}
-
-// cpuSeconds is a process's user and system CPU time so far (0 if it is gone).
-func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the ")" that ends the command: state is field 3, utime 14, stime 15.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	k, _ := strconv.ParseFloat(f[12], 64)
-	return (u + k) / clockTicks
-}
-
-// peakKiB is a process's VmHWM (peak resident memory), in KiB.
-func peakKiB(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	return vmHWM(string(data))
-}
-
-// vmHWM reads VmHWM from the text of /proc/<pid>/status.
-func vmHWM(status string) int {
-	for _, l := range strings.Split(status, "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return 0
 }
 
 // startBaselineScheduler runs kube-scheduler for round B's scheduler name, with the lab

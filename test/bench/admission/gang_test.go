@@ -82,12 +82,6 @@ func TestSlicesInOneRack(t *testing.T) {
 	}
 }
 
-func TestVmHWM(t *testing.T) {
-	if got := vmHWM("Name:\tx\nVmPeak:\t  900 kB\nVmHWM:\t  123456 kB\nVmRSS:\t 1 kB\n"); got != 123456 {
-		t.Errorf("VmHWM %d, want 123456", got)
-	}
-}
-
 // -baseline-first runs round B before round A; the default is A first.
 func TestGangOrder(t *testing.T) {
 	if o := gangOrder(false); o[0].name != "A" || o[1].name != "B" {

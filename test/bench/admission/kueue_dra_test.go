@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,6 +85,10 @@ func BenchmarkKueueDRAPreprocessing(b *testing.B) {
 	if err := mapper.PopulateFromConfiguration(cfg.Resources.DeviceClassMappings); err != nil {
 		b.Fatal(err)
 	}
+	countMapper := dra.NewResourceMapper()
+	if err := countMapper.PopulateFromConfiguration(wholeGPUsByCount(b, cfg.Resources.DeviceClassMappings)); err != nil {
+		b.Fatal(err)
+	}
 	classList, err := deployments.DeviceClasses()
 	if err != nil {
 		b.Fatal(err)
@@ -132,21 +137,70 @@ func BenchmarkKueueDRAPreprocessing(b *testing.B) {
 				wl := workload(template)
 				b.Run(fmt.Sprintf("nodes=%d/publish=%s/claim=%s", nodes, pub, template), func(b *testing.B) {
 					for b.Loop() {
-						sliceCache := dra.NewResourceSliceCache(reader)
-						if _, errs := dra.GetResourceRequestsForResourceClaimTemplates(b.Context(), reader, sliceCache, mapper, wl); len(errs) > 0 {
-							b.Fatal(errs.ToAggregate())
-						}
-						charges, errs := dra.DetermineCapacityResourcesForWorkload(b.Context(), reader, sliceCache, mapper, wl)
-						if len(errs) > 0 {
-							b.Fatal(errs.ToAggregate())
-						}
-						if len(charges["main"]) == 0 {
+						if charges := kueueCharges(b, reader, mapper, wl); len(charges) == 0 {
 							b.Fatalf("Kueue charged nothing for %s", template)
 						}
 					}
 					b.ReportMetric(float64(devices), "devices")
 				})
 			}
+			if pub != driver.PublishAll {
+				continue
+			}
+			// Whole GPUs charged by count to a resource of their own: no capacity pass.
+			wl := workload("one-gpu")
+			b.Run(fmt.Sprintf("nodes=%d/publish=%s/claim=one-gpu/quota=count", nodes, pub), func(b *testing.B) {
+				for b.Loop() {
+					if charges := kueueCharges(b, reader, countMapper, wl); !charges[countResource].Equal(resource.MustParse("1")) {
+						b.Fatalf("Kueue charged %v for one whole GPU, want 1 %s", charges, countResource)
+					}
+				}
+				b.ReportMetric(float64(devices), "devices")
+			})
 		}
 	}
+}
+
+// countResource is the resource wholeGPUsByCount charges whole GPUs to.
+const countResource = corev1.ResourceName("gpudra.dev/gpu")
+
+// wholeGPUsByCount is the shipped mappings with the whole-GPU classes moved to a mapping of
+// their own without sources, so that Kueue charges them by count (one per GPU).
+func wholeGPUsByCount(b *testing.B, shipped []kueueconfig.DeviceClassMapping) []kueueconfig.DeviceClassMapping {
+	whole := []corev1.ResourceName{api.DeviceClassGPU, api.DeviceClassAnyGPU}
+	var out []kueueconfig.DeviceClassMapping
+	for _, m := range shipped {
+		m.DeviceClassNames = slices.DeleteFunc(slices.Clone(m.DeviceClassNames), func(n corev1.ResourceName) bool {
+			return slices.Contains(whole, n)
+		})
+		out = append(out, m)
+	}
+	if len(out) == 0 || len(out[0].DeviceClassNames) != len(shipped[0].DeviceClassNames)-len(whole) {
+		b.Fatalf("the shipped mappings do not hold %v", whole)
+	}
+	return append(out, kueueconfig.DeviceClassMapping{Name: countResource, DeviceClassNames: whole})
+}
+
+// kueueCharges runs Kueue's count and capacity passes for one reconcile of wl, with a slice
+// cache of its own (Kueue makes one per reconcile), and returns the main pod set's charges
+// summed over both passes, as Kueue merges them.
+func kueueCharges(b *testing.B, reader *cachedReader, mapper *dra.ResourceMapper, wl *kueue.Workload) corev1.ResourceList {
+	sliceCache := dra.NewResourceSliceCache(reader)
+	counts, errs := dra.GetResourceRequestsForResourceClaimTemplates(b.Context(), reader, sliceCache, mapper, wl)
+	if len(errs) > 0 {
+		b.Fatal(errs.ToAggregate())
+	}
+	charges, errs := dra.DetermineCapacityResourcesForWorkload(b.Context(), reader, sliceCache, mapper, wl)
+	if len(errs) > 0 {
+		b.Fatal(errs.ToAggregate())
+	}
+	out := corev1.ResourceList{} // summed, as Kueue merges the passes
+	for _, passes := range []corev1.ResourceList{counts["main"], charges["main"]} {
+		for name, q := range passes {
+			sum := out[name]
+			sum.Add(q)
+			out[name] = sum
+		}
+	}
+	return out
 }

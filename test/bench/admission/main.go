@@ -62,6 +62,7 @@ import (
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
+	"github.com/gpudra/gpudra/test/bench/internal/proc"
 	"github.com/gpudra/gpudra/topology"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
@@ -309,14 +310,11 @@ type cpuSample struct {
 	machine float64            // busy CPU seconds of all cores
 }
 
-// clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
-const clockTicks = 100
-
 func sampleCPU() cpuSample {
 	s := cpuSample{at: time.Now(), procs: map[string]float64{}}
 	if labState != nil {
 		for _, c := range labState.Components {
-			s.procs[c.Name] = cpuSeconds(c.PID)
+			s.procs[c.Name] = proc.CPUSeconds(c.PID)
 		}
 	}
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
@@ -327,7 +325,7 @@ func sampleCPU() cpuSample {
 				continue
 			}
 			v, _ := strconv.ParseFloat(f[i], 64)
-			s.machine += v / clockTicks
+			s.machine += v / proc.ClockTicks
 		}
 	}
 	return s

@@ -15,7 +15,8 @@
 // it starts the round's scheduler (the toolchain's kube-scheduler, or bin/gpudra-scheduler
 // with the shipped GPUFragmentation profile) for that name, and records when each pod is
 // bound. Throughput is bound pods over the time from the first bind to the last; the
-// report gives each round's pods/s and its ratio to kube-scheduler on plain slices.
+// report gives each round's pods/s, the scheduler's CPU per pod over the same span and its
+// peak memory, and their ratios to kube-scheduler on plain slices and on the same slices.
 // -publish renders the gpudra node sets as a node pool with that --publish would publish
 // them (training: whole GPUs and NVLink groups; whole: whole GPUs only).
 package main
@@ -25,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -54,6 +56,7 @@ import (
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
 	"github.com/gpudra/gpudra/test/bench/internal/benchlab"
+	"github.com/gpudra/gpudra/test/bench/internal/proc"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -216,6 +219,18 @@ type result struct {
 	round
 	pods int
 	span time.Duration // first bind to last bind
+	// cpu is the scheduler's CPU seconds from the first bind to the last, as the bench saw
+	// them; peakKiB its peak resident memory over the round.
+	cpu     float64
+	peakKiB int
+}
+
+// cpuPerPod is the scheduler's CPU milliseconds per pod bound after the first.
+func (r result) cpuPerPod() float64 {
+	if r.pods < 2 {
+		return 0
+	}
+	return 1000 * r.cpu / float64(r.pods-1)
 }
 
 func (r result) rate() float64 {
@@ -274,12 +289,13 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 		return result{}, err
 	}
 	defer w.Stop()
-	stop, err := startScheduler(ctx, r, tmp, labArgv, binary)
+	pid, stop, err := startScheduler(ctx, r, tmp, labArgv, binary)
 	if err != nil {
 		return result{}, err
 	}
 	defer stop()
 	bound := map[string]time.Time{}
+	var cpuAtFirst float64
 	timeout := time.After(10 * time.Minute)
 	for len(bound) < n {
 		select {
@@ -290,6 +306,9 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 			if p, isPod := ev.Object.(*corev1.Pod); isPod && ev.Type != watch.Deleted && p.Spec.NodeName != "" {
 				if _, seen := bound[p.Name]; !seen {
 					bound[p.Name] = time.Now()
+					if len(bound) == 1 {
+						cpuAtFirst = proc.CPUSeconds(pid)
+					}
 				}
 			}
 		case <-timeout:
@@ -305,7 +324,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, r round, n int, tmp s
 			}
 		}
 	}, time.Time.Compare)
-	return result{round: r, pods: n, span: times[len(times)-1].Sub(times[0])}, nil
+	return result{round: r, pods: n, span: times[len(times)-1].Sub(times[0]),
+		cpu: proc.CPUSeconds(pid) - cpuAtFirst, peakKiB: proc.PeakKiB(pid)}, nil
 }
 
 func createPods(ctx context.Context, cs kubernetes.Interface, ns string, n int) error {
@@ -331,8 +351,9 @@ func pod(ns string, i int) *corev1.Pod {
 // startScheduler runs the round's scheduler with the lab scheduler's flags and credentials,
 // a port of its own, and one profile for the bench's scheduler name: kube-scheduler's
 // defaults, or gpudra-scheduler's shipped GPUFragmentation profile. Its client is not rate
-// limited (as in scheduler_perf), so that the API client does not cap the throughput.
-func startScheduler(ctx context.Context, r round, tmp string, labArgv []string, binary string) (func(), error) {
+// limited (as in scheduler_perf), so that the API client does not cap the throughput. It
+// returns the scheduler's process ID and a function that stops it.
+func startScheduler(ctx context.Context, r round, tmp string, labArgv []string, binary string) (int, func(), error) {
 	kubeconfig := flagValue(labArgv, "--kubeconfig")
 	prof := map[string]any{"schedulerName": benchScheduler}
 	if r.scheduler == "gpudra-scheduler" {
@@ -340,7 +361,7 @@ func startScheduler(ctx context.Context, r round, tmp string, labArgv []string, 
 			Profiles []map[string]any `json:"profiles"`
 		}
 		if err := yaml.Unmarshal(deployments.SchedulerConfiguration, &shipped); err != nil || len(shipped.Profiles) == 0 {
-			return nil, fmt.Errorf("shipped scheduler configuration: %v", err)
+			return 0, nil, fmt.Errorf("shipped scheduler configuration: %v", err)
 		}
 		prof = shipped.Profiles[0]
 		prof["schedulerName"] = benchScheduler
@@ -354,15 +375,15 @@ func startScheduler(ctx context.Context, r round, tmp string, labArgv []string, 
 	}
 	data, err := yaml.Marshal(config)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	path := filepath.Join(tmp, r.set()+".yaml")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	port, err := freePort()
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	args := []string{"--config=" + path, "--secure-port=" + strconv.Itoa(port)}
 	for _, a := range labArgv[1:] {
@@ -372,15 +393,15 @@ func startScheduler(ctx context.Context, r round, tmp string, labArgv []string, 
 	}
 	log, err := os.Create(filepath.Join(tmp, r.set()+".log"))
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		return nil, fmt.Errorf("start %s: %w", binary, err)
+		return 0, nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	return func() {
+	return cmd.Process.Pid, func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		log.Close()
@@ -405,24 +426,32 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func report(w *os.File, nodes, pods int, results []result) {
-	var base float64
+func report(w io.Writer, nodes, pods int, results []result) {
+	kube := map[string]result{} // kube-scheduler's round on each kind of slices
 	for _, r := range results {
-		if r.scheduler == "kube-scheduler" && r.slices == "plain" {
-			base = r.rate()
+		if r.scheduler == "kube-scheduler" {
+			kube[r.slices] = r
 		}
 	}
 	fmt.Fprintf(w, "\n%d nodes of 8 GPUs per round, %d one-GPU pods per round (claims from a template); gpudra's slices: %d devices a node\n\n", nodes, pods, devicesPerNode())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scheduler\tslices\tpods/s\tx kube-scheduler on plain slices\t")
+	fmt.Fprintln(tw, "scheduler\tslices\tpods/s\tx kube-scheduler on plain\tx kube-scheduler on same slices\tCPU ms/pod\tCPU x kube-scheduler on same slices\tpeak MiB\t")
 	for _, r := range results {
-		ratio := "n/a"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2f", r.rate()/base)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%s\t\n", r.scheduler, r.slices, r.rate(), ratio)
+		same := kube[r.slices]
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%s\t%s\t%.2f\t%s\t%d\t\n", r.scheduler, r.slices, r.rate(),
+			ratio(r.rate(), kube["plain"].rate()), ratio(r.rate(), same.rate()),
+			r.cpuPerPod(), ratio(r.cpuPerPod(), same.cpuPerPod()), r.peakKiB/1024)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "\nCPU is the scheduler process's user and system time from the first bind to the last, over the pods bound after the first.")
+}
+
+// ratio is a over b to two places, or n/a without b.
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
 }
 
 // devicesPerNode is how many devices a gpudra node set's node publishes.
