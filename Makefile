@@ -28,11 +28,12 @@ FUZZ_TARGETS := ./api/gpu.gpudra.dev/v1alpha1:FuzzDecode ./driver/nvmlsim:FuzzPa
 # How many inputs make test and make fuzz run through each fuzz target. Counts, not durations:
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when a duration runs out
 # while a worker is busy (golang/go#75804), which fails a target that found nothing.
-FUZZTIME_BRIEF ?= 20000x
+FUZZTIME_BRIEF ?= 10000x
 FUZZTIME ?= 2000000x
 # How long a fuzz target may spend shrinking an input it keeps (go test -fuzzminimizetime).
-# make fuzz keeps Go's default; make test's brief run shrinks nothing (0): in a run of 20000
-# inputs, shrinking each new input took most of the time. A failing input is kept either way.
+# make fuzz keeps Go's default; make test's brief run shrinks nothing (0): in a brief run,
+# shrinking each new input took most of the time. A failing input is kept either way. The
+# brief run is a smoke test on top of the seed corpora, which every go test run replays.
 FUZZMINIMIZETIME ?= 60s
 
 .PHONY: all browser build build-nocgo release generate test unit race fuzz e2e lint bench bench-scale bench-admission bench-gang bench-stream bench-scheduler bench-tiers demo lab-up lab-down lab-status toolchain clean
@@ -52,7 +53,7 @@ release: ## a release under _output/release/<version>/, offline, without docker:
 lint: ## gofmt, go vet (with and without the e2e tag) and generated code up to date
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet $(PKGS)
-	go vet -tags e2e $(PKGS)
+	@pkgs=$$(hack/tagged-packages.sh e2e | tr '\n' ' ') && echo "go vet -tags e2e $$pkgs" && go vet -tags e2e $$pkgs
 	hack/update-codegen.sh --verify
 
 generate: ## regenerate the API package's deep copies (deepcopy-gen)
@@ -93,9 +94,10 @@ test: lint build toolchain browser ## the whole suite (-tags e2e): unit tests, a
 	[ $$main -eq 0 ] && [ $$race -eq 0 ] && [ $$fuzz -eq 0 ]
 
 # make test's go test, make race and make fuzz do not vet (-vet=off): make lint has vetted
-# every package, with and without the e2e tag, with all of go vet's checks (go test's are a
-# subset), and go test's vet type-checks every dependency again under keys of its own (the
-# race and fuzz builds' too): some 1 300 packages each time.
+# every package without the e2e tag, and with it those whose files the tag changes
+# (hack/tagged-packages.sh), with all of go vet's checks (go test's are a subset), and go
+# test's vet type-checks every dependency again under keys of its own (the race and fuzz
+# builds' too): some 1 300 packages each time.
 race: ## the kubelet plugin and controller-side packages' unit tests under the race detector
 	go test -tags e2e -race -vet=off -count=1 -timeout 30m $(RACE_PKGS)
 

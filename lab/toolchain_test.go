@@ -2,6 +2,7 @@ package lab
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -63,5 +64,65 @@ func TestMakeToolchainBuildsWhatTheE2ELabNeeds(t *testing.T) {
 	want := f.toolchainNeeds(slices.ContainsFunc(f.Nodes(), func(n Node) bool { return n.Real })).components()
 	if got := strings.Fields(string(m[1])); !slices.Equal(got, want) {
 		t.Errorf("make toolchain builds %v; the end-to-end lab needs %v", got, want)
+	}
+}
+
+// make lint vets with the e2e tag only the packages whose files the tag changes; a non-test
+// file that changes with it changes every importer, and then every package is vetted.
+func TestTaggedPackagesAreWhatTheTagChanges(t *testing.T) {
+	script, err := filepath.Abs(filepath.Join("..", "hack", "tagged-packages.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/m\n\ngo 1.26\n")
+	write("a/a.go", "package a\n")
+	write("a/a_e2e_test.go", "//go:build e2e\n\npackage a\n")
+	write("b/b.go", "package b\n")
+	write("b/b_test.go", "package b\n")
+	write("c/c.go", "package c\n")
+	write("c/c_unit_test.go", "//go:build !e2e\n\npackage c\n")
+	run := func() []string {
+		t.Helper()
+		cmd := exec.Command(script, "e2e")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	if got, want := run(), []string{"example.com/m/a", "example.com/m/c"}; !slices.Equal(got, want) {
+		t.Errorf("packages the e2e tag changes: %v, want %v", got, want)
+	}
+	write("b/b_e2e.go", "//go:build e2e\n\npackage b\n\nconst E2E = true\n")
+	if got := run(); !slices.Equal(got, []string{"./..."}) {
+		t.Errorf("with a non-test file tagged e2e: %v, want ./...", got)
+	}
+}
+
+// make lint runs go vet with the e2e tag on what hack/tagged-packages.sh prints.
+func TestMakeLintVetsWhatTheE2ETagChanges(t *testing.T) {
+	makefile, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lint := regexp.MustCompile(`(?m)^lint:.*\n((?:\t.*\n)+)`).FindSubmatch(makefile)
+	if lint == nil {
+		t.Fatal("the Makefile has no lint target")
+	}
+	if !regexp.MustCompile(`pkgs=\$\$\(hack/tagged-packages\.sh e2e\b[^)]*\).*go vet -tags e2e \$\$pkgs`).Match(lint[1]) {
+		t.Errorf("make lint does not vet with the e2e tag what hack/tagged-packages.sh prints:\n%s", lint[1])
 	}
 }
