@@ -137,8 +137,8 @@ func BenchmarkKueueDRAPreprocessing(b *testing.B) {
 				wl := workload(template)
 				b.Run(fmt.Sprintf("nodes=%d/publish=%s/claim=%s", nodes, pub, template), func(b *testing.B) {
 					for b.Loop() {
-						if charges := kueueCharges(b, reader, mapper, wl); len(charges) == 0 {
-							b.Fatalf("Kueue charged nothing for %s", template)
+						if charges := kueueCharges(b, reader, mapper, wl); charges.Name(api.QuotaGPUPercent, resource.DecimalSI).IsZero() {
+							b.Fatalf("Kueue charged nothing to %s for %s: %v", api.QuotaGPUPercent, template, charges)
 						}
 					}
 					b.ReportMetric(float64(devices), "devices")
@@ -148,10 +148,10 @@ func BenchmarkKueueDRAPreprocessing(b *testing.B) {
 				continue
 			}
 			// Whole GPUs charged by count to a resource of their own: no capacity pass.
-			wl := workload("one-gpu")
+			wl, one := workload("one-gpu"), resource.MustParse("1")
 			b.Run(fmt.Sprintf("nodes=%d/publish=%s/claim=one-gpu/quota=count", nodes, pub), func(b *testing.B) {
 				for b.Loop() {
-					if charges := kueueCharges(b, reader, countMapper, wl); !charges[countResource].Equal(resource.MustParse("1")) {
+					if charges := kueueCharges(b, reader, countMapper, wl); !charges[countResource].Equal(one) {
 						b.Fatalf("Kueue charged %v for one whole GPU, want 1 %s", charges, countResource)
 					}
 				}
