@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -108,18 +107,20 @@ func copySecretCerts(ctx context.Context, u *upper, namespace, name, certDir str
 // merged over it, as the file tells users to do, and the lab's own serving addresses and
 // certificates.
 func (u *upper) kueueConfig(certDir string) ([]byte, error) {
-	return kueueLabConfig(u.tc.KueueConfig, certDir, u.file.Kueue.podsReadyTimeout(), func(name string) int { return u.port(name) })
+	return kueueLabConfig(u.tc.KueueConfig, certDir, u.file.Kueue, func(name string) int { return u.port(name) })
 }
 
-// kueueLabConfig is that Configuration; podsReadyTimeout, unless 0, replaces gpudra's
-// waitForPodsReady timeout (the lab file's kueue.podsReadyTimeout).
-func kueueLabConfig(configDir, certDir string, podsReadyTimeout time.Duration, port func(string) int) ([]byte, error) {
+// kueueLabConfig is that Configuration, as the lab file's kueue section asks: its
+// podsReadyTimeout, unless empty, replaces gpudra's waitForPodsReady timeout, and its
+// wholeGPUQuota says how whole GPUs are charged (deployments.KueueConfigurationFor).
+func kueueLabConfig(configDir, certDir string, spec KueueSpec, port func(string) int) ([]byte, error) {
 	cfg, err := shippedConfig(configDir, "Kueue", kueueConfigKind)
 	if err != nil {
 		return nil, err
 	}
-	ours := map[string]any{}
-	if err := yaml.Unmarshal(deployments.KueueConfiguration, &ours); err != nil {
+	podsReadyTimeout := spec.podsReadyTimeout()
+	ours, err := deployments.KueueConfigurationFor(spec.WholeGPUQuota)
+	if err != nil {
 		return nil, fmt.Errorf("deployments/kueue/config/kueue-config.yaml: %w", err)
 	}
 	if ours["apiVersion"] != kueueConfigKind {

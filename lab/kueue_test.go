@@ -11,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
 // kueueConfigDir finds Kueue's config/components: in the toolchain cache, else in the Go module cache.
@@ -122,7 +124,7 @@ func TestKueueManifestsServeOnlyWhatTheLabRuns(t *testing.T) {
 // The lab runs Kueue as a user installs it: Kueue's shipped Configuration (client QPS 300)
 // with gpudra's fields merged over it and the lab's addresses.
 func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
-	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", 0, func(name string) int {
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", KueueSpec{Enabled: true}, func(name string) int {
 		return map[string]int{"kueue-health": 1, "kueue-metrics": 2, "kueue-webhook": 3}[name]
 	})
 	if err != nil {
@@ -179,7 +181,7 @@ func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", f.Kueue.podsReadyTimeout(), func(string) int { return 1 })
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", f.Kueue, func(string) int { return 1 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,5 +206,59 @@ func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
 	if w.BlockAdmission == nil || *w.BlockAdmission || w.RequeuingStrategy.Timestamp != "Eviction" ||
 		w.RequeuingStrategy.BackoffBaseSeconds != 30 || w.RequeuingStrategy.BackoffLimitCount != 5 {
 		t.Errorf("waitForPodsReady = %+v, want the rest of gpudra's values (no blocking, requeued from eviction, back-off 30s, 5 times)", w)
+	}
+}
+
+// The lab file's kueue.wholeGPUQuota: count runs the lab's Kueue with whole GPUs charged
+// one gpudra.dev/gpu each, and every other class in GPU percent as shipped.
+func TestKueueLabConfigChargesWholeGPUsByCount(t *testing.T) {
+	f, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: {enabled: true, wholeGPUQuota: count}\n" +
+		"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", f.Kueue, func(string) int { return 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Resources struct {
+			DeviceClassMappings []struct {
+				Name             string
+				DeviceClassNames []string `json:"deviceClassNames"`
+				Sources          []any
+			} `json:"deviceClassMappings"`
+		} `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	charged := map[string]string{}
+	for _, m := range cfg.Resources.DeviceClassMappings {
+		for _, c := range m.DeviceClassNames {
+			charged[c] = fmt.Sprintf("%s (%d sources)", m.Name, len(m.Sources))
+		}
+	}
+	want := map[string]string{
+		api.DeviceClassGPU:   api.QuotaGPU + " (0 sources)",
+		api.DeviceClassShare: api.QuotaGPUPercent + " (1 sources)",
+	}
+	for class, w := range want {
+		if charged[class] != w {
+			t.Errorf("%s is charged to %q, want %q", class, charged[class], w)
+		}
+	}
+}
+
+func TestLabFileRefusesAnUnknownWholeGPUQuota(t *testing.T) {
+	for _, c := range []struct{ kueue, want string }{
+		{"{enabled: true, wholeGPUQuota: gpus}", `kueue.wholeGPUQuota: Unsupported value: "gpus": supported values: "percent", "count"`},
+		{"{wholeGPUQuota: count}", "kueue.wholeGPUQuota: Invalid value: \"count\": needs kueue.enabled: true"},
+	} {
+		_, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: " + c.kueue + "\n" +
+			"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("kueue %s: err = %v, want one containing %s", c.kueue, err, c.want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/deployments"
 	deploylab "github.com/gpudra/gpudra/deployments/lab"
 	"github.com/gpudra/gpudra/topology"
 
@@ -95,6 +96,11 @@ type KueueSpec struct {
 	// from MinPodsReadyTimeout to MaxPodsReadyTimeout, so that a test sees an admitted gang
 	// that cannot start evicted in about a minute. Empty keeps the shipped value.
 	PodsReadyTimeout string `json:"podsReadyTimeout,omitempty"`
+	// WholeGPUQuota is how the lab's Kueue charges whole GPUs: "percent" (the shipped
+	// configuration, 100 gpudra.dev/gpu-percent a GPU; the default) or "count" (one
+	// gpudra.dev/gpu a GPU, deployments.KueueWholeGPUQuotaCount). A lab's ClusterQueues
+	// then need quota in gpudra.dev/gpu for whole GPUs.
+	WholeGPUQuota string `json:"wholeGPUQuota,omitempty"`
 	// JobKinds are the job kinds besides batch/v1 Job the lab runs a controller for, with
 	// Kueue's integration and webhook for them: JobKinds' values.
 	JobKinds []string `json:"jobKinds,omitempty"`
@@ -182,6 +188,15 @@ func (k KueueSpec) validate(p *field.Path) field.ErrorList {
 				JobKindJobSet, strings.Join(JobKinds, ", "))))
 		}
 		seen[kind] = true
+	}
+	if q := k.WholeGPUQuota; q != "" {
+		fp := p.Child("wholeGPUQuota")
+		switch {
+		case !slices.Contains(deployments.KueueWholeGPUQuotas, q):
+			errs = append(errs, field.NotSupported(fp, q, deployments.KueueWholeGPUQuotas))
+		case !k.Enabled:
+			errs = append(errs, field.Invalid(fp, q, "needs kueue.enabled: true"))
+		}
 	}
 	if k.PodsReadyTimeout == "" {
 		return errs

@@ -84,6 +84,11 @@ func WholeDeviceClass(class string) bool {
 // share the compute it asks for), and the extended resources through transformations.
 const QuotaGPUPercent = "gpudra.dev/gpu-percent"
 
+// QuotaGPU is the resource whole GPUs are charged to, one a GPU, when a Kueue installation
+// charges them by count instead of in QuotaGPUPercent (deployments.KueueWholeGPUQuotaCount:
+// cheaper for Kueue on a large cluster, at the cost of a second quota resource).
+const QuotaGPU = "gpudra.dev/gpu"
+
 // Extended resources. A container may ask for a DeviceClass's extendedResourceName in its
 // resources (KEP-5004) and kube-scheduler turns it into a claim.
 

@@ -73,7 +73,7 @@ type roundsLab struct {
 // the scratch folder.
 func upRoundsLab(ctx context.Context, keep bool) (roundsLab, func(), error) {
 	var l roundsLab
-	state, down, err := benchlab.Up(ctx, gangLabFile, keep)
+	state, down, err := benchlab.Up(ctx, withWholeGPUQuota(gangLabFile), keep)
 	if err != nil {
 		return l, nil, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,18 +76,7 @@ func (c *cachedReader) List(_ context.Context, list client.ObjectList, opts ...c
 // once. nodes × publication shows the lever gpudra has, how many devices a node publishes
 // (--publish: all 23, training 15, whole 8).
 func BenchmarkKueueDRAPreprocessing(b *testing.B) {
-	var cfg kueueconfig.Configuration
-	if err := sigsyaml.UnmarshalStrict(deployments.KueueConfiguration, &cfg); err != nil {
-		b.Fatal(err)
-	}
-	mapper := dra.NewResourceMapper()
-	if err := mapper.PopulateFromConfiguration(cfg.Resources.DeviceClassMappings); err != nil {
-		b.Fatal(err)
-	}
-	countMapper := dra.NewResourceMapper()
-	if err := countMapper.PopulateFromConfiguration(wholeGPUsByCount(b, cfg.Resources.DeviceClassMappings)); err != nil {
-		b.Fatal(err)
-	}
+	mapper, countMapper := kueueMapper(b, deployments.KueueWholeGPUQuotaPercent), kueueMapper(b, deployments.KueueWholeGPUQuotaCount)
 	classList, err := deployments.DeviceClasses()
 	if err != nil {
 		b.Fatal(err)
@@ -161,24 +149,29 @@ func BenchmarkKueueDRAPreprocessing(b *testing.B) {
 	}
 }
 
-// countResource is the resource wholeGPUsByCount charges whole GPUs to.
-const countResource = corev1.ResourceName("gpudra.dev/gpu")
+// countResource is the resource whole GPUs are charged to by count.
+const countResource = corev1.ResourceName(api.QuotaGPU)
 
-// wholeGPUsByCount is the shipped mappings with the whole-GPU classes moved to a mapping of
-// their own without sources, so that Kueue charges them by count (one per GPU).
-func wholeGPUsByCount(b *testing.B, shipped []kueueconfig.DeviceClassMapping) []kueueconfig.DeviceClassMapping {
-	whole := []corev1.ResourceName{api.DeviceClassGPU, api.DeviceClassAnyGPU}
-	var out []kueueconfig.DeviceClassMapping
-	for _, m := range shipped {
-		m.DeviceClassNames = slices.DeleteFunc(slices.Clone(m.DeviceClassNames), func(n corev1.ResourceName) bool {
-			return slices.Contains(whole, n)
-		})
-		out = append(out, m)
+// kueueMapper is Kueue's device-class mapper for gpudra's Kueue configuration with whole
+// GPUs charged as quota says (deployments.KueueWholeGPUQuotas).
+func kueueMapper(b *testing.B, quota string) *dra.ResourceMapper {
+	m, err := deployments.KueueConfigurationFor(quota)
+	if err != nil {
+		b.Fatal(err)
 	}
-	if len(out) == 0 || len(out[0].DeviceClassNames) != len(shipped[0].DeviceClassNames)-len(whole) {
-		b.Fatalf("the shipped mappings do not hold %v", whole)
+	data, err := sigsyaml.Marshal(m)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return append(out, kueueconfig.DeviceClassMapping{Name: countResource, DeviceClassNames: whole})
+	var cfg kueueconfig.Configuration
+	if err := sigsyaml.UnmarshalStrict(data, &cfg); err != nil {
+		b.Fatal(err)
+	}
+	mapper := dra.NewResourceMapper()
+	if err := mapper.PopulateFromConfiguration(cfg.Resources.DeviceClassMappings); err != nil {
+		b.Fatal(err)
+	}
+	return mapper
 }
 
 // kueueCharges runs Kueue's count and capacity passes for one reconcile of wl, with a slice

@@ -58,6 +58,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpudra/gpudra/deployments"
 	"github.com/gpudra/gpudra/driver"
 	"github.com/gpudra/gpudra/driver/simulated"
 	"github.com/gpudra/gpudra/lab"
@@ -92,8 +93,13 @@ func main() {
 	streamOnly := flag.String("stream-only", "", "with -stream, run only round A or B (to look at one side, e.g. with -cpuprofile)")
 	streamShareNodes := flag.Int("stream-share-nodes", 0, "with -stream, > 0: in round A only the first N nodes publish shares (a share pool), the others what the plugin's --publish=training publishes (a training pool)")
 	streamDrain := flag.Duration("stream-drain", 2*time.Minute, "with -stream, how long after the window to wait for the jobs still queued to be bound")
+	flag.StringVar(&wholeGPUQuota, "whole-gpu-quota", deployments.KueueWholeGPUQuotaPercent, "how the lab's Kueue charges whole GPUs: percent (the shipped configuration, 100 gpudra.dev/gpu-percent a GPU) or count (one gpudra.dev/gpu a GPU; the queues get quota in both)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang; with -stream, gpudra-controller's and Kueue's halfway through each round's window, to FILE.stream-ROUND-PROCESS)")
 	flag.Parse()
+	if !slices.Contains(deployments.KueueWholeGPUQuotas, wholeGPUQuota) {
+		fmt.Fprintf(os.Stderr, "admission benchmark: -whole-gpu-quota %q: accepted values: %s\n", wholeGPUQuota, strings.Join(deployments.KueueWholeGPUQuotas, ", "))
+		os.Exit(2)
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if *stream != 0 {
@@ -175,7 +181,7 @@ func modesOf(objects string) []string {
 }
 
 func run(ctx context.Context, racks, perRack, n int, kinds []string, keep bool) error {
-	state, down, err := benchlab.Up(ctx, labFile, keep)
+	state, down, err := benchlab.Up(ctx, withWholeGPUQuota(labFile), keep)
 	if err != nil {
 		return err
 	}
@@ -531,7 +537,27 @@ func addNode(ctx context.Context, cs kubernetes.Interface, n lab.Node) error {
 	return nil
 }
 
+// wholeGPUQuota is the -whole-gpu-quota flag (deployments.KueueWholeGPUQuotas).
+var wholeGPUQuota = deployments.KueueWholeGPUQuotaPercent
+
+// withWholeGPUQuota is a bench lab file whose Kueue charges whole GPUs as -whole-gpu-quota
+// says.
+func withWholeGPUQuota(file string) string {
+	const on = "kueue: {enabled: true}"
+	if !strings.Contains(file, on) {
+		panic("a bench lab file without " + on)
+	}
+	return strings.Replace(file, on, fmt.Sprintf("kueue: {enabled: true, wholeGPUQuota: %s}", wholeGPUQuota), 1)
+}
+
+// queues are the bench's two ClusterQueues, each with quota for gpus GPUs: in GPU percent,
+// and with -whole-gpu-quota count in whole GPUs as well.
 func queues(gpus int) string {
+	covered, count := "cpu, "+api.QuotaGPUPercent, ""
+	if wholeGPUQuota == deployments.KueueWholeGPUQuotaCount {
+		covered += ", " + api.QuotaGPU
+		count = fmt.Sprintf("\n      - {name: %s, nominalQuota: \"%d\"}", api.QuotaGPU, gpus)
+	}
 	var b strings.Builder
 	for _, mode := range []string{"kueue", "gpudra"} {
 		check := ""
@@ -550,13 +576,13 @@ spec:
   namespaceSelector: {}
   stopPolicy: Hold%[2]s
   resourceGroups:
-  - coveredResources: [cpu, gpudra.dev/gpu-percent]
+  - coveredResources: [%[4]s]
     flavors:
     - name: bench-%[1]s
       resources:
       - {name: cpu, nominalQuota: "100000"}
-      - {name: gpudra.dev/gpu-percent, nominalQuota: "%[3]d"}
-`, mode, check, 100*gpus)
+      - {name: gpudra.dev/gpu-percent, nominalQuota: "%[3]d"}%[5]s
+`, mode, check, 100*gpus, covered, count)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -74,5 +75,42 @@ func TestRoundOrderAlternates(t *testing.T) {
 	w, j := modesOf("workloads"), modesOf("jobs")
 	if len(w) != 2 || len(j) != 2 || w[0] != j[1] || w[1] != j[0] || w[0] == w[1] {
 		t.Errorf("workloads rounds %v, jobs rounds %v: want both modes in each, in opposite orders", w, j)
+	}
+}
+
+// With -whole-gpu-quota count the bench's lab charges whole GPUs by count and its queues
+// hold the same GPUs in both resources; by default only in GPU percent.
+func TestQueuesAndLabFollowTheWholeGPUQuota(t *testing.T) {
+	defer func(q string) { wholeGPUQuota = q }(wholeGPUQuota)
+	for _, c := range []struct {
+		quota string
+		want  map[string]string
+	}{
+		{"percent", map[string]string{"gpudra.dev/gpu-percent": "1600"}},
+		{"count", map[string]string{"gpudra.dev/gpu-percent": "1600", "gpudra.dev/gpu": "16"}},
+	} {
+		wholeGPUQuota = c.quota
+		if f := withWholeGPUQuota(gangLabFile); !strings.Contains(f, "wholeGPUQuota: "+c.quota) {
+			t.Errorf("%s: lab file %s", c.quota, f)
+		}
+		for _, doc := range strings.Split(queues(16), "---\n") {
+			var cq kueue.ClusterQueue
+			if err := yaml.UnmarshalStrict([]byte(doc), &cq); err != nil {
+				t.Fatalf("%s: %v", c.quota, err)
+			}
+			if cq.Kind != "ClusterQueue" {
+				continue
+			}
+			got := map[string]string{}
+			rg := cq.Spec.ResourceGroups[0]
+			for _, r := range rg.Flavors[0].Resources {
+				if r.Name != "cpu" {
+					got[string(r.Name)] = r.NominalQuota.String()
+				}
+			}
+			if len(rg.CoveredResources) != len(got)+1 || !maps.Equal(got, c.want) {
+				t.Errorf("%s: ClusterQueue %s covers %v with %v, want %v", c.quota, cq.Name, rg.CoveredResources, got, c.want)
+			}
+		}
 	}
 }
