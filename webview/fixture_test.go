@@ -136,8 +136,16 @@ func kueueObjects(t *testing.T) []runtime.Object {
 			AdmissionChecksStrategy: &kueue.AdmissionChecksStrategy{AdmissionChecks: []kueue.AdmissionCheckStrategyRule{{Name: "gpudra-topology"}}}},
 		Status: kueue.ClusterQueueStatus{PendingWorkloads: 1, AdmittedWorkloads: 2, ReservingWorkloads: 2,
 			FlavorsUsage: []kueue.FlavorUsage{{Name: "h100", Resources: []kueue.ResourceUsage{{Name: api.QuotaGPUPercent, Total: resource.MustParse("650")}}}}}}
+	// team-b's Kueue charges whole GPUs by count: 5 GPUs in gpudra.dev/gpu and 3 in
+	// gpudra.dev/gpu-percent make 8, of which it uses 2 whole GPUs and half a GPU in shares.
 	cqB := &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "team-b"},
-		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{quota("800")}}}
+		Spec: kueue.ClusterQueueSpec{CohortName: "research", ResourceGroups: []kueue.ResourceGroup{{
+			CoveredResources: []corev1.ResourceName{api.QuotaGPUPercent, api.QuotaGPU},
+			Flavors: []kueue.FlavorQuotas{{Name: "h100", Resources: []kueue.ResourceQuota{
+				{Name: api.QuotaGPUPercent, NominalQuota: resource.MustParse("300")},
+				{Name: api.QuotaGPU, NominalQuota: resource.MustParse("5")}}}}}}},
+		Status: kueue.ClusterQueueStatus{FlavorsUsage: []kueue.FlavorUsage{{Name: "h100", Resources: []kueue.ResourceUsage{
+			{Name: api.QuotaGPUPercent, Total: resource.MustParse("50")}, {Name: api.QuotaGPU, Total: resource.MustParse("2")}}}}}}
 	cohort := &kueue.Cohort{ObjectMeta: metav1.ObjectMeta{Name: "research"}}
 	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "default"}, Spec: kueue.LocalQueueSpec{ClusterQueue: "team-a"}}
 	ac := &kueue.AdmissionCheck{ObjectMeta: metav1.ObjectMeta{Name: "gpudra-topology"}, Spec: kueue.AdmissionCheckSpec{ControllerName: api.AdmissionCheckController}}

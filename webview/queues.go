@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,7 +15,8 @@ import (
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
 
-// QueueView is one ClusterQueue's quota and usage in GPUs (its gpudra.dev/gpu-percent / 100).
+// QueueView is one ClusterQueue's quota and usage in GPUs (its gpudra.dev/gpu-percent / 100,
+// plus its gpudra.dev/gpu where whole GPUs are charged by count).
 type QueueView struct {
 	Name, Cohort                        string
 	Nominal, Borrowing, Usage, Borrowed string
@@ -88,7 +90,6 @@ func (s *Server) queues(sc *scope) Queues {
 			q.Unread = append(q.Unread, gvr.Resource)
 		}
 	}
-	gpu := api.QuotaGPUPercent
 	cohorts := map[string]*CohortView{}
 	cohortOf := func(name string) *CohortView {
 		c := cohorts[name]
@@ -116,13 +117,15 @@ func (s *Server) queues(sc *scope) Queues {
 			}
 			for _, f := range rg.Flavors {
 				for _, r := range f.Resources {
-					if string(r.Name) != gpu {
+					nominal, ok := asGPUPercent(r.Name, r.NominalQuota)
+					if !ok {
 						continue
 					}
-					v.nominal.Add(r.NominalQuota)
+					v.nominal.Add(nominal)
 					if r.BorrowingLimit != nil {
 						hasBorrowing = true
-						borrowing.Add(*r.BorrowingLimit)
+						limit, _ := asGPUPercent(r.Name, *r.BorrowingLimit)
+						borrowing.Add(limit)
 					}
 				}
 			}
@@ -130,9 +133,10 @@ func (s *Server) queues(sc *scope) Queues {
 		var borrowed resource.Quantity
 		for _, f := range cq.Status.FlavorsUsage {
 			for _, r := range f.Resources {
-				if string(r.Name) == gpu {
-					v.usage.Add(r.Total)
-					borrowed.Add(r.Borrowed)
+				if total, ok := asGPUPercent(r.Name, r.Total); ok {
+					b, _ := asGPUPercent(r.Name, r.Borrowed)
+					v.usage.Add(total)
+					borrowed.Add(b)
 				}
 			}
 		}
@@ -213,6 +217,20 @@ func (s *Server) queues(sc *scope) Queues {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.Created, b.Created), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
 	return q
+}
+
+// asGPUPercent is an amount of a quota resource in gpudra.dev/gpu-percent, and whether the
+// resource counts GPUs: gpudra.dev/gpu-percent as it is, and gpudra.dev/gpu (whole GPUs
+// charged by count) at 100 a GPU, so that a queue's GPUs are one number in either
+// configuration.
+func asGPUPercent(name corev1.ResourceName, q resource.Quantity) (resource.Quantity, bool) {
+	switch string(name) {
+	case api.QuotaGPUPercent:
+		return q, true
+	case api.QuotaGPU:
+		return *resource.NewQuantity(q.Value()*100, resource.DecimalSI), true
+	}
+	return resource.Quantity{}, false
 }
 
 // gpus writes an amount of gpudra.dev/gpu-percent in GPUs: "4", "2.5", "0.13".

@@ -109,7 +109,7 @@ func TestQueuesPage(t *testing.T) {
 	f := newFixture(t)
 	page := get(t, f.http.URL+"/queues", http.StatusOK)
 	contains(t, page, `<tr data-queue="team-a">`, `<tr data-queue="team-b">`, "<td>research</td>", "team-a, team-b",
-		"6.5 of 8", "unlimited",
+		"6.5 of 8", "2.5 of 8", "unlimited",
 		"team-a/job-big-train-1a2b3", "(job/big-train)", "default → team-a", `<span class="badge ok">reserved</span>`,
 		`<span class="badge check Pending">Pending</span>`, "pod set main: 16 pods need one rack; the best rack fits 7 now")
 }

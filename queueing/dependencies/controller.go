@@ -3,7 +3,6 @@ package dependencies
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
@@ -67,9 +67,35 @@ type notedEvent struct {
 	statuses []Status
 }
 
+// RunAfterIndex is the cache index of gated Jobs by the Jobs they run after (RunAfterKeys).
+const RunAfterIndex = "gpudra.dev/run-after-job"
+
+// RunAfterKeys are the names of the Jobs a gated Job runs after: a Job's change finds the
+// jobs waiting for it from this index instead of reading every Job of its namespace (at a
+// few thousand Jobs, every Job event walked them all).
+func RunAfterKeys(o client.Object) []string {
+	if !HasGate(o.GetAnnotations()) {
+		return nil
+	}
+	deps, err := ParseRunAfter(o.GetAnnotations()[RunAfterAnnotation])
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, d := range deps {
+		if d.Kind == KindJob {
+			out = append(out, d.Name)
+		}
+	}
+	return out
+}
+
 // SetupWithManager reconciles gated Jobs, and the gated Jobs that run after a Job whenever
 // that Job changes.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &batchv1.Job{}, RunAfterIndex, RunAfterKeys); err != nil {
+		return fmt.Errorf("indexing Jobs by %s: %w", RunAfterAnnotation, err)
+	}
 	gated := predicate.NewPredicateFuncs(func(o client.Object) bool { return HasGate(o.GetAnnotations()) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("job-dependencies").
@@ -78,21 +104,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// dependents are the gated Jobs of obj's namespace that run after obj.
+// dependents are the gated Jobs of obj's namespace that run after obj (RunAfterIndex).
 func (r *Reconciler) dependents(ctx context.Context, obj client.Object) []reconcile.Request {
 	var jobs batchv1.JobList
-	if err := r.Client.List(ctx, &jobs, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(obj.GetNamespace()),
+		client.MatchingFields{RunAfterIndex: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "Listing the jobs that run after a job", "job", client.ObjectKeyFromObject(obj))
 		return nil
 	}
-	self := Dependency{Kind: KindJob, Name: obj.GetName()}
-	var out []reconcile.Request
-	for _, j := range jobs.Items {
-		if !HasGate(j.Annotations) {
-			continue
-		}
-		if deps, err := ParseRunAfter(j.Annotations[RunAfterAnnotation]); err == nil && slices.Contains(deps, self) {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&j)})
-		}
+	out := make([]reconcile.Request, 0, len(jobs.Items))
+	for k := range jobs.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&jobs.Items[k])})
 	}
 	return out
 }

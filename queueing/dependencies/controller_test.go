@@ -201,6 +201,23 @@ func TestDependentsOfAJob(t *testing.T) {
 	}
 }
 
+// A gated Job is indexed under the Jobs it runs after, and only while it is gated: its
+// JobSet dependencies are read, not watched, and an unreadable annotation names none.
+func TestRunAfterKeys(t *testing.T) {
+	for _, c := range []struct {
+		job  *batchv1.Job
+		want []string
+	}{
+		{gatedJob("train", "preprocess, job/fetch,jobset/pretrain"), []string{"preprocess", "fetch"}},
+		{queued("done", RunAfterAnnotation, "preprocess"), nil},
+		{gatedJob("bad", "preprocess,,fetch"), nil},
+	} {
+		if got := RunAfterKeys(c.job); !slices.Equal(got, c.want) {
+			t.Errorf("%s: keys %q, want %q", c.job.Name, got, c.want)
+		}
+	}
+}
+
 func TestJobSetPhase(t *testing.T) {
 	for _, tc := range []struct {
 		obj  string

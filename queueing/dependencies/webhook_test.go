@@ -37,7 +37,7 @@ func newClient(t *testing.T, objs ...client.Object) client.WithWatch {
 			t.Fatal(err)
 		}
 	}
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithIndex(&batchv1.Job{}, RunAfterIndex, RunAfterKeys).Build()
 }
 
 // admit sends job to the webhook as a CREATE and returns the response and the job as the
