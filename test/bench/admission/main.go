@@ -263,6 +263,9 @@ func run(ctx context.Context, racks, perRack, n int, kinds []string, keep bool) 
 	return nil
 }
 
+// deleteCollectionTries bounds how often cleanUp asks for a round's objects to be deleted.
+const deleteCollectionTries = 5
+
 // cleanUp deletes a round's Workloads or Jobs and waits (up to 5 minutes) until the
 // namespace holds no Workload, pod or ResourceClaim: the next round starts on free devices
 // and without this round's Workloads, which Kueue would otherwise evict for pods that never
@@ -271,11 +274,19 @@ func cleanUp(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns,
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	background := metav1.DeletePropagationBackground
 	del := metav1.DeleteOptions{PropagationPolicy: &background}
+	// A busy API server may cut a collection delete of hundreds of objects short (the
+	// request's timeout); what it deleted stays deleted, and the next try deletes the rest.
 	var err error
-	if objects == "jobs" {
-		err = cs.BatchV1().Jobs(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
-	} else {
-		err = dyn.Resource(workloadsGVR).Namespace(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
+	for try := 0; try < deleteCollectionTries; try++ {
+		if objects == "jobs" {
+			err = cs.BatchV1().Jobs(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
+		} else {
+			err = dyn.Resource(workloadsGVR).Namespace(ns).DeleteCollection(ctx, del, metav1.ListOptions{})
+		}
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "delete the %s of %s (try %d of %d): %v\n", objects, ns, try+1, deleteCollectionTries, err)
 	}
 	if err != nil {
 		return fmt.Errorf("delete the %s of %s: %w", objects, ns, err)
