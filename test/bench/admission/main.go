@@ -92,6 +92,7 @@ func main() {
 	streamGangEvery := flag.Int("stream-gang-every", 25, "with -stream, every Nth arrival is a gang of 2, 4, 8 or 16 pods × 8 GPUs in turn (0: none)")
 	streamOnly := flag.String("stream-only", "", "with -stream, run only round A or B (to look at one side, e.g. with -cpuprofile)")
 	streamShareNodes := flag.Int("stream-share-nodes", 0, "with -stream, > 0: in round A only the first N nodes publish shares (a share pool), the others what the plugin's --publish=training publishes (a training pool)")
+	streamProfileAt := flag.Duration("stream-cpuprofile-at", 0, "with -stream and -cpuprofile, when in the window the 15-second profiles start (0: halfway)")
 	streamDrain := flag.Duration("stream-drain", 2*time.Minute, "with -stream, how long after the window to wait for the jobs still queued to be bound")
 	flag.StringVar(&wholeGPUQuota, "whole-gpu-quota", deployments.KueueWholeGPUQuotaPercent, "how the lab's Kueue charges whole GPUs: percent (the shipped configuration, 100 gpudra.dev/gpu-percent a GPU) or count (one gpudra.dev/gpu a GPU; the queues get quota in both)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang; with -stream, gpudra-controller's and Kueue's halfway through each round's window, to FILE.stream-ROUND-PROCESS)")
@@ -113,7 +114,7 @@ func main() {
 		}
 		err := runStream(ctx, streamRun{
 			params: streamParams{window: *stream, rate: *streamRate, medianRun: *streamMedian, gangEvery: *streamGangEvery},
-			nodes:  *streamNodes, trace: *streamTrace, drain: *streamDrain, baselineFirst: *baselineFirst, keep: *keep, only: *streamOnly, shareNodes: *streamShareNodes,
+			nodes:  *streamNodes, trace: *streamTrace, drain: *streamDrain, baselineFirst: *baselineFirst, keep: *keep, only: *streamOnly, shareNodes: *streamShareNodes, profileAt: *streamProfileAt,
 		})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "admission benchmark:", err)

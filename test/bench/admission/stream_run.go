@@ -62,8 +62,9 @@ type streamRun struct {
 	drain         time.Duration
 	baselineFirst bool
 	keep          bool
-	only          string // "A" or "B": run that round alone
-	shareNodes    int    // > 0: in round A, only the first shareNodes nodes publish shares; the rest publish --publish=training
+	only          string        // "A" or "B": run that round alone
+	shareNodes    int           // > 0: in round A, only the first shareNodes nodes publish shares; the rest publish --publish=training
+	profileAt     time.Duration // with -cpuprofile, when in the window the profiles start (0: halfway)
 }
 
 func runStream(ctx context.Context, s streamRun) error {
@@ -277,7 +278,11 @@ func measureStream(ctx context.Context, cfg *rest.Config, cs kubernetes.Interfac
 	t0 := time.Now()
 	since := func() time.Duration { return time.Since(t0) }
 	if cpuProfile != "" {
-		profileStream(ctx, r, s.params.window/2)
+		at := s.profileAt
+		if at <= 0 {
+			at = s.params.window / 2
+		}
+		profileStream(ctx, r, at)
 	}
 	// The submitter creates each job at its arrival time, up to 64 creates at once (an API
 	// server slowed by its admission webhooks must not hold the arrivals back); submissions
