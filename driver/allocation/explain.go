@@ -347,25 +347,30 @@ func (s *State) matches(ctx context.Context, driver string, dev resourceapi.Devi
 
 // usedCounters maps "driver/pool/counterSet/counter" to the allocated devices consuming it.
 func (s *State) usedCounters() map[string][]structured.DeviceID {
-	consumers := map[structured.DeviceID][]string{}
-	for _, sl := range s.slices {
+	return s.usedCountersOf(s.slices)
+}
+
+// usedCountersOf is usedCounters for the devices of the given slices: every counter of
+// their pools an allocated device or share among them consumes, with the devices that
+// consume it. Slices holding every device of their pools give the exact answer for those
+// pools (a device consumes only counters of its own pool).
+func (s *State) usedCountersOf(slices []*resourceapi.ResourceSlice) map[string][]structured.DeviceID {
+	used := map[string][]structured.DeviceID{}
+	for _, sl := range slices {
 		for _, dev := range sl.Spec.Devices {
+			if len(dev.ConsumesCounters) == 0 {
+				continue
+			}
 			id := structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name)
+			if !s.allocated.AllocatedDevices.Has(id) && s.shares[id] == 0 {
+				continue
+			}
 			for _, cc := range dev.ConsumesCounters {
 				for c := range cc.Counters {
-					consumers[id] = append(consumers[id], counterKey(sl.Spec.Driver, sl.Spec.Pool.Name, cc.CounterSet, c))
+					k := counterKey(sl.Spec.Driver, sl.Spec.Pool.Name, cc.CounterSet, c)
+					used[k] = append(used[k], id)
 				}
 			}
-		}
-	}
-	used := map[string][]structured.DeviceID{}
-	inUse := s.allocated.AllocatedDevices.Clone()
-	for shared := range s.allocated.AllocatedSharedDeviceIDs {
-		inUse.Insert(shared.GetDeviceID())
-	}
-	for id := range inUse {
-		for _, k := range consumers[id] {
-			used[k] = append(used[k], id)
 		}
 	}
 	return used

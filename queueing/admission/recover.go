@@ -365,7 +365,7 @@ func podClaims(set gang.PodSet, i int) []*resourceapi.ResourceClaim {
 // allocation result (nil when none is free). Devices that allow several allocations are
 // held whole as well.
 func holdNode(st *allocation.State, node string) *resourceapi.AllocationResult {
-	usage := st.Usage()
+	usage := st.NodeUsage(node)
 	var out resourceapi.AllocationResult
 	for _, sl := range st.Slices() {
 		if sl.Spec.NodeName == nil || *sl.Spec.NodeName != node {
