@@ -55,6 +55,9 @@ func KueueConfigurationFor(quota string) (map[string]any, error) {
 	moved := 0
 	for _, m := range mappings {
 		mm, _ := m.(map[string]any)
+		if mm == nil {
+			continue
+		}
 		names, _ := mm["deviceClassNames"].([]any)
 		kept := slices.DeleteFunc(slices.Clone(names), func(n any) bool {
 			s, _ := n.(string)
