@@ -173,11 +173,17 @@ func TestKueueLabConfigIsTheShippedOneWithGpudrasFields(t *testing.T) {
 	}
 }
 
-// The lab file's kueue.podsReadyTimeout replaces only the timeout of gpudra's
-// waitForPodsReady: eviction stays on, with the shipped back-off.
-func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
-	f, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: {enabled: true, podsReadyTimeout: 45s}\n" +
-		"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+// kueueLabFile is a one-node lab file with the given kueue section.
+func kueueLabFile(kueue string) []byte {
+	return []byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: " + kueue + "\n" +
+		"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n")
+}
+
+// kueueConfigOf is the Configuration the lab's Kueue runs with for a lab file with the
+// given kueue section.
+func kueueConfigOf(t *testing.T, kueue string) []byte {
+	t.Helper()
+	f, err := ParseFile(kueueLabFile(kueue))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +191,13 @@ func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+// The lab file's kueue.podsReadyTimeout replaces only the timeout of gpudra's
+// waitForPodsReady: eviction stays on, with the shipped back-off.
+func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
+	data := kueueConfigOf(t, "{enabled: true, podsReadyTimeout: 45s}")
 	var cfg struct {
 		WaitForPodsReady struct {
 			Timeout           string `json:"timeout"`
@@ -212,15 +225,7 @@ func TestKueueLabConfigTakesTheLabFilesPodsReadyTimeout(t *testing.T) {
 // The lab file's kueue.wholeGPUQuota: count runs the lab's Kueue with whole GPUs charged
 // one gpudra.dev/gpu each, and every other class in GPU percent as shipped.
 func TestKueueLabConfigChargesWholeGPUsByCount(t *testing.T) {
-	f, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: {enabled: true, wholeGPUQuota: count}\n" +
-		"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := kueueLabConfig(kueueConfigDir(t), "/certs", f.Kueue, func(string) int { return 1 })
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := kueueConfigOf(t, "{enabled: true, wholeGPUQuota: count}")
 	var cfg struct {
 		Resources struct {
 			DeviceClassMappings []struct {
@@ -255,8 +260,7 @@ func TestLabFileRefusesAnUnknownWholeGPUQuota(t *testing.T) {
 		{"{enabled: true, wholeGPUQuota: gpus}", `kueue.wholeGPUQuota: Unsupported value: "gpus": supported values: "percent", "count"`},
 		{"{wholeGPUQuota: count}", "kueue.wholeGPUQuota: Invalid value: \"count\": needs kueue.enabled: true"},
 	} {
-		_, err := ParseFile([]byte("apiVersion: lab.gpudra.dev/v1alpha1\nkind: Lab\nkueue: " + c.kueue + "\n" +
-			"blocks: [{name: a, racks: [{name: r, nodes: [{name: n1, profile: p}]}]}]\n"))
+		_, err := ParseFile(kueueLabFile(c.kueue))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("kueue %s: err = %v, want one containing %s", c.kueue, err, c.want)
 		}
