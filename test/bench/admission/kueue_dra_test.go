@@ -13,6 +13,7 @@ import (
 	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/dra"
+	kueueresource "sigs.k8s.io/kueue/pkg/util/resource"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpudra/gpudra/deployments"
@@ -187,13 +188,5 @@ func kueueCharges(b *testing.B, reader *cachedReader, mapper *dra.ResourceMapper
 	if len(errs) > 0 {
 		b.Fatal(errs.ToAggregate())
 	}
-	out := corev1.ResourceList{} // summed, as Kueue merges the passes
-	for _, passes := range []corev1.ResourceList{counts["main"], charges["main"]} {
-		for name, q := range passes {
-			sum := out[name]
-			sum.Add(q)
-			out[name] = sum
-		}
-	}
-	return out
+	return kueueresource.MergeResourceListKeepSum(counts["main"], charges["main"])
 }

@@ -12,14 +12,14 @@ import (
 // ClockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
 const ClockTicks = 100
 
-// CPUSeconds is a process's user and system CPU time so far (0 if it is gone).
-func CPUSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	return statCPUSeconds(string(data))
+// file is the text of /proc/<pid>/<name>, empty if the process is gone.
+func file(pid int, name string) string {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, name))
+	return string(data)
 }
+
+// CPUSeconds is a process's user and system CPU time so far (0 if it is gone).
+func CPUSeconds(pid int) float64 { return statCPUSeconds(file(pid, "stat")) }
 
 // statCPUSeconds reads utime + stime from the text of /proc/<pid>/stat.
 func statCPUSeconds(stat string) float64 {
@@ -40,13 +40,7 @@ func ResetPeak(pid int) error {
 }
 
 // PeakKiB is a process's VmHWM (peak resident memory), in KiB (0 if it is gone).
-func PeakKiB(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	return vmHWM(string(data))
-}
+func PeakKiB(pid int) int { return vmHWM(file(pid, "status")) }
 
 // vmHWM reads VmHWM from the text of /proc/<pid>/status.
 func vmHWM(status string) int {
