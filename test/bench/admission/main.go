@@ -95,7 +95,7 @@ func main() {
 	streamProfileAt := flag.Duration("stream-cpuprofile-at", 0, "with -stream and -cpuprofile, when in the window the 15-second profiles start (0: halfway)")
 	streamDrain := flag.Duration("stream-drain", 2*time.Minute, "with -stream, how long after the window to wait for the jobs still queued to be bound")
 	flag.StringVar(&wholeGPUQuota, "whole-gpu-quota", deployments.KueueWholeGPUQuotaPercent, "how the lab's Kueue charges whole GPUs: percent (the shipped configuration, 100 gpudra.dev/gpu-percent a GPU) or count (one gpudra.dev/gpu a GPU; the queues get quota in both)")
-	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang; with -stream, gpudra-controller's and Kueue's halfway through each round's window, to FILE.stream-ROUND-PROCESS)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write CPU profiles of gpudra-controller, taken while the gpudra queue admits, to FILE.workloads and FILE.jobs (FILE.gang with -gang; with -stream, gpudra-controller's and Kueue's halfway through each round's window or at -stream-cpuprofile-at, to FILE.stream-ROUND-PROCESS)")
 	flag.Parse()
 	if !slices.Contains(deployments.KueueWholeGPUQuotas, wholeGPUQuota) {
 		fmt.Fprintf(os.Stderr, "admission benchmark: -whole-gpu-quota %q: accepted values: %s\n", wholeGPUQuota, strings.Join(deployments.KueueWholeGPUQuotas, ", "))
