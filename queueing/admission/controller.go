@@ -75,6 +75,8 @@ type Reconciler struct {
 	// from the cluster; rebuildMu makes the first reconciles wait for that.
 	rebuilt   atomic.Bool
 	rebuildMu sync.Mutex
+	// shares remembers each slice's largest share card between decisions.
+	shares shareCardMemo
 }
 
 type reservation struct {
@@ -310,7 +312,7 @@ func (r *Reconciler) decide(ctx context.Context, wl *kueue.Workload) (*kueue.Adm
 	}
 	// A share that no card lets pass, or a request for capacity of a class of whole
 	// devices, is refused at once, not after waiting for room.
-	if err := refusedBeforePlanning(wl, sets, st); err != nil {
+	if err := refusedBeforePlanning(wl, sets, st, &r.shares); err != nil {
 		return &kueue.AdmissionCheckState{State: kueue.CheckStateRejected, Message: err.Error()}, nil, nil, nil
 	}
 	t1 := time.Now()

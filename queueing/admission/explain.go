@@ -180,7 +180,7 @@ func Explain(ctx context.Context, c client.Reader, labels topology.LabelKeys, wl
 		}
 		rep.PodSets = append(rep.PodSets, ps)
 	}
-	if err := refusedBeforePlanning(wl, sets, st); err != nil {
+	if err := refusedBeforePlanning(wl, sets, st, nil); err != nil {
 		rep.Now = CheckState{State: string(kueue.CheckStateRejected), Message: err.Error()}
 		return rep, nil
 	}

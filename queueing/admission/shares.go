@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math/big"
 	"strings"
+	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"github.com/gpudra/gpudra/driver/allocation"
@@ -181,15 +183,9 @@ func claimSource(ps *kueue.PodSet, k int) (string, bool) {
 }
 
 // checkShares refuses a workload with a share that asks for a larger part of its card's
-// memory than of its compute (see shareComputeNeeded). With a placement, each share is
-// judged on the card the placement gives it. Without one (before planning), each share
-// request is judged on the largest share card in st, so that only a share that can pass
-// on no card is refused; requests with alternatives (firstAvailable) are left to the
-// placement. sets are wl's pod sets as podSets builds them.
+// memory than of its compute (see shareComputeNeeded), each share judged on the card the
+// placement p gives it. sets are wl's pod sets as podSets builds them.
 func checkShares(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State, p *gang.Placement) error {
-	if p == nil {
-		return checkShareRequests(wl, sets, st)
-	}
 	cards := shareCards(st, placedPools(p))
 	if len(cards) == 0 {
 		return nil
@@ -232,8 +228,10 @@ func forPlacedRequests(wl *kueue.Workload, sets []gang.PodSet, p *gang.Placement
 }
 
 // checkShareRequests is checkShares before planning: each request for DeviceClass
-// gpu-share.gpudra.dev is judged on the largest share card in st.
-func checkShareRequests(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State) error {
+// gpu-share.gpudra.dev is judged on the largest share card of slices, so that only a share
+// that can pass on no card is refused; requests with alternatives (firstAvailable) are left
+// to the placement. memo may be nil.
+func checkShareRequests(wl *kueue.Workload, sets []gang.PodSet, slices []*resourceapi.ResourceSlice, memo *shareCardMemo) error {
 	asks := false
 	for _, set := range sets {
 		for _, c := range set.Claims {
@@ -245,12 +243,7 @@ func checkShareRequests(wl *kueue.Workload, sets []gang.PodSet, st *allocation.S
 	if !asks {
 		return nil
 	}
-	var largest shareCard
-	for _, c := range shareCards(st, nil) {
-		if c.memory > largest.memory {
-			largest = c
-		}
-	}
+	largest := memo.largest(slices)
 	if largest.memory == 0 {
 		return nil
 	}
@@ -276,4 +269,59 @@ func checkShareRequests(wl *kueue.Workload, sets []gang.PodSet, st *allocation.S
 		}
 	}
 	return nil
+}
+
+// largestShareCard is the share card with the most memory among a slice's devices (the
+// first on a tie); zero without shares.
+func largestShareCard(sl *resourceapi.ResourceSlice) shareCard {
+	var out shareCard
+	for k := range sl.Spec.Devices {
+		if card, ok := shareCardOf(sl.Spec.Driver, &sl.Spec.Devices[k]); ok && card.memory > out.memory {
+			out = card
+		}
+	}
+	return out
+}
+
+// shareCardMemo remembers the largest share card of each ResourceSlice by its UID and
+// resourceVersion, so that a share's decision before planning reads a slice's devices only
+// when the slice has changed, not every device of the cluster (11 776 at 4 096 GPUs
+// publishing everything). The zero value is ready; it keeps the slices of its last call
+// only, so it grows no larger than the cluster.
+type shareCardMemo struct {
+	mu      sync.Mutex
+	bySlice map[types.UID]memoizedCard
+}
+
+type memoizedCard struct {
+	version string
+	card    shareCard
+}
+
+// largest is the share card with the most memory among the slices' devices (the first on a
+// tie, in the slices' order); zero without shares. m may be nil: every slice is read.
+func (m *shareCardMemo) largest(slices []*resourceapi.ResourceSlice) shareCard {
+	if m == nil {
+		m = &shareCardMemo{}
+	}
+	var out shareCard
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	next := make(map[types.UID]memoizedCard, len(slices))
+	for _, sl := range slices {
+		// A slice without a UID or version (not from the API server) is read every time.
+		known := sl.UID != "" && sl.ResourceVersion != ""
+		c, ok := m.bySlice[sl.UID]
+		if !known || !ok || c.version != sl.ResourceVersion {
+			c = memoizedCard{version: sl.ResourceVersion, card: largestShareCard(sl)}
+		}
+		if known {
+			next[sl.UID] = c
+		}
+		if c.card.memory > out.memory {
+			out = c.card
+		}
+	}
+	m.bySlice = next
+	return out
 }

@@ -1,11 +1,18 @@
 package admission
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpudra/gpudra/driver"
+	"github.com/gpudra/gpudra/driver/allocation"
+	"github.com/gpudra/gpudra/driver/simulated"
 
 	api "github.com/gpudra/gpudra/api/gpu.gpudra.dev/v1alpha1"
 )
@@ -80,4 +87,91 @@ func TestShareFaultMessage(t *testing.T) {
 	if err := shareFault(where, req("40Gi", "50"), card); err != nil {
 		t.Errorf("40Gi at compute 50 of an 80Gi card: %v, want it to pass", err)
 	}
+}
+
+// sharedSlices renders the slices of a simulated node's kubelet plugin, each with a UID and
+// resourceVersion as the API server gives them.
+func sharedSlices(tb testing.TB, profile, node, version string, opts driver.RenderOptions) []*resourceapi.ResourceSlice {
+	tb.Helper()
+	_, out, err := simulated.Slices(profile, node, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, sl := range out {
+		sl.UID = types.UID(fmt.Sprintf("%s-%d", node, k))
+		sl.ResourceVersion = version
+	}
+	return out
+}
+
+// TestShareCardMemo: before planning, a share is judged on the cluster's largest share card.
+// The memo that spares a decision from reading every device must follow slices that change
+// or go away, and keep no more than the cluster's slices.
+func TestShareCardMemo(t *testing.T) {
+	h100 := sharedSlices(t, "dgx-h100", "h100", "1", driver.RenderOptions{})
+	l40s := sharedSlices(t, "l40s-pcie", "l40s", "1", driver.RenderOptions{})
+	cluster := append(slices.Clone(l40s), h100...)
+	var none *shareCardMemo // reads every slice
+	h100Card, l40sCard := none.largest(h100).memory, none.largest(l40s).memory
+	if h100Card>>30 != 80 || l40sCard <= 0 || l40sCard >= h100Card {
+		t.Fatalf("share cards: H100 %d bytes, L40S %d: want 80 GiB and a smaller positive size", h100Card, l40sCard)
+	}
+
+	var memo shareCardMemo
+	if got := memo.largest(cluster).memory; got != h100Card {
+		t.Fatalf("largest share card of an H100 and an L40S node: %d bytes, want the H100's %d", got, h100Card)
+	}
+	if got := memo.largest(cluster).memory; got != h100Card {
+		t.Fatalf("the same slices again, from the memo: %d bytes, want %d", got, h100Card)
+	}
+
+	// The H100 node is republished without shares (a new resourceVersion): the L40S's card
+	// is now the largest.
+	noShares := sharedSlices(t, "dgx-h100", "h100", "2", driver.RenderOptions{NoShares: true})
+	if got := memo.largest(append(slices.Clone(l40s), noShares...)).memory; got != l40sCard {
+		t.Fatalf("after the H100 node stopped publishing shares: %d bytes, want the L40S's %d", got, l40sCard)
+	}
+
+	// Oversubscribed memory makes the device's capacity larger, not the card.
+	over := sharedSlices(t, "l40s-pcie", "l40s", "2", driver.RenderOptions{MemoryOversubscription: 2})
+	if got := memo.largest(over).memory; got != l40sCard {
+		t.Fatalf("an L40S node oversubscribing memory twice: %d bytes, want its card's %d", got, l40sCard)
+	}
+	if len(memo.bySlice) != len(over) {
+		t.Fatalf("the memo keeps %d slices after a call with %d", len(memo.bySlice), len(over))
+	}
+
+	// A slice that is not from the API server (no resourceVersion) is read every time and
+	// not kept.
+	bare := sharedSlices(t, "dgx-h100", "bare", "", driver.RenderOptions{})
+	if got := memo.largest(bare).memory; got != h100Card || len(memo.bySlice) != 0 {
+		t.Fatalf("slices without a resourceVersion: %d bytes and %d kept, want %d and none", got, len(memo.bySlice), h100Card)
+	}
+}
+
+// BenchmarkLargestShareCard: what a share's decision pays before planning to find the
+// largest share card on 512 DGX H100 nodes publishing everything (4 096 GPUs, 11 776
+// devices): every device read into a map, as before the memo, against the memo.
+func BenchmarkLargestShareCard(b *testing.B) {
+	var all []*resourceapi.ResourceSlice
+	for n := range 512 {
+		all = append(all, sharedSlices(b, "dgx-h100", fmt.Sprintf("n%03d", n), "1", driver.RenderOptions{})...)
+	}
+	st := allocation.New(nil, all)
+	b.Run("devices", func(b *testing.B) {
+		for b.Loop() {
+			var largest shareCard
+			for _, c := range shareCards(st, nil) {
+				if c.memory > largest.memory {
+					largest = c
+				}
+			}
+		}
+	})
+	b.Run("memo", func(b *testing.B) {
+		var memo shareCardMemo
+		for b.Loop() {
+			memo.largest(st.Slices())
+		}
+	})
 }

@@ -120,12 +120,12 @@ func placedPools(p *gang.Placement) map[string]bool {
 }
 
 // refusedBeforePlanning is what the check refuses before planning: a share that no card
-// lets pass, a capacity request of a whole-device class.
-func refusedBeforePlanning(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State) error {
+// lets pass, a capacity request of a whole-device class. memo may be nil.
+func refusedBeforePlanning(wl *kueue.Workload, sets []gang.PodSet, st *allocation.State, memo *shareCardMemo) error {
 	if err := checkWholeRequests(wl, sets); err != nil {
 		return err
 	}
-	return checkShares(wl, sets, st, nil)
+	return checkShareRequests(wl, sets, st.Slices(), memo)
 }
 
 // refusedAsPlaced is what the check refuses of a placement: a capacity request on a device
