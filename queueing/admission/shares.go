@@ -92,12 +92,11 @@ func shareCardOf(driver string, d *resourceapi.Device) (shareCard, bool) {
 // deviceKey names a device as an allocation result does.
 type deviceKey struct{ driver, pool, device string }
 
-// shareCards are the share devices of the state's slices; pools, when not nil, limits them
-// to the slices of those pools.
+// shareCards are the share devices of the state's slices in the pools named.
 func shareCards(st *allocation.State, pools map[string]bool) map[deviceKey]shareCard {
 	out := map[deviceKey]shareCard{}
 	for _, sl := range st.Slices() {
-		if pools != nil && !pools[sl.Spec.Pool.Name] {
+		if !pools[sl.Spec.Pool.Name] {
 			continue
 		}
 		for k := range sl.Spec.Devices {

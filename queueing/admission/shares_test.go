@@ -158,10 +158,14 @@ func BenchmarkLargestShareCard(b *testing.B) {
 		all = append(all, sharedSlices(b, "dgx-h100", fmt.Sprintf("n%03d", n), "1", driver.RenderOptions{})...)
 	}
 	st := allocation.New(nil, all)
+	pools := map[string]bool{}
+	for _, sl := range all {
+		pools[sl.Spec.Pool.Name] = true
+	}
 	b.Run("devices", func(b *testing.B) {
 		for b.Loop() {
 			var largest shareCard
-			for _, c := range shareCards(st, nil) {
+			for _, c := range shareCards(st, pools) {
 				if c.memory > largest.memory {
 					largest = c
 				}
